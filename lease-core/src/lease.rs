@@ -1,0 +1,494 @@
+//! Identifiers, leases and the outcomes of lease operations.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+
+/// The longest legal [`LeaseKey`], in bytes.
+///
+/// Kubernetes object names may be 253 characters; we keep 53 in reserve so that a backend may add
+/// a prefix and still produce a legal name.
+pub const MAX_KEY_LEN: usize = 200;
+
+/// The longest legal [`OwnerId`], in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+
+/// The longest TTL any store accepts: one day. Longer leases are almost always a bug (a lease is
+/// meant to be renewed), and they would make a dead holder block a key for longer than anyone waits.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The name of a leased resource.
+///
+/// A key is validated once, on construction, and is then legal on **every** backend unchanged:
+/// it is a DNS-1123 subdomain (the rule for Kubernetes object names) of at most [`MAX_KEY_LEN`]
+/// bytes: lowercase ASCII letters, digits, `-` and `.`, where every dot-separated label starts
+/// and ends with a letter or digit. PostgreSQL, Redis and etcd accept such keys as they are, so no
+/// backend needs an encoding and no two keys can collide (see `docs/adr/0002-portable-keys.md`).
+/// To derive a key from arbitrary text (a tenant name, a path) use [`LeaseKey::derive`].
+///
+/// ```
+/// use lease_core::LeaseKey;
+/// let key = LeaseKey::new("tenant-42.reindex")?;
+/// assert_eq!(key.as_str(), "tenant-42.reindex");
+/// assert!(LeaseKey::new("Tenant/42").is_err());
+/// assert!(LeaseKey::new("").is_err());
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseKey(Arc<str>);
+
+impl LeaseKey {
+    /// Validates `key` and wraps it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] if the key is empty, longer than [`MAX_KEY_LEN`], or not a DNS-1123
+    /// subdomain.
+    pub fn new(key: impl AsRef<str>) -> Result<Self> {
+        let key = key.as_ref();
+        validate_key(key).map_err(|reason| Error::InvalidKey { key: truncate(key), reason })?;
+        Ok(LeaseKey(Arc::from(key)))
+    }
+
+    /// Derives a legal key from arbitrary text: lowercases it, replaces every other character by
+    /// `-`, and appends a short hash of the original text so that different inputs give different
+    /// keys (`"Tenant/42"` becomes `tenant-42-` followed by 12 hex digits).
+    ///
+    /// ```
+    /// use lease_core::LeaseKey;
+    /// let a = LeaseKey::derive("Tenant/42");
+    /// let b = LeaseKey::derive("tenant-42");
+    /// assert_ne!(a, b);
+    /// assert!(a.as_str().starts_with("tenant-42-"));
+    /// ```
+    pub fn derive(text: &str) -> Self {
+        let mut out = String::with_capacity(text.len().min(MAX_KEY_LEN));
+        for c in text.chars() {
+            let c = c.to_ascii_lowercase();
+            let mapped = if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' };
+            if mapped == '-' && (out.is_empty() || out.ends_with('-')) {
+                continue;
+            }
+            out.push(mapped);
+            if out.len() >= MAX_KEY_LEN - 14 {
+                break;
+            }
+        }
+        while out.ends_with('-') {
+            out.pop();
+        }
+        let hash = fnv1a64(text.as_bytes());
+        if out.is_empty() {
+            out.push('k');
+        }
+        out.push('-');
+        out.push_str(&format!("{:012x}", hash & 0xffff_ffff_ffff));
+        LeaseKey(Arc::from(out.as_str()))
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn validate_key(key: &str) -> std::result::Result<(), &'static str> {
+    if key.is_empty() {
+        return Err("a key must not be empty");
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err("a key must be at most 200 bytes");
+    }
+    for label in key.split('.') {
+        let bytes = label.as_bytes();
+        let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+            return Err("a key must not have empty dot-separated labels");
+        };
+        if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
+            return Err("every dot-separated label must start and end with a letter or digit");
+        }
+        for b in bytes {
+            if !(b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-') {
+                return Err("a key may contain only lowercase ASCII letters, digits, '-' and '.'");
+            }
+        }
+    }
+    Ok(())
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for LeaseKey {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        LeaseKey::new(s)
+    }
+}
+
+impl AsRef<str> for LeaseKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who holds (or wants) a lease: unique per holder *instance*.
+///
+/// Stores compare owner ids on renew and release. An owner id is **not** a fence: two instances
+/// that share an id would be indistinguishable, which is why [`OwnerId::random`] is the default
+/// and [`OwnerId::with_label`] only prefixes a readable label to a random part.
+///
+/// Legal owner ids are 1 to [`MAX_OWNER_LEN`] bytes of printable ASCII without spaces.
+///
+/// ```
+/// use lease_core::OwnerId;
+/// let a = OwnerId::with_label("web-7");
+/// let b = OwnerId::with_label("web-7");
+/// assert_ne!(a, b);
+/// assert!(a.as_str().starts_with("web-7-"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(Arc<str>);
+
+impl OwnerId {
+    /// A fresh random id (a UUID v4).
+    pub fn random() -> Self {
+        OwnerId(Arc::from(uuid::Uuid::new_v4().to_string().as_str()))
+    }
+
+    /// A fresh id with a readable label (host or pod name) followed by a random part. Characters
+    /// of the label that are not printable ASCII are replaced by `_`; the label is shortened if
+    /// needed.
+    pub fn with_label(label: &str) -> Self {
+        let clean: String = label
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .take(MAX_OWNER_LEN - 37)
+            .collect();
+        OwnerId(Arc::from(format!("{clean}-{}", uuid::Uuid::new_v4()).as_str()))
+    }
+
+    /// Uses `id` as it is, after validation. Use this to resume as a known owner (for example a
+    /// Kubernetes `holderIdentity` chosen by a Go controller).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOwner`] if `id` is empty, too long or not printable ASCII.
+    pub fn new(id: impl AsRef<str>) -> Result<Self> {
+        let id = id.as_ref();
+        let reason = if id.is_empty() {
+            Some("an owner id must not be empty")
+        } else if id.len() > MAX_OWNER_LEN {
+            Some("an owner id must be at most 128 bytes")
+        } else if !id.bytes().all(|b| b.is_ascii_graphic()) {
+            Some("an owner id must be printable ASCII without spaces")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidOwner { owner: truncate(id), reason }),
+            None => Ok(OwnerId(Arc::from(id))),
+        }
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks a requested TTL against the universal bounds (non-zero, at most [`MAX_TTL`]) and a
+/// backend's minimum. Backends call this before sending anything.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::validate_ttl;
+/// assert!(validate_ttl(Duration::ZERO, Duration::from_millis(1)).is_err());
+/// assert!(validate_ttl(Duration::from_secs(10), Duration::from_millis(1)).is_ok());
+/// assert!(validate_ttl(Duration::from_secs(7 * 86_400), Duration::from_millis(1)).is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidTtl`] naming the allowed range.
+pub fn validate_ttl(ttl: Duration, min: Duration) -> Result<()> {
+    let min = min.max(Duration::from_millis(1));
+    if ttl < min || ttl > MAX_TTL {
+        return Err(Error::InvalidTtl {
+            ttl,
+            reason: format!("must be between {min:?} and {MAX_TTL:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// What an acquirer asks for.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{AcquireRequest, LeaseKey, OwnerId};
+/// let req = AcquireRequest::new(LeaseKey::new("nightly-job")?, OwnerId::random(), Duration::from_secs(30))
+///     .with_drift_margin(Duration::from_millis(500));
+/// assert_eq!(req.drift_margin(), Duration::from_millis(500));
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The key to acquire.
+    pub key: LeaseKey,
+    /// Who asks.
+    pub owner: OwnerId,
+    /// How long the lease should last unless renewed.
+    pub ttl: Duration,
+    drift_margin: Option<Duration>,
+}
+
+impl AcquireRequest {
+    /// A request with the default drift margin (see [`AcquireRequest::drift_margin`]).
+    pub fn new(key: LeaseKey, owner: OwnerId, ttl: Duration) -> Self {
+        AcquireRequest { key, owner, ttl, drift_margin: None }
+    }
+
+    /// Sets the drift margin subtracted from the local validity deadline.
+    pub fn with_drift_margin(mut self, margin: Duration) -> Self {
+        self.drift_margin = Some(margin);
+        self
+    }
+
+    /// The margin by which the local validity deadline is earlier than `sent + ttl`: covers clock
+    /// *rate* differences between this host and the store. Default: 2% of the TTL plus 1 ms.
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin.unwrap_or_else(|| default_drift(self.ttl))
+    }
+}
+
+/// The default drift margin for a TTL: 2% plus 1 ms.
+pub fn default_drift(ttl: Duration) -> Duration {
+    ttl / 50 + Duration::from_millis(1)
+}
+
+/// A lease held by this process, as granted (or last renewed) by a store.
+///
+/// It carries the key, the owner, the **fencing token** to attach to every protected write, the
+/// TTL the store actually granted, and the local validity deadline: the instant the request was
+/// *sent* plus the granted TTL minus the drift margin. Because the store starts its TTL only after
+/// it received the request, this process always believes the lease is gone before the store does.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let store = MemoryLeaseStore::new();
+/// let req = AcquireRequest::new(LeaseKey::new("reindex")?, OwnerId::random(), Duration::from_secs(10));
+/// let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else { unreachable!() };
+/// assert!(lease.is_valid());
+/// assert!(lease.remaining() <= Duration::from_secs(10));
+/// println!("write with token {}", lease.token());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: LeaseKey,
+    owner: OwnerId,
+    token: FencingToken,
+    ttl: Duration,
+    drift_margin: Duration,
+    deadline: Instant,
+    handle: Option<Arc<str>>,
+}
+
+impl Lease {
+    /// Builds a lease from a grant. `sent` is the instant the granting request was sent; `ttl` is
+    /// the TTL the store granted. Backends call this; applications get leases from stores.
+    pub fn granted(
+        key: LeaseKey,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Duration,
+        drift_margin: Duration,
+        sent: Instant,
+    ) -> Self {
+        let deadline = sent + ttl.saturating_sub(drift_margin);
+        Lease { key, owner, token, ttl, drift_margin, deadline, handle: None }
+    }
+
+    /// Rebuilds a lease handle for a lease granted earlier (for example by another process that
+    /// passed its token on). Its local deadline is *now*: the first renewal tells whether it is
+    /// still held.
+    pub fn resume(key: LeaseKey, owner: OwnerId, token: FencingToken, ttl: Duration) -> Self {
+        Lease {
+            key,
+            owner,
+            token,
+            ttl,
+            drift_margin: default_drift(ttl),
+            deadline: Instant::now(),
+            handle: None,
+        }
+    }
+
+    /// The same lease with a new deadline computed from a renewal sent at `sent`.
+    pub fn renewed(&self, ttl: Duration, sent: Instant) -> Self {
+        let mut next = self.clone();
+        next.ttl = ttl;
+        next.deadline = sent + ttl.saturating_sub(self.drift_margin);
+        next
+    }
+
+    /// Attaches backend-private data (an etcd lease id, a Kubernetes resourceVersion).
+    pub fn with_handle(mut self, handle: impl Into<Arc<str>>) -> Self {
+        self.handle = Some(handle.into());
+        self
+    }
+
+    /// Backend-private data attached by the store that issued this lease.
+    pub fn handle(&self) -> Option<&str> {
+        self.handle.as_deref()
+    }
+
+    /// The leased key.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The holder.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The fencing token of this grant: attach it to every protected write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The TTL the store granted (may be larger than requested where a backend rounds up, never
+    /// smaller).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The drift margin used for the deadline.
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin
+    }
+
+    /// The local validity deadline (tokio's clock).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left until the local deadline (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the local deadline has not yet passed. This is a *belief*, not authority: the
+    /// resource decides with the token.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+}
+
+/// The current holder of a key, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Who holds it.
+    pub owner: OwnerId,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+    /// Time left before the store considers the lease expired (for stores without a server clock,
+    /// an upper bound estimated from local observation).
+    pub remaining: Duration,
+    /// The TTL of the holder's lease.
+    pub ttl: Duration,
+}
+
+/// What [`LeaseStore::inspect`](crate::LeaseStore::inspect) reports for a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    /// The key.
+    pub key: LeaseKey,
+    /// The current, unexpired holder, if any.
+    pub holder: Option<Holder>,
+    /// The highest token ever issued for the key, if the store still knows it.
+    pub last_token: Option<FencingToken>,
+}
+
+/// The result of an acquire that reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum AcquireOutcome {
+    /// The key was free or expired (or already ours, see the store contract): it is ours now,
+    /// with a token greater than every token issued for the key before.
+    Acquired(Lease),
+    /// Someone else holds a valid lease on the key; nothing changed.
+    Held(Holder),
+}
+
+impl AcquireOutcome {
+    /// The lease, if acquired.
+    pub fn lease(self) -> Option<Lease> {
+        match self {
+            AcquireOutcome::Acquired(lease) => Some(lease),
+            AcquireOutcome::Held(_) => None,
+        }
+    }
+}
+
+/// The result of a renew that reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum RenewOutcome {
+    /// Extended: the returned lease has the new deadline and the same token.
+    Renewed(Lease),
+    /// The lease is gone (expired, released, taken over, or the owner or token does not match);
+    /// nothing changed. It can never be revived: acquire again for a new token.
+    Lost,
+}
+
+/// The result of a release that reached the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum ReleaseOutcome {
+    /// The key is free now; its generation is kept, so the next token is still greater.
+    Released,
+    /// The lease was not held by this owner and token (expired, taken over, never granted);
+    /// nothing changed.
+    NotHeld,
+}

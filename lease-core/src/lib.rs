@@ -1,0 +1,60 @@
+//! # lease-core
+//!
+//! Distributed leases with **fencing tokens**: the contract ([`LeaseStore`], [`FencedResource`]),
+//! the in-memory reference store, the renewal supervisor and leader election.
+//!
+//! ## The safety model
+//! A lock service decides who may *start* work; it cannot stop a process that pauses (GC, VM
+//! suspend, partition) and resumes after its lease expired. So:
+//! - **Liveness** comes from leases: expiry lets a healthy owner take over.
+//! - **Safety** comes from the *resource*: every acquisition yields a [`FencingToken`] that
+//!   strictly increases per key and never goes back. Every protected write carries it; the
+//!   resource remembers the highest token it accepted and rejects older ones
+//!   ([`FencedResource`]).
+//! - An [`OwnerId`] tells the store whose lease it is; it is not a fence.
+//! - Expiry is judged by the store's clock (or, without one, by local monotonic time), never by
+//!   comparing wall clocks of different hosts. Every [`Lease`] carries a local deadline computed
+//!   from the instant its request was *sent*, so this process gives up before the store expires it.
+//!
+//! ## Quick start
+//! ```
+//! use std::time::Duration;
+//! use lease_core::*;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = MemoryLeaseStore::new();
+//! let resource = MemoryFencedResource::new();
+//! let key = LeaseKey::new("tenant-42")?;
+//!
+//! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(10));
+//! let lease = match store.acquire(&req).await? {
+//!     AcquireOutcome::Acquired(lease) => lease,
+//!     AcquireOutcome::Held(holder) => panic!("held by {} until {:?}", holder.owner, holder.remaining),
+//! };
+//! // Every protected write carries the token; the resource rejects older ones.
+//! let out = resource.write(&key, lease.token(), WriteOp::Put(b"done".to_vec())).await?;
+//! assert!(out.is_accepted());
+//! let _ = store.release(&lease).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Modules
+//! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.
+//! - [`fencing`]: [`FencingToken`], [`FencedResource`], [`MemoryFencedResource`].
+//! - [`capability`]: what each backend promises.
+
+pub mod capability;
+pub mod error;
+pub mod fencing;
+pub mod lease;
+pub mod memory;
+pub mod store;
+
+pub use capability::{Capabilities, ExpiryClock, TokenDurability};
+pub use error::{BoxError, Error, Result};
+pub use fencing::{FencedResource, FencingToken, MemoryFencedResource, ResourceState, WriteOp, WriteOutcome};
+pub use lease::{
+    AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN, MAX_OWNER_LEN, MAX_TTL,
+    OwnerId, ReleaseOutcome, RenewOutcome, default_drift, validate_ttl,
+};
+pub use memory::MemoryLeaseStore;
+pub use store::{KeyWatch, LeaseStore};

@@ -1,0 +1,157 @@
+//! The minimal contract every backend implements.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+
+use crate::capability::Capabilities;
+use crate::error::Result;
+use crate::lease::{AcquireOutcome, AcquireRequest, KeyState, Lease, LeaseKey, ReleaseOutcome, RenewOutcome};
+
+/// A stream of "this key may have changed" signals, from
+/// [`LeaseStore::watch`]. Each item is a hint to look again (acquire or inspect), never a
+/// grant. The stream ending or yielding an error means the watch broke: fall back to polling.
+pub struct KeyWatch {
+    inner: BoxStream<'static, Result<()>>,
+}
+
+impl KeyWatch {
+    /// Wraps a stream of change hints.
+    pub fn new(stream: BoxStream<'static, Result<()>>) -> Self {
+        KeyWatch { inner: stream }
+    }
+
+    /// Waits for the next change hint. `None` when the watch ended.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: a hint is either returned or stays in the stream.
+    pub async fn changed(&mut self) -> Option<Result<()>> {
+        self.inner.next().await
+    }
+}
+
+impl fmt::Debug for KeyWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyWatch").finish_non_exhaustive()
+    }
+}
+
+/// A store of leases with fencing tokens.
+///
+/// The minimal contract; conveniences (bounded waits, renewal, leader election) live in the
+/// [`supervisor`](crate::supervisor) and [`election`](crate::election) modules and work over
+/// any implementation, including `Arc<dyn LeaseStore>`.
+///
+/// # The contract
+/// - **acquire**: a free or expired key is granted with a token strictly greater than every token
+///   ever issued for it. A key validly held by another owner returns
+///   [`AcquireOutcome::Held`] naming the holder, its token and the time left, and changes nothing.
+///   **The same owner acquiring a key it already holds gets a new grant with a greater token**;
+///   its previous token is stale from then on (this lets a restarted process with a stable owner
+///   id take its key back at once, and keeps "one grant, one token" true everywhere).
+/// - **renew**: succeeds only for the same owner *and* token while the lease is unexpired, and
+///   extends it by the lease's TTL. Otherwise [`RenewOutcome::Lost`] and nothing changes; an
+///   expired lease is never revived.
+/// - **release**: same owner and token frees the key and keeps its generation; anything else is
+///   [`ReleaseOutcome::NotHeld`] and changes nothing.
+/// - **inspect**: the unexpired holder and the last token, as the store sees them.
+/// - Invalid input (keys, owners, TTLs outside the backend's range) is an
+///   [`Error`](crate::Error) and sends nothing.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId, ReleaseOutcome};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+/// let key = LeaseKey::new("nightly-report")?;
+/// let a = AcquireRequest::new(key.clone(), OwnerId::random(), Duration::from_secs(30));
+/// let lease = store.acquire(&a).await?.lease().expect("free key");
+/// let b = AcquireRequest::new(key.clone(), OwnerId::random(), Duration::from_secs(30));
+/// match store.acquire(&b).await? {
+///     AcquireOutcome::Held(holder) => assert_eq!(holder.token, lease.token()),
+///     AcquireOutcome::Acquired(_) => unreachable!("the key is held"),
+/// }
+/// assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait LeaseStore: Send + Sync + fmt::Debug {
+    /// A short name of the backend (`"memory"`, `"postgres"`, ...), used in logs and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// What this backend promises.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Tries once to acquire `req.key` for `req.owner`.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: if the future is dropped after the request was sent, the store may have
+    /// granted the lease (a "ghost grant"); it then simply expires after its TTL.
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome>;
+
+    /// Extends `lease` by its TTL if it is still held by its owner with its token.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe in the sense that matters: a dropped renew may or may not have extended the
+    /// lease, and the previous local deadline stays correct either way.
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome>;
+
+    /// Frees the key if `lease` still holds it.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped release may or may not have freed the key; the lease then
+    /// expires on its own.
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome>;
+
+    /// Reports the key's current holder and last token.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState>;
+
+    /// Starts watching `key` for changes, if the backend can ([`Capabilities::watch`]).
+    /// Returns `Ok(None)` when it cannot; callers then poll. Start the watch *before* the acquire
+    /// attempt it should follow, so that no change between the two is missed.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is held until the watch is returned.
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        let _ = key;
+        Ok(None)
+    }
+}
+
+macro_rules! forward_store {
+    ($($ty:ty),*) => {$(
+        #[async_trait]
+        impl<T: LeaseStore + ?Sized> LeaseStore for $ty {
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+            async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+                (**self).acquire(req).await
+            }
+            async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+                (**self).renew(lease).await
+            }
+            async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+                (**self).release(lease).await
+            }
+            async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+                (**self).inspect(key).await
+            }
+            async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+                (**self).watch(key).await
+            }
+        }
+    )*};
+}
+
+forward_store!(Arc<T>, Box<T>);

@@ -1,0 +1,58 @@
+//! Renewal.
+
+use std::time::Duration;
+
+use lease_core::{FencingToken, Lease, OwnerId, RenewOutcome};
+
+use crate::{CaseResult, Ctx};
+
+/// 4a. Renew by the holder extends the lease: it outlives its original TTL.
+pub async fn renew_by_holder_extends(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("renew");
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let mut lease = ctx.must_acquire(&key, &a, ttl).await?;
+    let first_deadline = lease.deadline();
+    // Renew at a third of the TTL for two whole TTLs; the lease must stay ours throughout.
+    let end = tokio::time::Instant::now() + ttl * 2;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(ttl / 3).await;
+        match ctx.store().renew(&lease).await? {
+            RenewOutcome::Renewed(next) => {
+                assert_eq!(next.token(), lease.token(), "renew must keep the token");
+                assert!(next.deadline() >= lease.deadline(), "renew moved the deadline back");
+                lease = next;
+            }
+            RenewOutcome::Lost => return Err("renew by the holder was refused".into()),
+        }
+    }
+    assert!(lease.deadline() > first_deadline + ttl, "deadline did not move forward");
+    let state = ctx.store().inspect(&key).await?;
+    let holder = state.holder.ok_or("renewed lease is not held after two TTLs")?;
+    assert_eq!(holder.token, lease.token());
+    Ok(())
+}
+
+/// 4b. Renew with a wrong owner or a wrong token is refused and changes nothing.
+pub async fn renew_with_wrong_owner_or_token_changes_nothing(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("renew-wrong");
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let lease = ctx.must_acquire(&key, &a, ttl).await?;
+    let before = ctx.store().inspect(&key).await?.holder.ok_or("not held")?;
+
+    let wrong_owner = Lease::resume(key.clone(), OwnerId::with_label("b"), lease.token(), ttl);
+    assert_eq!(ctx.store().renew(&wrong_owner).await?, RenewOutcome::Lost);
+    let wrong_token = Lease::resume(key.clone(), a.clone(), lease.token().next()?, ttl);
+    assert_eq!(ctx.store().renew(&wrong_token).await?, RenewOutcome::Lost);
+    let low = if lease.token() > FencingToken::MIN { FencingToken::new(lease.token().get() - 1)? } else { lease.token().next()?.next()? };
+    let lower_token = Lease::resume(key.clone(), a.clone(), low, ttl);
+    assert_eq!(ctx.store().renew(&lower_token).await?, RenewOutcome::Lost);
+
+    let after = ctx.store().inspect(&key).await?.holder.ok_or("refused renew freed the key")?;
+    assert_eq!((after.owner.clone(), after.token), (before.owner, before.token));
+    assert!(after.remaining <= before.remaining + Duration::from_millis(50), "a refused renew extended the lease");
+    // And the refused renews did not keep the lease alive: it expires on time.
+    ctx.wait_free(&key, ctx.expiry_deadline(ttl)).await?;
+    Ok(())
+}
