@@ -1,0 +1,1 @@
+//! The etcd backend (under construction).
