@@ -136,7 +136,11 @@ impl Error {
         message: impl Into<String>,
         source: impl Into<Option<BoxError>>,
     ) -> Self {
-        Error::Unavailable { backend, message: message.into(), source: source.into() }
+        Error::Unavailable {
+            backend,
+            message: message.into(),
+            source: source.into(),
+        }
     }
 
     /// Shorthand for [`Error::Backend`].
@@ -145,7 +149,11 @@ impl Error {
         message: impl Into<String>,
         source: impl Into<Option<BoxError>>,
     ) -> Self {
-        Error::Backend { backend, message: message.into(), source: source.into() }
+        Error::Backend {
+            backend,
+            message: message.into(),
+            source: source.into(),
+        }
     }
 
     /// Shorthand for [`Error::Config`].
@@ -154,7 +162,11 @@ impl Error {
         message: impl Into<String>,
         source: impl Into<Option<BoxError>>,
     ) -> Self {
-        Error::Config { backend, message: message.into(), source: source.into() }
+        Error::Config {
+            backend,
+            message: message.into(),
+            source: source.into(),
+        }
     }
 }
 

@@ -111,7 +111,9 @@ impl From<FencingToken> for u64 {
 impl TryFrom<FencingToken> for i64 {
     type Error = Error;
     fn try_from(t: FencingToken) -> Result<i64> {
-        i64::try_from(t.0).map_err(|_| Error::InvalidToken { reason: format!("{} exceeds i64", t.0) })
+        i64::try_from(t.0).map_err(|_| Error::InvalidToken {
+            reason: format!("{} exceeds i64", t.0),
+        })
     }
 }
 
@@ -201,7 +203,8 @@ pub trait FencedResource: Send + Sync + fmt::Debug {
     ///
     /// # Cancellation safety
     /// Not cancel safe in general: a write cancelled in flight may or may not have been applied.
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp) -> Result<WriteOutcome>;
+    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp)
+    -> Result<WriteOutcome>;
 
     /// Moves the high-water mark to `token` (if not lower) without writing.
     ///
@@ -218,7 +221,12 @@ pub trait FencedResource: Send + Sync + fmt::Debug {
 
 #[async_trait]
 impl<T: FencedResource + ?Sized> FencedResource for Arc<T> {
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp) -> Result<WriteOutcome> {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
         (**self).write(key, token, op).await
     }
     async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
@@ -248,7 +256,10 @@ impl MemoryFencedResource {
             && token < high_water
         {
             tracing::debug!(key = %key, token = %token, high_water = %high_water, "stale token rejected");
-            return WriteOutcome::Rejected { presented: token, high_water };
+            return WriteOutcome::Rejected {
+                presented: token,
+                high_water,
+            };
         }
         state.high_water = Some(token);
         match op {
@@ -268,7 +279,12 @@ impl MemoryFencedResource {
 
 #[async_trait]
 impl FencedResource for MemoryFencedResource {
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp) -> Result<WriteOutcome> {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
         Ok(self.apply(key, token, Some(op)))
     }
     async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {

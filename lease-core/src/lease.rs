@@ -50,7 +50,10 @@ impl LeaseKey {
     /// subdomain.
     pub fn new(key: impl AsRef<str>) -> Result<Self> {
         let key = key.as_ref();
-        validate_key(key).map_err(|reason| Error::InvalidKey { key: truncate(key), reason })?;
+        validate_key(key).map_err(|reason| Error::InvalidKey {
+            key: truncate(key),
+            reason,
+        })?;
         Ok(LeaseKey(Arc::from(key)))
     }
 
@@ -69,7 +72,11 @@ impl LeaseKey {
         let mut out = String::with_capacity(text.len().min(MAX_KEY_LEN));
         for c in text.chars() {
             let c = c.to_ascii_lowercase();
-            let mapped = if c.is_ascii_lowercase() || c.is_ascii_digit() { c } else { '-' };
+            let mapped = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            };
             if mapped == '-' && (out.is_empty() || out.ends_with('-')) {
                 continue;
             }
@@ -191,7 +198,9 @@ impl OwnerId {
             .map(|c| if c.is_ascii_graphic() { c } else { '_' })
             .take(MAX_OWNER_LEN - 37)
             .collect();
-        OwnerId(Arc::from(format!("{clean}-{}", uuid::Uuid::new_v4()).as_str()))
+        OwnerId(Arc::from(
+            format!("{clean}-{}", uuid::Uuid::new_v4()).as_str(),
+        ))
     }
 
     /// Uses `id` as it is, after validation. Use this to resume as a known owner (for example a
@@ -211,7 +220,10 @@ impl OwnerId {
             None
         };
         match reason {
-            Some(reason) => Err(Error::InvalidOwner { owner: truncate(id), reason }),
+            Some(reason) => Err(Error::InvalidOwner {
+                owner: truncate(id),
+                reason,
+            }),
             None => Ok(OwnerId(Arc::from(id))),
         }
     }
@@ -282,7 +294,12 @@ pub struct AcquireRequest {
 impl AcquireRequest {
     /// A request with the default drift margin (see [`AcquireRequest::drift_margin`]).
     pub fn new(key: LeaseKey, owner: OwnerId, ttl: Duration) -> Self {
-        AcquireRequest { key, owner, ttl, drift_margin: None }
+        AcquireRequest {
+            key,
+            owner,
+            ttl,
+            drift_margin: None,
+        }
     }
 
     /// Sets the drift margin subtracted from the local validity deadline.
@@ -345,7 +362,15 @@ impl Lease {
         sent: Instant,
     ) -> Self {
         let deadline = sent + ttl.saturating_sub(drift_margin);
-        Lease { key, owner, token, ttl, drift_margin, deadline, handle: None }
+        Lease {
+            key,
+            owner,
+            token,
+            ttl,
+            drift_margin,
+            deadline,
+            handle: None,
+        }
     }
 
     /// Rebuilds a lease handle for a lease granted earlier (for example by another process that

@@ -51,10 +51,14 @@ pub mod store;
 
 pub use capability::{Capabilities, ExpiryClock, TokenDurability};
 pub use error::{BoxError, Error, Result};
-pub use fencing::{FencedResource, FencingToken, MemoryFencedResource, ResourceState, WriteOp, WriteOutcome};
+pub use fencing::{
+    FencedResource, FencingToken, MemoryFencedResource, ResourceState, WriteOp, WriteOutcome,
+};
 pub use lease::{
-    AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN, MAX_OWNER_LEN, MAX_TTL,
-    OwnerId, ReleaseOutcome, RenewOutcome, default_drift, validate_ttl,
+    AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN, MAX_OWNER_LEN,
+    MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome, default_drift, validate_ttl,
 };
 pub use memory::MemoryLeaseStore;
 pub use store::{KeyWatch, LeaseStore};
+pub mod election;
+pub mod supervisor;

@@ -34,7 +34,11 @@ struct Entry {
 
 impl Entry {
     fn new() -> Self {
-        Entry { held: None, generation: None, changes: watch::channel(0).0 }
+        Entry {
+            held: None,
+            generation: None,
+            changes: watch::channel(0).0,
+        }
     }
 
     fn valid_holder(&self, now: Instant) -> Option<&Held> {
@@ -185,7 +189,10 @@ impl LeaseStore for MemoryLeaseStore {
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         let mut rx = {
             let mut map = self.lock();
-            map.entry(key.clone()).or_insert_with(Entry::new).changes.subscribe()
+            map.entry(key.clone())
+                .or_insert_with(Entry::new)
+                .changes
+                .subscribe()
         };
         rx.mark_unchanged();
         let stream = futures::stream::unfold(rx, |mut rx| async move {

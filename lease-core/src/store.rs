@@ -4,12 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use futures::stream::BoxStream;
 use futures::StreamExt;
+use futures::stream::BoxStream;
 
 use crate::capability::Capabilities;
 use crate::error::Result;
-use crate::lease::{AcquireOutcome, AcquireRequest, KeyState, Lease, LeaseKey, ReleaseOutcome, RenewOutcome};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, KeyState, Lease, LeaseKey, ReleaseOutcome, RenewOutcome,
+};
 
 /// A stream of "this key may have changed" signals, from
 /// [`LeaseStore::watch`]. Each item is a hint to look again (acquire or inspect), never a

@@ -51,7 +51,9 @@ pub fn run_with<B: Backend>(backend: B, extra: Vec<Case>) -> ! {
                 "backend {name} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {reason}"
             );
             eprintln!("ERROR: {msg}");
-            trials.push(Trial::test("service_available", move || Err(Failed::from(msg))));
+            trials.push(Trial::test("service_available", move || {
+                Err(Failed::from(msg))
+            }));
         } else {
             eprintln!(
                 "WARNING: backend {name} unavailable, every case is reported as ignored: {reason}\n\
@@ -97,11 +99,15 @@ fn check_available(backend: &Arc<dyn Backend>) -> Option<String> {
 pub fn run_case(backend: Arc<dyn Backend>, case: Case) -> Result<(), Failed> {
     let rt = runtime();
     let result = rt.block_on(async {
-        let ctx = Ctx::new(backend.clone()).await.map_err(|e| Failed::from(format!("setup: {e}")))?;
+        let ctx = Ctx::new(backend.clone())
+            .await
+            .map_err(|e| Failed::from(format!("setup: {e}")))?;
         let ns = ctx.namespace().to_string();
         let out = match tokio::time::timeout(CASE_TIMEOUT, (case.run)(ctx)).await {
             Ok(r) => r,
-            Err(_) => Err(Failed::from(format!("case did not finish within {CASE_TIMEOUT:?}"))),
+            Err(_) => Err(Failed::from(format!(
+                "case did not finish within {CASE_TIMEOUT:?}"
+            ))),
         };
         backend.cleanup(&ns).await;
         out

@@ -76,10 +76,20 @@ impl<S: LeaseStore> FaultyStore<S> {
     /// Wraps `inner` with every operation passing.
     pub fn new(inner: S) -> Self {
         let mut calls = HashMap::new();
-        for op in [Operation::Acquire, Operation::Renew, Operation::Release, Operation::Inspect, Operation::Watch] {
+        for op in [
+            Operation::Acquire,
+            Operation::Renew,
+            Operation::Release,
+            Operation::Inspect,
+            Operation::Watch,
+        ] {
             calls.insert(op, AtomicU64::new(0));
         }
-        FaultyStore { inner, faults: Arc::default(), counters: Arc::new(Counters { calls }) }
+        FaultyStore {
+            inner,
+            faults: Arc::default(),
+            counters: Arc::new(Counters { calls }),
+        }
     }
 
     /// The wrapped store.
@@ -89,31 +99,50 @@ impl<S: LeaseStore> FaultyStore<S> {
 
     /// Sets the fault for `op`.
     pub fn set(&self, op: Operation, fault: Fault) {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).insert(op, fault);
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(op, fault);
     }
 
     /// Sets the same fault for acquire, renew, release and inspect (a partition).
     pub fn set_all(&self, fault: Fault) {
-        for op in [Operation::Acquire, Operation::Renew, Operation::Release, Operation::Inspect] {
+        for op in [
+            Operation::Acquire,
+            Operation::Renew,
+            Operation::Release,
+            Operation::Inspect,
+        ] {
             self.set(op, fault);
         }
     }
 
     /// Every operation passes again.
     pub fn heal(&self) {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// How many times `op` was called (faulted or not).
     pub fn calls(&self, op: Operation) -> u64 {
-        self.counters.calls.get(&op).map_or(0, |c| c.load(Ordering::Relaxed))
+        self.counters
+            .calls
+            .get(&op)
+            .map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     fn fault(&self, op: Operation) -> Fault {
         if let Some(c) = self.counters.calls.get(&op) {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        *self.faults.lock().unwrap_or_else(|p| p.into_inner()).get(&op).unwrap_or(&Fault::Pass)
+        *self
+            .faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&op)
+            .unwrap_or(&Fault::Pass)
     }
 
     async fn run<T, F>(&self, op: Operation, f: F) -> Result<T>
@@ -122,7 +151,11 @@ impl<S: LeaseStore> FaultyStore<S> {
     {
         match self.fault(op) {
             Fault::Pass => f.await,
-            Fault::Fail => Err(Error::unavailable("faulty", format!("injected failure of {op:?}"), None)),
+            Fault::Fail => Err(Error::unavailable(
+                "faulty",
+                format!("injected failure of {op:?}"),
+                None,
+            )),
             Fault::Hang => std::future::pending().await,
             Fault::Delay(d) => {
                 tokio::time::sleep(d).await;
@@ -151,7 +184,8 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         self.run(Operation::Renew, self.inner.renew(lease)).await
     }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        self.run(Operation::Release, self.inner.release(lease)).await
+        self.run(Operation::Release, self.inner.release(lease))
+            .await
     }
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         self.run(Operation::Inspect, self.inner.inspect(key)).await

@@ -96,13 +96,25 @@ impl History {
 
     /// Records an operation invoked at `invoked` that completed now.
     pub fn record(&self, client: &str, key: &LeaseKey, invoked: Instant, op: Op) {
-        let ev = Event { client: client.to_string(), key: key.clone(), invoked, completed: Instant::now(), op };
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(ev);
+        let ev = Event {
+            client: client.to_string(),
+            key: key.clone(),
+            invoked,
+            completed: Instant::now(),
+            op,
+        };
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(ev);
     }
 
     /// A copy of the events so far.
     pub fn events(&self) -> Vec<Event> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The tokens of all grants, in completion order.
@@ -164,11 +176,17 @@ struct Grant<'a> {
 fn check_grants(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
     let mut grants: Vec<Grant<'_>> = Vec::new();
     for e in evs {
-        if let Op::Granted { token, deadline, .. } = e.op {
+        if let Op::Granted {
+            token, deadline, ..
+        } = e.op
+        {
             let mut until = deadline;
             for f in evs {
                 match f.op {
-                    Op::Renewed { token: t, deadline: d } if t == token => until = until.max(d),
+                    Op::Renewed {
+                        token: t,
+                        deadline: d,
+                    } if t == token => until = until.max(d),
                     _ => {}
                 }
             }
@@ -180,14 +198,21 @@ fn check_grants(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
                     _ => {}
                 }
             }
-            grants.push(Grant { ev: e, token, believed_until: until });
+            grants.push(Grant {
+                ev: e,
+                token,
+                believed_until: until,
+            });
         }
     }
     grants.sort_by_key(|g| g.ev.completed);
     for (i, a) in grants.iter().enumerate() {
         for b in &grants[i + 1..] {
             if a.token == b.token {
-                out.push(Violation(format!("{key}: token {} granted twice ({} and {})", a.token, a.ev.client, b.ev.client)));
+                out.push(Violation(format!(
+                    "{key}: token {} granted twice ({} and {})",
+                    a.token, a.ev.client, b.ev.client
+                )));
             }
             // a completed before b was invoked: b must carry the greater token.
             if a.ev.completed < b.ev.invoked && b.token <= a.token {
@@ -202,7 +227,10 @@ fn check_grants(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
     // it held the lease.
     for a in &grants {
         for b in &grants {
-            if b.token > a.token && b.ev.completed < a.believed_until && b.ev.completed > a.ev.invoked {
+            if b.token > a.token
+                && b.ev.completed < a.believed_until
+                && b.ev.completed > a.ev.invoked
+            {
                 out.push(Violation(format!(
                     "{key}: {} was granted token {} while {} still believed it held token {} ({:?} before its deadline)",
                     b.ev.client,
@@ -220,7 +248,10 @@ fn check_writes(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
     let mut writes: Vec<(&Event, FencingToken)> = evs
         .iter()
         .filter_map(|e| match e.op {
-            Op::Write { token, accepted: true } => Some((*e, token)),
+            Op::Write {
+                token,
+                accepted: true,
+            } => Some((*e, token)),
             _ => None,
         })
         .collect();
@@ -252,22 +283,71 @@ mod tests {
         let key = LeaseKey::new("k").unwrap();
         let a = OwnerId::random();
         let t0 = Instant::now();
-        h.record("a", &key, t0, Op::Granted { owner: a.clone(), token: t(2), deadline: t0 + Duration::from_secs(10) });
+        h.record(
+            "a",
+            &key,
+            t0,
+            Op::Granted {
+                owner: a.clone(),
+                token: t(2),
+                deadline: t0 + Duration::from_secs(10),
+            },
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         let t1 = Instant::now();
-        h.record("b", &key, t1, Op::Granted { owner: a.clone(), token: t(3), deadline: t1 + Duration::from_secs(10) });
+        h.record(
+            "b",
+            &key,
+            t1,
+            Op::Granted {
+                owner: a.clone(),
+                token: t(3),
+                deadline: t1 + Duration::from_secs(10),
+            },
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         let t2 = Instant::now();
-        h.record("b", &key, t2, Op::Write { token: t(3), accepted: true });
+        h.record(
+            "b",
+            &key,
+            t2,
+            Op::Write {
+                token: t(3),
+                accepted: true,
+            },
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         let t3 = Instant::now();
-        h.record("a", &key, t3, Op::Write { token: t(2), accepted: true });
-        h.record("c", &key, t3, Op::Granted { owner: a, token: t(1), deadline: t3 });
+        h.record(
+            "a",
+            &key,
+            t3,
+            Op::Write {
+                token: t(2),
+                accepted: true,
+            },
+        );
+        h.record(
+            "c",
+            &key,
+            t3,
+            Op::Granted {
+                owner: a,
+                token: t(1),
+                deadline: t3,
+            },
+        );
         let v = h.check();
         let text: Vec<String> = v.iter().map(|v| v.0.clone()).collect();
-        assert!(text.iter().any(|s| s.contains("still believed")), "{text:?}");
+        assert!(
+            text.iter().any(|s| s.contains("still believed")),
+            "{text:?}"
+        );
         assert!(text.iter().any(|s| s.contains("came after")), "{text:?}");
-        assert!(text.iter().any(|s| s.contains("write by a with token 2")), "{text:?}");
+        assert!(
+            text.iter().any(|s| s.contains("write by a with token 2")),
+            "{text:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -276,14 +356,48 @@ mod tests {
         let key = LeaseKey::new("k").unwrap();
         let o = OwnerId::random();
         let t0 = Instant::now();
-        h.record("a", &key, t0, Op::Granted { owner: o.clone(), token: t(1), deadline: t0 + Duration::from_secs(1) });
-        h.record("a", &key, t0, Op::Write { token: t(1), accepted: true });
+        h.record(
+            "a",
+            &key,
+            t0,
+            Op::Granted {
+                owner: o.clone(),
+                token: t(1),
+                deadline: t0 + Duration::from_secs(1),
+            },
+        );
+        h.record(
+            "a",
+            &key,
+            t0,
+            Op::Write {
+                token: t(1),
+                accepted: true,
+            },
+        );
         tokio::time::advance(Duration::from_millis(10)).await;
         h.record("a", &key, Instant::now(), Op::Release { token: t(1) });
         tokio::time::advance(Duration::from_millis(10)).await;
         let t1 = Instant::now();
-        h.record("b", &key, t1, Op::Granted { owner: o, token: t(2), deadline: t1 + Duration::from_secs(1) });
-        h.record("b", &key, t1, Op::Write { token: t(2), accepted: true });
+        h.record(
+            "b",
+            &key,
+            t1,
+            Op::Granted {
+                owner: o,
+                token: t(2),
+                deadline: t1 + Duration::from_secs(1),
+            },
+        );
+        h.record(
+            "b",
+            &key,
+            t1,
+            Op::Write {
+                token: t(2),
+                accepted: true,
+            },
+        );
         assert!(h.check().is_empty(), "{:?}", h.check());
     }
 }

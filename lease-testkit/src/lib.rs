@@ -110,7 +110,12 @@ impl Ctx {
         let store = backend.connect().await?;
         let resource = backend.resource().await?;
         let namespace = random_namespace();
-        Ok(Ctx { backend, namespace, store, resource })
+        Ok(Ctx {
+            backend,
+            namespace,
+            store,
+            resource,
+        })
     }
 
     /// The backend under test.
@@ -146,7 +151,10 @@ impl Ctx {
     /// A short TTL for expiry cases: the backend's, rounded up to its granularity and minimum.
     pub fn short_ttl(&self) -> Duration {
         let caps = self.store.capabilities();
-        round_up(self.backend.short_ttl().max(caps.min_ttl), caps.ttl_granularity)
+        round_up(
+            self.backend.short_ttl().max(caps.min_ttl),
+            caps.ttl_granularity,
+        )
     }
 
     /// A TTL that does not run out during a case (30 s).
@@ -166,10 +174,37 @@ impl Ctx {
     }
 
     /// Acquires `key` for `owner`, failing the case if the key is held.
-    pub async fn must_acquire(&self, key: &LeaseKey, owner: &OwnerId, ttl: Duration) -> Result<Lease, Failed> {
+    pub async fn must_acquire(
+        &self,
+        key: &LeaseKey,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, Failed> {
         match self.store.acquire(&self.request(key, owner, ttl)).await? {
             AcquireOutcome::Acquired(lease) => Ok(lease),
-            AcquireOutcome::Held(h) => Err(format!("expected to acquire {key}, but {} holds it with token {}", h.owner, h.token).into()),
+            AcquireOutcome::Held(h) => Err(format!(
+                "expected to acquire {key}, but {} holds it with token {}",
+                h.owner, h.token
+            )
+            .into()),
+        }
+    }
+
+    /// Acquires `key` for `owner` through `store`, failing the case if the key is held.
+    pub async fn must_acquire_with(
+        &self,
+        store: &dyn LeaseStore,
+        key: &LeaseKey,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, Failed> {
+        match store.acquire(&self.request(key, owner, ttl)).await? {
+            AcquireOutcome::Acquired(lease) => Ok(lease),
+            AcquireOutcome::Held(h) => Err(format!(
+                "expected to acquire {key}, but {} holds it with token {}",
+                h.owner, h.token
+            )
+            .into()),
         }
     }
 
@@ -185,7 +220,9 @@ impl Ctx {
     ) -> Result<Lease, Failed> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            if let AcquireOutcome::Acquired(lease) = store.acquire(&self.request(key, owner, ttl)).await? {
+            if let AcquireOutcome::Acquired(lease) =
+                store.acquire(&self.request(key, owner, ttl)).await?
+            {
                 return Ok(lease);
             }
             if tokio::time::Instant::now() >= deadline {

@@ -15,7 +15,11 @@ pub async fn first_acquire_is_granted(ctx: Ctx) -> CaseResult {
     let lease = ctx.must_acquire(&key, &owner, ttl).await?;
     assert_eq!(lease.key(), &key);
     assert_eq!(lease.owner(), &owner);
-    assert!(lease.ttl() >= ttl, "granted ttl {:?} < requested {ttl:?}", lease.ttl());
+    assert!(
+        lease.ttl() >= ttl,
+        "granted ttl {:?} < requested {ttl:?}",
+        lease.ttl()
+    );
     assert!(lease.is_valid());
     assert!(lease.remaining() <= lease.ttl());
     Ok(())
@@ -27,16 +31,29 @@ pub async fn other_owner_is_refused_and_told_the_holder(ctx: Ctx) -> CaseResult 
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let other = ctx.other_client().await?;
-    match other.acquire(&ctx.request(&key, &b, ctx.long_ttl())).await? {
+    match other
+        .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+        .await?
+    {
         AcquireOutcome::Held(h) => {
             assert_eq!(h.owner, a);
             assert_eq!(h.token, lease.token());
-            assert!(h.remaining > Duration::ZERO && h.remaining <= h.ttl, "remaining {:?}", h.remaining);
+            assert!(
+                h.remaining > Duration::ZERO && h.remaining <= h.ttl,
+                "remaining {:?}",
+                h.remaining
+            );
         }
-        AcquireOutcome::Acquired(l) => return Err(format!("second owner was granted token {}", l.token()).into()),
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("second owner was granted token {}", l.token()).into());
+        }
     }
     let state = ctx.store().inspect(&key).await?;
-    assert_eq!(state.holder.map(|h| h.owner), Some(a), "refused acquire changed the holder");
+    assert_eq!(
+        state.holder.map(|h| h.owner),
+        Some(a),
+        "refused acquire changed the holder"
+    );
     Ok(())
 }
 
@@ -47,12 +64,23 @@ pub async fn same_owner_reacquire_gets_a_greater_token(ctx: Ctx) -> CaseResult {
     let a = OwnerId::with_label("a");
     let first = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let second = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
-    assert!(second.token() > first.token(), "{} !> {}", second.token(), first.token());
     assert!(
-        matches!(ctx.store().renew(&first).await?, lease_core::RenewOutcome::Lost),
+        second.token() > first.token(),
+        "{} !> {}",
+        second.token(),
+        first.token()
+    );
+    assert!(
+        matches!(
+            ctx.store().renew(&first).await?,
+            lease_core::RenewOutcome::Lost
+        ),
         "the superseded token must not renew"
     );
-    assert!(matches!(ctx.store().renew(&second).await?, lease_core::RenewOutcome::Renewed(_)));
+    assert!(matches!(
+        ctx.store().renew(&second).await?,
+        lease_core::RenewOutcome::Renewed(_)
+    ));
     Ok(())
 }
 
@@ -62,9 +90,16 @@ pub async fn keys_are_independent(ctx: Ctx) -> CaseResult {
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let l1 = ctx.must_acquire(&k1, &a, ctx.long_ttl()).await?;
     let l2 = ctx.must_acquire(&k2, &b, ctx.long_ttl()).await?;
-    assert_eq!(ctx.store().release(&l1).await?, lease_core::ReleaseOutcome::Released);
+    assert_eq!(
+        ctx.store().release(&l1).await?,
+        lease_core::ReleaseOutcome::Released
+    );
     let s2 = ctx.store().inspect(&k2).await?;
-    assert_eq!(s2.holder.map(|h| h.token), Some(l2.token()), "releasing k1 changed k2");
+    assert_eq!(
+        s2.holder.map(|h| h.token),
+        Some(l2.token()),
+        "releasing k1 changed k2"
+    );
     assert!(ctx.store().inspect(&k1).await?.holder.is_none());
     Ok(())
 }
@@ -79,11 +114,20 @@ pub async fn watch_wakes_on_release_if_supported(ctx: Ctx) -> CaseResult {
     let watch = other.watch(&key).await?;
     let caps = ctx.store().capabilities();
     let Some(mut watch) = watch else {
-        assert!(!caps.watch, "capabilities claim watch, but watch() returned None");
+        assert!(
+            !caps.watch,
+            "capabilities claim watch, but watch() returned None"
+        );
         return Ok(());
     };
-    assert!(caps.watch, "watch() returned a watch, but capabilities do not claim it");
-    assert_eq!(ctx.store().release(&lease).await?, lease_core::ReleaseOutcome::Released);
+    assert!(
+        caps.watch,
+        "watch() returned a watch, but capabilities do not claim it"
+    );
+    assert_eq!(
+        ctx.store().release(&lease).await?,
+        lease_core::ReleaseOutcome::Released
+    );
     match tokio::time::timeout(Duration::from_secs(10), watch.changed()).await {
         Ok(Some(Ok(()))) => {}
         Ok(other) => return Err(format!("watch ended instead of signalling: {other:?}").into()),

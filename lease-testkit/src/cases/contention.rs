@@ -35,13 +35,22 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
                         return Err(format!("{name} could not acquire within the deadline"));
                     }
                     let t0 = Instant::now();
-                    match store.acquire(&ctx.request(&key, &owner, ttl)).await.map_err(|e| e.to_string())? {
+                    match store
+                        .acquire(&ctx.request(&key, &owner, ttl))
+                        .await
+                        .map_err(|e| e.to_string())?
+                    {
                         AcquireOutcome::Acquired(lease) => {
-                            history.record(&name, &key, t0, Op::Granted {
-                                owner: owner.clone(),
-                                token: lease.token(),
-                                deadline: lease.deadline(),
-                            });
+                            history.record(
+                                &name,
+                                &key,
+                                t0,
+                                Op::Granted {
+                                    owner: owner.clone(),
+                                    token: lease.token(),
+                                    deadline: lease.deadline(),
+                                },
+                            );
                             break lease;
                         }
                         AcquireOutcome::Held(_) => {
@@ -51,16 +60,40 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
                     }
                 };
                 let t0 = Instant::now();
-                let out = ctx.resource().write(&key, lease.token(), WriteOp::Add(1)).await.map_err(|e| e.to_string())?;
-                history.record(&name, &key, t0, Op::Write { token: lease.token(), accepted: out.is_accepted() });
+                let out = ctx
+                    .resource()
+                    .write(&key, lease.token(), WriteOp::Add(1))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                history.record(
+                    &name,
+                    &key,
+                    t0,
+                    Op::Write {
+                        token: lease.token(),
+                        accepted: out.is_accepted(),
+                    },
+                );
                 let t0 = Instant::now();
-                let rel = store.release(&lease).await.map_err(|e: Error| e.to_string())?;
-                history.record(&name, &key, t0, Op::Release { token: lease.token() });
+                let rel = store
+                    .release(&lease)
+                    .await
+                    .map_err(|e: Error| e.to_string())?;
+                history.record(
+                    &name,
+                    &key,
+                    t0,
+                    Op::Release {
+                        token: lease.token(),
+                    },
+                );
                 if rel != ReleaseOutcome::Released {
                     return Err(format!("{name}: release of a valid lease was refused"));
                 }
                 if !out.is_accepted() {
-                    return Err(format!("{name}: write with a current token was rejected: {out:?}"));
+                    return Err(format!(
+                        "{name}: write with a current token was rejected: {out:?}"
+                    ));
                 }
             }
             Ok(())
@@ -71,7 +104,11 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
     }
     let total = WORKERS * ROUNDS;
     let state = ctx.resource().read(&key).await?;
-    assert_eq!(state.counter, i64::try_from(total).unwrap_or(i64::MAX), "count is not exact");
+    assert_eq!(
+        state.counter,
+        i64::try_from(total).unwrap_or(i64::MAX),
+        "count is not exact"
+    );
     let tokens = history.granted_tokens();
     assert_eq!(tokens.len(), total);
     let violations = history.check();

@@ -12,10 +12,24 @@ pub async fn after_expiry_another_owner_takes_over_without_revival(ctx: Ctx) -> 
     let ttl = ctx.short_ttl();
     let old = ctx.must_acquire(&key, &a, ttl).await?;
     let other = ctx.other_client().await?;
-    let new = ctx.acquire_within(&*other, &key, &b, ctx.long_ttl(), ctx.expiry_deadline(ttl)).await?;
-    assert!(new.token() > old.token(), "takeover token {} !> {}", new.token(), old.token());
-    assert!(!old.is_valid(), "the store granted the key to another owner before the old holder's local deadline");
-    assert_eq!(ctx.store().renew(&old).await?, RenewOutcome::Lost, "an expired lease was revived");
+    let new = ctx
+        .acquire_within(&*other, &key, &b, ctx.long_ttl(), ctx.expiry_deadline(ttl))
+        .await?;
+    assert!(
+        new.token() > old.token(),
+        "takeover token {} !> {}",
+        new.token(),
+        old.token()
+    );
+    assert!(
+        !old.is_valid(),
+        "the store granted the key to another owner before the old holder's local deadline"
+    );
+    assert_eq!(
+        ctx.store().renew(&old).await?,
+        RenewOutcome::Lost,
+        "an expired lease was revived"
+    );
     assert_eq!(ctx.store().release(&old).await?, ReleaseOutcome::NotHeld);
     let s = ctx.store().inspect(&key).await?;
     assert_eq!(s.holder.map(|h| (h.owner, h.token)), Some((b, new.token())));
@@ -35,7 +49,9 @@ pub async fn tokens_increase_across_release_expiry_and_reacquire(ctx: Ctx) -> Ca
     assert_eq!(ctx.store().release(&l1).await?, ReleaseOutcome::Released);
     let l2 = ctx.must_acquire(&key, &b, ttl).await?;
     tokens.push(l2.token());
-    let l3 = ctx.acquire_within(&**ctx.store(), &key, &a, ttl, ctx.expiry_deadline(ttl)).await?;
+    let l3 = ctx
+        .acquire_within(&**ctx.store(), &key, &a, ttl, ctx.expiry_deadline(ttl))
+        .await?;
     tokens.push(l3.token());
     let l4 = ctx.must_acquire(&key, &a, ttl).await?;
     tokens.push(l4.token());

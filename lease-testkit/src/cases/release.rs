@@ -16,7 +16,10 @@ pub async fn release_by_holder_frees_the_key(ctx: Ctx) -> CaseResult {
     // A second release of the old lease is refused and does not free the new holder.
     assert_eq!(ctx.store().release(&lease).await?, ReleaseOutcome::NotHeld);
     assert_eq!(ctx.store().renew(&lease).await?, RenewOutcome::Lost);
-    assert_eq!(ctx.store().inspect(&key).await?.holder.map(|h| h.token), Some(next.token()));
+    assert_eq!(
+        ctx.store().inspect(&key).await?.holder.map(|h| h.token),
+        Some(next.token())
+    );
     Ok(())
 }
 
@@ -27,12 +30,24 @@ pub async fn release_with_wrong_owner_or_token_changes_nothing(ctx: Ctx) -> Case
     let ttl = ctx.long_ttl();
     let lease = ctx.must_acquire(&key, &a, ttl).await?;
     let wrong_owner = Lease::resume(key.clone(), OwnerId::with_label("b"), lease.token(), ttl);
-    assert_eq!(ctx.store().release(&wrong_owner).await?, ReleaseOutcome::NotHeld);
+    assert_eq!(
+        ctx.store().release(&wrong_owner).await?,
+        ReleaseOutcome::NotHeld
+    );
     let wrong_token = Lease::resume(key.clone(), a.clone(), lease.token().next()?, ttl);
-    assert_eq!(ctx.store().release(&wrong_token).await?, ReleaseOutcome::NotHeld);
+    assert_eq!(
+        ctx.store().release(&wrong_token).await?,
+        ReleaseOutcome::NotHeld
+    );
     let state = ctx.store().inspect(&key).await?;
-    assert_eq!(state.holder.map(|h| (h.owner, h.token)), Some((a, lease.token())));
-    assert!(matches!(ctx.store().renew(&lease).await?, RenewOutcome::Renewed(_)));
+    assert_eq!(
+        state.holder.map(|h| (h.owner, h.token)),
+        Some((a, lease.token()))
+    );
+    assert!(matches!(
+        ctx.store().renew(&lease).await?,
+        RenewOutcome::Renewed(_)
+    ));
     Ok(())
 }
 
@@ -46,16 +61,29 @@ pub async fn inspect_agrees_with_grant_renew_and_release(ctx: Ctx) -> CaseResult
     let ttl = ctx.long_ttl();
     let lease = ctx.must_acquire(&key, &a, ttl).await?;
     let s = ctx.store().inspect(&key).await?;
-    let h = s.holder.clone().ok_or("inspect shows no holder after a grant")?;
+    let h = s
+        .holder
+        .clone()
+        .ok_or("inspect shows no holder after a grant")?;
     assert_eq!((h.owner.clone(), h.token), (a.clone(), lease.token()));
-    assert!(h.remaining <= h.ttl && h.ttl >= ttl, "remaining {:?}, ttl {:?}", h.remaining, h.ttl);
+    assert!(
+        h.remaining <= h.ttl && h.ttl >= ttl,
+        "remaining {:?}, ttl {:?}",
+        h.remaining,
+        h.ttl
+    );
     if let Some(last) = s.last_token {
         assert_eq!(last, lease.token(), "last_token must be the last grant's");
     }
     let RenewOutcome::Renewed(lease) = ctx.store().renew(&lease).await? else {
         return Err("renew refused".into());
     };
-    let h2 = ctx.store().inspect(&key).await?.holder.ok_or("no holder after renew")?;
+    let h2 = ctx
+        .store()
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("no holder after renew")?;
     assert_eq!(h2.token, lease.token());
     assert_eq!(ctx.store().release(&lease).await?, ReleaseOutcome::Released);
     let s3 = ctx.store().inspect(&key).await?;

@@ -20,15 +20,23 @@ pub async fn renew_by_holder_extends(ctx: Ctx) -> CaseResult {
         match ctx.store().renew(&lease).await? {
             RenewOutcome::Renewed(next) => {
                 assert_eq!(next.token(), lease.token(), "renew must keep the token");
-                assert!(next.deadline() >= lease.deadline(), "renew moved the deadline back");
+                assert!(
+                    next.deadline() >= lease.deadline(),
+                    "renew moved the deadline back"
+                );
                 lease = next;
             }
             RenewOutcome::Lost => return Err("renew by the holder was refused".into()),
         }
     }
-    assert!(lease.deadline() > first_deadline + ttl, "deadline did not move forward");
+    assert!(
+        lease.deadline() > first_deadline + ttl,
+        "deadline did not move forward"
+    );
     let state = ctx.store().inspect(&key).await?;
-    let holder = state.holder.ok_or("renewed lease is not held after two TTLs")?;
+    let holder = state
+        .holder
+        .ok_or("renewed lease is not held after two TTLs")?;
     assert_eq!(holder.token, lease.token());
     Ok(())
 }
@@ -45,13 +53,28 @@ pub async fn renew_with_wrong_owner_or_token_changes_nothing(ctx: Ctx) -> CaseRe
     assert_eq!(ctx.store().renew(&wrong_owner).await?, RenewOutcome::Lost);
     let wrong_token = Lease::resume(key.clone(), a.clone(), lease.token().next()?, ttl);
     assert_eq!(ctx.store().renew(&wrong_token).await?, RenewOutcome::Lost);
-    let low = if lease.token() > FencingToken::MIN { FencingToken::new(lease.token().get() - 1)? } else { lease.token().next()?.next()? };
+    let low = if lease.token() > FencingToken::MIN {
+        FencingToken::new(lease.token().get() - 1)?
+    } else {
+        lease.token().next()?.next()?
+    };
     let lower_token = Lease::resume(key.clone(), a.clone(), low, ttl);
     assert_eq!(ctx.store().renew(&lower_token).await?, RenewOutcome::Lost);
 
-    let after = ctx.store().inspect(&key).await?.holder.ok_or("refused renew freed the key")?;
-    assert_eq!((after.owner.clone(), after.token), (before.owner, before.token));
-    assert!(after.remaining <= before.remaining + Duration::from_millis(50), "a refused renew extended the lease");
+    let after = ctx
+        .store()
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("refused renew freed the key")?;
+    assert_eq!(
+        (after.owner.clone(), after.token),
+        (before.owner, before.token)
+    );
+    assert!(
+        after.remaining <= before.remaining + Duration::from_millis(50),
+        "a refused renew extended the lease"
+    );
     // And the refused renews did not keep the lease alive: it expires on time.
     ctx.wait_free(&key, ctx.expiry_deadline(ttl)).await?;
     Ok(())

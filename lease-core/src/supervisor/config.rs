@@ -1,0 +1,153 @@
+//! Supervisor configuration.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::lease::{default_drift, validate_ttl};
+
+/// How a [`Supervisor`](super::Supervisor) acquires and renews.
+///
+/// Everything is derived from the TTL unless set: renew every third of the TTL, bound each renewal
+/// by the time left before the loss deadline, report loss a little *before* the local deadline.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::supervisor::SupervisorConfig;
+/// let cfg = SupervisorConfig::new(Duration::from_secs(30)).with_acquire_wait(Duration::from_secs(120));
+/// assert_eq!(cfg.renew_interval(), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SupervisorConfig {
+    ttl: Duration,
+    acquire_wait: Duration,
+    renew_interval: Option<Duration>,
+    op_timeout: Option<Duration>,
+    drift_margin: Option<Duration>,
+    loss_lead: Option<Duration>,
+    backoff_min: Duration,
+    backoff_max: Option<Duration>,
+}
+
+impl SupervisorConfig {
+    /// A configuration for leases of `ttl`, trying once to acquire (no wait).
+    pub fn new(ttl: Duration) -> Self {
+        SupervisorConfig {
+            ttl,
+            acquire_wait: Duration::ZERO,
+            renew_interval: None,
+            op_timeout: None,
+            drift_margin: None,
+            loss_lead: None,
+            backoff_min: Duration::from_millis(10),
+            backoff_max: None,
+        }
+    }
+
+    /// How long [`acquire`](super::Supervisor::acquire) may wait for a held key (default: zero,
+    /// one attempt). Always bounded.
+    pub fn with_acquire_wait(mut self, wait: Duration) -> Self {
+        self.acquire_wait = wait;
+        self
+    }
+
+    /// Renewal cadence (default: a third of the TTL).
+    pub fn with_renew_interval(mut self, every: Duration) -> Self {
+        self.renew_interval = Some(every);
+        self
+    }
+
+    /// The longest a single store call may take (default: a third of the TTL). A renewal is
+    /// additionally cut off at the loss deadline.
+    pub fn with_op_timeout(mut self, timeout: Duration) -> Self {
+        self.op_timeout = Some(timeout);
+        self
+    }
+
+    /// The drift margin passed to the store (see
+    /// [`AcquireRequest::drift_margin`](crate::AcquireRequest::drift_margin)).
+    pub fn with_drift_margin(mut self, margin: Duration) -> Self {
+        self.drift_margin = Some(margin);
+        self
+    }
+
+    /// How long before the local deadline loss is signalled when no renewal was confirmed
+    /// (default: 1% of the TTL plus 1 ms). Loss is always signalled strictly before the deadline.
+    pub fn with_loss_lead(mut self, lead: Duration) -> Self {
+        self.loss_lead = Some(lead);
+        self
+    }
+
+    /// Backoff bounds for acquire retries and failed renewals (defaults: 10 ms, a quarter of the
+    /// TTL capped at 1 s).
+    pub fn with_backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = Some(max);
+        self
+    }
+
+    /// Checks the TTL and the derived timings.
+    ///
+    /// # Errors
+    /// [`Error::InvalidTtl`](crate::Error::InvalidTtl) for a zero or absurd TTL.
+    pub fn validate(&self) -> Result<()> {
+        validate_ttl(self.ttl, Duration::from_millis(1))
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The bounded acquire wait.
+    pub fn acquire_wait(&self) -> Duration {
+        self.acquire_wait
+    }
+
+    /// The renewal cadence.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+            .unwrap_or(self.ttl / 3)
+            .max(Duration::from_millis(1))
+    }
+
+    /// The per-call timeout.
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
+            .unwrap_or(self.ttl / 3)
+            .max(Duration::from_millis(1))
+    }
+
+    /// The drift margin.
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin.unwrap_or_else(|| default_drift(self.ttl))
+    }
+
+    /// The loss lead.
+    pub fn loss_lead(&self) -> Duration {
+        self.loss_lead
+            .unwrap_or(self.ttl / 100 + Duration::from_millis(1))
+            .max(Duration::from_nanos(1))
+    }
+
+    /// The smallest backoff.
+    pub fn backoff_min(&self) -> Duration {
+        self.backoff_min
+    }
+
+    /// The largest backoff.
+    pub fn backoff_max(&self) -> Duration {
+        self.backoff_max
+            .unwrap_or((self.ttl / 4).min(Duration::from_secs(1)))
+            .max(self.backoff_min)
+    }
+
+    /// A jittered exponential backoff for attempt `n` (0-based): `min * 2^n`, capped, times a
+    /// random factor in [0.5, 1.0].
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let base = self
+            .backoff_min
+            .saturating_mul(1u32 << attempt.min(16))
+            .min(self.backoff_max());
+        base.mul_f64(0.5 + fastrand::f64() * 0.5)
+    }
+}

@@ -1,0 +1,653 @@
+//! The renewal supervisor: bounded acquisition, renewal, a health state machine, and a guard that
+//! cancels the guarded work when the lease is lost.
+//!
+//! The promise to the application is not "you got a lease" but "you will know, in time, when you
+//! may no longer act, and your work will be stopped":
+//! - [`Supervisor::acquire`] tries, then retries with jittered backoff (woken by the store's watch
+//!   when it has one) until the configured wait runs out or it is cancelled. No unbounded waits.
+//! - While held, a small task renews every third of the TTL, each attempt bounded so that it ends
+//!   before the loss deadline. Health moves `Held -> AtRisk -> Lost` (or `Released`), published on
+//!   a `tokio::sync::watch` channel ([`LeaseGuard::health`]).
+//! - Loss is signalled strictly **before** the lease's local validity deadline, and the guard's
+//!   [`CancellationToken`] is cancelled at that moment.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lease_core::{LeaseKey, MemoryLeaseStore};
+//! use lease_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let sup = Supervisor::new(MemoryLeaseStore::new(), SupervisorConfig::new(Duration::from_secs(10)));
+//! let Acquisition::Acquired(guard) = sup.acquire(&LeaseKey::new("reindex")?).await? else {
+//!     return Ok(()); // someone else is doing it
+//! };
+//! let token = guard.token();
+//! // The work is cancelled (dropped) if the lease is lost; carry the token into every write.
+//! let result = guard.run(async move { token.get() * 2 }).await;
+//! assert!(result.is_ok());
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+
+mod config;
+pub mod state;
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+
+pub use config::SupervisorConfig;
+use state::{Event, Machine, Next};
+pub use state::{Health, LossReason};
+
+use crate::error::{Error, Result};
+use crate::fencing::{FencedResource, FencingToken};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Holder, Lease, LeaseKey, OwnerId, ReleaseOutcome, RenewOutcome,
+};
+use crate::store::LeaseStore;
+
+/// Acquires and supervises leases on one store.
+#[derive(Clone)]
+pub struct Supervisor {
+    store: Arc<dyn LeaseStore>,
+    config: SupervisorConfig,
+    owner: OwnerId,
+    fence: Option<Arc<dyn FencedResource>>,
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("backend", &self.store.backend())
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a bounded acquisition.
+#[derive(Debug)]
+#[must_use]
+pub enum Acquisition {
+    /// Acquired; the guard renews until released, dropped or lost.
+    Acquired(LeaseGuard),
+    /// The wait ran out while someone else held the key.
+    NotAcquired {
+        /// The holder at the last attempt.
+        holder: Option<Holder>,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The cancellation token passed to [`Supervisor::acquire_until_cancelled`] fired.
+    Cancelled,
+}
+
+impl Acquisition {
+    /// The guard, if acquired.
+    pub fn guard(self) -> Option<LeaseGuard> {
+        match self {
+            Acquisition::Acquired(g) => Some(g),
+            _ => None,
+        }
+    }
+}
+
+impl Supervisor {
+    /// A supervisor acting as a fresh random owner.
+    pub fn new<S: LeaseStore + 'static>(store: S, config: SupervisorConfig) -> Self {
+        Self::from_arc(Arc::new(store), config)
+    }
+
+    /// A supervisor over a shared store.
+    pub fn from_arc(store: Arc<dyn LeaseStore>, config: SupervisorConfig) -> Self {
+        Supervisor {
+            store,
+            config,
+            owner: OwnerId::random(),
+            fence: None,
+        }
+    }
+
+    /// Acts as `owner` instead of a random one.
+    pub fn with_owner(mut self, owner: OwnerId) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Immediate fencing: install every new token in `resource` before handing out the guard, so
+    /// the previous holder is rejected even before the new one writes.
+    pub fn with_fence(mut self, resource: Arc<dyn FencedResource>) -> Self {
+        self.fence = Some(resource);
+        self
+    }
+
+    /// The owner id this supervisor acquires as.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SupervisorConfig {
+        &self.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// Acquires `key`, waiting at most the configured acquire wait.
+    ///
+    /// # Errors
+    /// Invalid input, or the last store error if every attempt failed.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped acquire may leave a ghost grant that expires after its TTL. Use
+    /// [`Supervisor::acquire_until_cancelled`] to stop waiting cleanly.
+    pub async fn acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
+        self.acquire_until_cancelled(key, &CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Supervisor::acquire`], but stops waiting (between attempts) when `cancel` fires.
+    ///
+    /// # Errors
+    /// Invalid input, or the last store error if every attempt failed.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe through `cancel`: an attempt in flight finishes (bounded by the call timeout)
+    /// and a lease it obtained is released before returning `Cancelled`.
+    pub async fn acquire_until_cancelled(
+        &self,
+        key: &LeaseKey,
+        cancel: &CancellationToken,
+    ) -> Result<Acquisition> {
+        self.config.validate()?;
+        let started = Instant::now();
+        let deadline = started + self.config.acquire_wait();
+        let req = AcquireRequest::new(key.clone(), self.owner.clone(), self.config.ttl())
+            .with_drift_margin(self.config.drift_margin());
+        let mut watch = if self.store.capabilities().watch && !self.config.acquire_wait().is_zero()
+        {
+            self.store.watch(key).await.ok().flatten()
+        } else {
+            None
+        };
+        let mut attempt: u32 = 0;
+        let mut holder = None;
+        loop {
+            let op = self.config.op_timeout();
+            let result = match timeout(op, self.store.acquire(&req)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    backend: self.store.backend(),
+                    operation: "acquire",
+                    after: op,
+                }),
+            };
+            let wait = match result {
+                Ok(AcquireOutcome::Acquired(lease)) => {
+                    if cancel.is_cancelled() {
+                        let _ = timeout(op, self.store.release(&lease)).await;
+                        return Ok(Acquisition::Cancelled);
+                    }
+                    return self.start(lease).await.map(Acquisition::Acquired);
+                }
+                Ok(AcquireOutcome::Held(h)) => {
+                    // Retry when the holder's lease would expire, or earlier with backoff.
+                    let until_expiry = h.remaining + Duration::from_millis(1);
+                    holder = Some(h);
+                    self.config
+                        .backoff(attempt)
+                        .max(self.config.backoff_min())
+                        .min(until_expiry)
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "acquire attempt failed; retrying");
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    self.config.backoff(attempt)
+                }
+                Err(e) => return Err(e),
+            };
+            attempt = attempt.saturating_add(1);
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Acquisition::NotAcquired {
+                    holder,
+                    waited: now - started,
+                });
+            }
+            let wake = (now + wait).min(deadline);
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(Acquisition::Cancelled),
+                _ = sleep_until(wake) => {}
+                changed = async {
+                    match watch.as_mut() {
+                        Some(w) => w.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if !matches!(changed, Some(Ok(()))) {
+                        watch = None; // the watch broke: fall back to polling
+                    }
+                }
+            }
+        }
+    }
+
+    /// Acquires `key`, runs `work` with the guard while the lease is held, and releases after.
+    /// `work` is dropped (cancelled) if the lease is lost.
+    ///
+    /// # Errors
+    /// As [`Supervisor::acquire`].
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping it drops the guard, which releases in the background.
+    pub async fn run<F, Fut, T>(&self, key: &LeaseKey, work: F) -> Result<RunOutcome<T>>
+    where
+        F: FnOnce(LeaseGuardRef) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.acquire(key).await? {
+            Acquisition::Acquired(guard) => {
+                let r = guard.run(work(guard.as_ref())).await;
+                match r {
+                    Ok(v) => {
+                        let released = guard.release().await?;
+                        Ok(RunOutcome::Completed { value: v, released })
+                    }
+                    Err(reason) => Ok(RunOutcome::Lost(reason)),
+                }
+            }
+            Acquisition::NotAcquired { holder, .. } => Ok(RunOutcome::NotAcquired { holder }),
+            Acquisition::Cancelled => Ok(RunOutcome::NotAcquired { holder: None }),
+        }
+    }
+
+    async fn start(&self, lease: Lease) -> Result<LeaseGuard> {
+        if let Some(fence) = &self.fence {
+            let out = match timeout(
+                self.config.op_timeout(),
+                fence.install(lease.key(), lease.token()),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    backend: "fence",
+                    operation: "install",
+                    after: self.config.op_timeout(),
+                }),
+            };
+            match out {
+                Ok(o) if o.is_accepted() => {}
+                other => {
+                    let _ = timeout(self.config.op_timeout(), self.store.release(&lease)).await;
+                    return Err(match other {
+                        Err(e) => e,
+                        Ok(o) => Error::InvalidInput(format!(
+                            "the fenced resource refused to install token {}: {o:?}",
+                            lease.token()
+                        )),
+                    });
+                }
+            }
+        }
+        tracing::info!(backend = self.store.backend(), key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease acquired");
+        Ok(LeaseGuard::spawn(
+            self.store.clone(),
+            self.config.clone(),
+            lease,
+        ))
+    }
+}
+
+/// What [`Supervisor::run`] ended with.
+#[derive(Debug)]
+pub enum RunOutcome<T> {
+    /// The work completed while the lease was held; it was then released.
+    Completed {
+        /// The work's output.
+        value: T,
+        /// What the store said to the release.
+        released: ReleaseOutcome,
+    },
+    /// The lease was lost; the work was cancelled.
+    Lost(LossReason),
+    /// Someone else held the key for the whole wait.
+    NotAcquired {
+        /// The holder at the last attempt.
+        holder: Option<Holder>,
+    },
+}
+
+/// Shared state between a guard and its renewal task.
+#[derive(Debug)]
+struct Shared {
+    health: watch::Sender<Health>,
+    lease: watch::Sender<Lease>,
+    /// Cancelled on loss or release: the parent of every work token.
+    work: CancellationToken,
+    /// Cancelled by the guard to stop renewing (release or drop).
+    stop: CancellationToken,
+}
+
+/// A held lease, renewed in the background until released, dropped or lost.
+///
+/// Dropping the guard without [`release`](LeaseGuard::release) stops renewal and releases in the
+/// background; it never blocks and never panics.
+#[derive(Debug)]
+pub struct LeaseGuard {
+    key: LeaseKey,
+    owner: OwnerId,
+    token: FencingToken,
+    shared: Arc<Shared>,
+    health: watch::Receiver<Health>,
+    task: Option<tokio::task::JoinHandle<ReleaseOutcome>>,
+}
+
+/// A cheap, cloneable view of a guard for the guarded work: token, health and cancellation.
+#[derive(Debug, Clone)]
+pub struct LeaseGuardRef {
+    key: LeaseKey,
+    token: FencingToken,
+    health: watch::Receiver<Health>,
+    work: CancellationToken,
+}
+
+impl LeaseGuardRef {
+    /// The key.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+    /// The fencing token to carry into every protected write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+    /// The current health.
+    pub fn health(&self) -> Health {
+        *self.health.borrow()
+    }
+    /// A token cancelled when the lease is lost or released.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.work.child_token()
+    }
+    /// Whether it is still reasonable to *start* a side effect (health is `Held`).
+    pub fn may_act(&self) -> bool {
+        matches!(self.health(), Health::Held)
+    }
+}
+
+impl LeaseGuard {
+    fn spawn(store: Arc<dyn LeaseStore>, config: SupervisorConfig, lease: Lease) -> Self {
+        let (health_tx, health_rx) = watch::channel(Health::Held);
+        let (lease_tx, _) = watch::channel(lease.clone());
+        let shared = Arc::new(Shared {
+            health: health_tx,
+            lease: lease_tx,
+            work: CancellationToken::new(),
+            stop: CancellationToken::new(),
+        });
+        let task = tokio::spawn(drive(store, config, lease.clone(), shared.clone()));
+        LeaseGuard {
+            key: lease.key().clone(),
+            owner: lease.owner().clone(),
+            token: lease.token(),
+            shared,
+            health: health_rx,
+            task: Some(task),
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The owner.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The fencing token of this grant: carry it into every protected write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The latest lease (its deadline moves with each confirmed renewal).
+    pub fn lease(&self) -> Lease {
+        self.shared.lease.borrow().clone()
+    }
+
+    /// The current health.
+    pub fn health(&self) -> Health {
+        *self.health.borrow()
+    }
+
+    /// A receiver of health changes.
+    pub fn subscribe(&self) -> watch::Receiver<Health> {
+        self.health.clone()
+    }
+
+    /// A view for the guarded work.
+    pub fn as_ref(&self) -> LeaseGuardRef {
+        LeaseGuardRef {
+            key: self.key.clone(),
+            token: self.token,
+            health: self.health.clone(),
+            work: self.shared.work.clone(),
+        }
+    }
+
+    /// A child token cancelled when the lease is lost or released. Hand it to spawned work.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.shared.work.child_token()
+    }
+
+    /// Completes when the lease is lost (or released), with the final health.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Health {
+        let mut rx = self.health.clone();
+        let seen = rx.wait_for(|h| h.is_final()).await.map(|h| *h);
+        match seen {
+            Ok(h) => h,
+            Err(_) => *rx.borrow(),
+        }
+    }
+
+    /// Runs `work` until it completes or the lease is lost or released, whichever comes first.
+    /// On loss the work future is dropped (cancelled) and the loss reason returned.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: dropping it drops `work` and leaves the guard as it was.
+    pub async fn run<F: Future>(&self, work: F) -> std::result::Result<F::Output, LossReason> {
+        if let Health::Lost(reason) = self.health() {
+            return Err(reason);
+        }
+        tokio::select! {
+            biased;
+            _ = self.shared.work.cancelled() => Err(match self.health() {
+                Health::Lost(r) => r,
+                _ => LossReason::DeadlineReached,
+            }),
+            v = work => Ok(v),
+        }
+    }
+
+    /// Stops renewing, cancels guarded work, releases the lease and reports what the store said.
+    ///
+    /// # Errors
+    /// Never for store failures (a failed release simply lets the lease expire; the outcome is
+    /// then `NotHeld`); kept as `Result` for future validation.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the release runs in the background task and completes even if this future is
+    /// dropped.
+    pub async fn release(mut self) -> Result<ReleaseOutcome> {
+        self.shared.stop.cancel();
+        match self.task.take() {
+            Some(task) => Ok(task.await.unwrap_or(ReleaseOutcome::NotHeld)),
+            None => Ok(ReleaseOutcome::NotHeld),
+        }
+    }
+
+    /// Drain then release: stops renewing, lets `work` finish while the lease is still valid
+    /// (cancelling it at the loss deadline), then releases. Returns the work's output if it
+    /// finished in time, and the release outcome.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: dropping it drops `work` and releases in the background.
+    pub async fn drain_and_release<F: Future>(
+        self,
+        work: F,
+    ) -> Result<(Option<F::Output>, ReleaseOutcome)> {
+        let lease = self.lease();
+        let lead = lease.ttl() / 100 + Duration::from_millis(1);
+        let until = lease
+            .deadline()
+            .checked_sub(lead)
+            .unwrap_or(lease.deadline());
+        let out = tokio::select! {
+            v = work => Some(v),
+            _ = sleep_until(until) => None,
+            _ = self.shared.work.cancelled() => None,
+        };
+        let released = self.release().await?;
+        Ok((out, released))
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        // Stop renewing and let the background task release; never block, never panic.
+        self.shared.stop.cancel();
+    }
+}
+
+async fn drive(
+    store: Arc<dyn LeaseStore>,
+    config: SupervisorConfig,
+    lease: Lease,
+    shared: Arc<Shared>,
+) -> ReleaseOutcome {
+    let backend = store.backend();
+    let retry = (config.renew_interval() / 4).max(config.backoff_min());
+    let mut m = Machine::new(
+        lease,
+        config.renew_interval(),
+        retry,
+        config.loss_lead(),
+        Instant::now(),
+    );
+    let publish = |m: &Machine, shared: &Shared| {
+        let h = m.health();
+        if h.is_final() {
+            // Cancel the guarded work before anyone can observe the final state.
+            shared.work.cancel();
+        }
+        let changed = shared.health.send_if_modified(|cur| {
+            if *cur != h {
+                *cur = h;
+                true
+            } else {
+                false
+            }
+        });
+        if changed {
+            let l = m.lease();
+            match h {
+                Health::Lost(reason) => {
+                    tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), %reason, "lease lost")
+                }
+                Health::AtRisk => {
+                    tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease at risk: renewal not confirmed")
+                }
+                Health::Held => {
+                    tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease renewal confirmed again")
+                }
+                Health::Released => {
+                    tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease released")
+                }
+            }
+        }
+    };
+    publish(&m, &shared);
+    loop {
+        let Next::RenewAt { at, loss_deadline } = m.next(Instant::now()) else {
+            return ReleaseOutcome::NotHeld;
+        };
+        // Wait for the renewal time, the loss deadline, or a stop request.
+        tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => break,
+            _ = sleep_until(loss_deadline) => {
+                m.step(Event::Tick, Instant::now());
+                publish(&m, &shared);
+                continue;
+            }
+            _ = sleep_until(at) => {}
+        }
+        let now = Instant::now();
+        let bound = (now + config.op_timeout()).min(loss_deadline);
+        let current = m.lease().clone();
+        let event = tokio::select! {
+            biased;
+            _ = shared.stop.cancelled() => break,
+            r = store.renew(&current) => match r {
+                Ok(RenewOutcome::Renewed(l)) => Event::RenewConfirmed(l),
+                Ok(RenewOutcome::Lost) => Event::RenewRefused,
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(backend, key = %current.key(), error = %e, "renewal failed");
+                    Event::RenewFailed
+                }
+                Err(e) => {
+                    tracing::warn!(backend, key = %current.key(), error = %e, "renewal failed with a non-retryable error");
+                    Event::RenewFatal
+                }
+            },
+            _ = sleep_until(bound) => Event::RenewFailed,
+        };
+        m.step(event, Instant::now());
+        if m.health() == Health::Held {
+            let l = m.lease().clone();
+            shared.lease.send_replace(l);
+        }
+        publish(&m, &shared);
+    }
+    // Stop requested: cancel work, then release (bounded by the time the lease is still valid).
+    shared.work.cancel();
+    if m.health().is_final() {
+        return ReleaseOutcome::NotHeld;
+    }
+    let lease = m.lease().clone();
+    let bound = config
+        .op_timeout()
+        .min(lease.remaining().max(Duration::from_millis(1)));
+    let outcome = match timeout(bound, store.release(&lease)).await {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => {
+            tracing::warn!(backend, key = %lease.key(), error = %e, "release failed; the lease will expire");
+            ReleaseOutcome::NotHeld
+        }
+        Err(_) => {
+            tracing::warn!(backend, key = %lease.key(), "release timed out; the lease will expire");
+            ReleaseOutcome::NotHeld
+        }
+    };
+    let ev = match outcome {
+        ReleaseOutcome::Released => Event::Released,
+        ReleaseOutcome::NotHeld => Event::ReleaseNotHeld,
+    };
+    m.step(ev, Instant::now());
+    publish(&m, &shared);
+    outcome
+}

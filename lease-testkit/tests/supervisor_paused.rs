@@ -1,0 +1,340 @@
+//! The supervisor and leader election in paused tokio time, against the memory store and the
+//! fault-injecting wrapper.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::election::{Election, ElectionEvent, StepDownReason};
+use lease_core::supervisor::{Acquisition, Health, LossReason, Supervisor, SupervisorConfig};
+use lease_core::{
+    AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource, MemoryLeaseStore,
+    OwnerId, ReleaseOutcome,
+};
+use lease_testkit::faulty::{Fault, FaultyStore, Operation};
+use tokio::time::{Instant, advance, sleep};
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn key() -> LeaseKey {
+    LeaseKey::new("job").unwrap()
+}
+
+fn sup(store: impl LeaseStore + 'static) -> Supervisor {
+    Supervisor::new(store, SupervisorConfig::new(TTL))
+}
+
+async fn held(store: &MemoryLeaseStore) -> Option<lease_core::FencingToken> {
+    store.inspect(&key()).await.unwrap().holder.map(|h| h.token)
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_keep_the_lease_for_many_ttls() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let guard = sup(faulty.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    for _ in 0..30 {
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(held(&mem).await, Some(guard.token()));
+        assert_eq!(guard.health(), Health::Held);
+    }
+    let renews = faulty.calls(Operation::Renew);
+    assert!(
+        (28..=31).contains(&renews),
+        "expected a renewal per TTL/3, got {renews} in 30 s"
+    );
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(held(&mem).await, None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hanging_store_goes_at_risk_then_lost_before_store_expiry() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let guard = sup(faulty.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    sleep(Duration::from_millis(1500)).await; // one confirmed renewal at 1 s
+    faulty.set(Operation::Renew, Fault::Hang);
+    let store_expiry = {
+        let h = mem.inspect(&key()).await.unwrap().holder.unwrap();
+        Instant::now() + h.remaining
+    };
+    let mut health = guard.subscribe();
+    let work = guard.run(std::future::pending::<()>());
+    let watcher = async {
+        let mut seen = vec![];
+        loop {
+            health.changed().await.unwrap();
+            let h = *health.borrow();
+            seen.push((h, Instant::now()));
+            if h.is_final() {
+                return seen;
+            }
+        }
+    };
+    let (cancelled, seen) = tokio::join!(async { (work.await, Instant::now()) }, watcher);
+    let (result, cancelled_at) = cancelled;
+    assert_eq!(result, Err(LossReason::DeadlineReached));
+    assert_eq!(seen.first().map(|s| s.0), Some(Health::AtRisk), "{seen:?}");
+    assert_eq!(
+        seen.last().map(|s| s.0),
+        Some(Health::Lost(LossReason::DeadlineReached))
+    );
+    assert!(
+        cancelled_at < guard.lease().deadline(),
+        "work cancelled at or after the local deadline"
+    );
+    assert!(
+        cancelled_at < store_expiry,
+        "work cancelled after the store-side expiry"
+    );
+    // The store still holds it at that moment: we gave up first.
+    assert_eq!(held(&mem).await, Some(guard.token()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn applied_but_unanswered_renewal_is_never_silently_held() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let guard = sup(faulty.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    let deadline = guard.lease().deadline();
+    faulty.set(Operation::Renew, Fault::DropResponse);
+    let mut rx = guard.subscribe();
+    let mut last_held = Instant::now();
+    while !rx.borrow().is_final() {
+        if *rx.borrow() == Health::Held {
+            last_held = Instant::now();
+        }
+        rx.changed().await.unwrap();
+    }
+    assert!(
+        last_held < deadline,
+        "reported Held past the local deadline"
+    );
+    assert_eq!(guard.health(), Health::Lost(LossReason::DeadlineReached));
+    assert!(Instant::now() < deadline);
+    // The store did extend it (the renewal was applied): it outlives our belief.
+    let h = mem.inspect(&key()).await.unwrap().holder.unwrap();
+    assert!(Instant::now() + h.remaining > deadline);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_renewal_is_lost_at_once() {
+    let mem = MemoryLeaseStore::new();
+    let s = sup(mem.clone());
+    let guard = s.acquire(&key()).await.unwrap().guard().unwrap();
+    // The same owner re-acquires elsewhere: the guard's token is stale, its renewal is refused.
+    let again = mem
+        .acquire(&AcquireRequest::new(key(), s.owner().clone(), TTL))
+        .await
+        .unwrap()
+        .lease()
+        .unwrap();
+    assert!(again.token() > guard.token());
+    let t0 = Instant::now();
+    let h = guard.lost().await;
+    assert_eq!(h, Health::Lost(LossReason::RenewalRefused));
+    assert!(
+        Instant::now() - t0 <= SupervisorConfig::new(TTL).renew_interval(),
+        "not lost at the first refused renewal"
+    );
+    assert!(guard.cancellation().is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_guard_releases_in_the_background() {
+    let mem = MemoryLeaseStore::new();
+    let guard = sup(mem.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    let work = guard.cancellation();
+    drop(guard);
+    tokio::time::timeout(Duration::from_millis(50), work.cancelled())
+        .await
+        .expect("work cancelled on drop");
+    let deadline = Instant::now() + Duration::from_millis(100);
+    while held(&mem).await.is_some() {
+        assert!(Instant::now() < deadline, "drop did not release");
+        sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn bounded_wait_gives_up_and_watch_wakes_on_release() {
+    let mem = MemoryLeaseStore::new();
+    let a = sup(mem.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    let waiter = Supervisor::new(
+        mem.clone(),
+        SupervisorConfig::new(TTL).with_acquire_wait(Duration::from_secs(2)),
+    );
+    let t0 = Instant::now();
+    match waiter.acquire(&key()).await.unwrap() {
+        Acquisition::NotAcquired { holder, waited } => {
+            assert_eq!(holder.map(|h| h.token), Some(a.token()));
+            assert!(
+                waited >= Duration::from_secs(2)
+                    && Instant::now() - t0 < Duration::from_millis(2100)
+            );
+        }
+        other => panic!("expected NotAcquired, got {other:?}"),
+    }
+    let waiter = Supervisor::new(
+        mem.clone(),
+        SupervisorConfig::new(TTL)
+            .with_acquire_wait(Duration::from_secs(30))
+            .with_backoff(Duration::from_secs(1), Duration::from_secs(1)),
+    );
+    let handle = tokio::spawn(async move {
+        let g = waiter.acquire(&key()).await.unwrap().guard().unwrap();
+        (Instant::now(), g.token())
+    });
+    sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    assert_eq!(a.release().await.unwrap(), ReleaseOutcome::Released);
+    let (got_at, token) = handle.await.unwrap();
+    assert!(
+        got_at - released_at < Duration::from_millis(10),
+        "waiter not woken by the watch: {:?}",
+        got_at - released_at
+    );
+    assert!(token > lease_core::FencingToken::MIN);
+}
+
+#[tokio::test(start_paused = true)]
+async fn immediate_fencing_installs_before_handing_out_the_guard() {
+    let mem = MemoryLeaseStore::new();
+    let res = MemoryFencedResource::new();
+    let s = sup(mem.clone()).with_fence(Arc::new(res.clone()));
+    let g = s.acquire(&key()).await.unwrap().guard().unwrap();
+    assert_eq!(res.read(&key()).await.unwrap().high_water, Some(g.token()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_leader_at_a_time_with_increasing_terms_through_forced_losses() {
+    let mem = MemoryLeaseStore::new();
+    let cfg = SupervisorConfig::new(TTL).with_acquire_wait(TTL);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut stores = Vec::new();
+    let mut candidates = Vec::new();
+    for i in 0..5 {
+        let f = FaultyStore::new(mem.clone());
+        stores.push(f.clone());
+        let election = Election::new(f, key(), cfg.clone());
+        let mut c = election.join(OwnerId::with_label(&format!("c{i}")));
+        let tx = tx.clone();
+        candidates.push(tokio::spawn(async move {
+            while let Some(ev) = c.next_event().await {
+                let _ = tx.send((i, ev, Instant::now()));
+            }
+        }));
+    }
+    let mut intervals: Vec<(usize, lease_core::FencingToken, Instant, Option<Instant>)> =
+        Vec::new();
+    let mut losses = 0;
+    while losses < 8 {
+        let (i, ev, at) = tokio::time::timeout(Duration::from_secs(60), rx.recv())
+            .await
+            .expect("election stalled")
+            .unwrap();
+        match ev {
+            ElectionEvent::Elected { term, .. } => {
+                intervals.push((i, term, at, None));
+                // Force this leader to lose: its store stops answering (a partition); everyone
+                // else is healed so that another candidate takes over after the expiry.
+                for (j, s) in stores.iter().enumerate() {
+                    if j == i {
+                        s.set_all(Fault::Hang);
+                    } else {
+                        s.heal();
+                    }
+                }
+            }
+            ElectionEvent::SteppedDown { term, reason } => {
+                assert_eq!(reason, StepDownReason::Lost(LossReason::DeadlineReached));
+                let iv = intervals
+                    .iter_mut()
+                    .find(|iv| iv.0 == i && iv.1 == term)
+                    .expect("stepped down without election");
+                iv.3 = Some(at);
+                losses += 1;
+            }
+            _ => {}
+        }
+    }
+    let leaders: std::collections::HashSet<usize> = intervals.iter().map(|iv| iv.0).collect();
+    assert!(
+        leaders.len() >= 3,
+        "leadership did not move between candidates: {intervals:?}"
+    );
+    for w in intervals.windows(2) {
+        assert!(w[1].1 > w[0].1, "terms did not increase: {intervals:?}");
+        let prev_end = w[0].3.expect("previous leader stepped down");
+        assert!(w[1].2 > prev_end, "two leaders at once: {intervals:?}");
+    }
+    for c in candidates {
+        c.abort();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn resigned_leader_is_replaced_without_waiting_for_the_ttl() {
+    let mem = MemoryLeaseStore::new();
+    let long = Duration::from_secs(60);
+    let election = Election::new(
+        mem.clone(),
+        key(),
+        SupervisorConfig::new(long).with_acquire_wait(long),
+    );
+    let mut a = election.join(OwnerId::with_label("a"));
+    let Some(ElectionEvent::Elected { term: ta, work }) = a.next_event().await else {
+        panic!("a not elected")
+    };
+    let mut b = election.join(OwnerId::with_label("b"));
+    let mut observer = election.observe();
+    sleep(Duration::from_secs(1)).await;
+    assert!(!b.is_leader());
+    let t0 = Instant::now();
+    a.resign().await;
+    assert!(
+        work.is_cancelled(),
+        "leader-only work not cancelled on resign"
+    );
+    let Some(ElectionEvent::Elected { term: tb, .. }) = b.next_event().await else {
+        panic!("b not elected")
+    };
+    assert!(tb > ta);
+    assert!(
+        Instant::now() - t0 < Duration::from_millis(100),
+        "takeover waited {:?}",
+        Instant::now() - t0
+    );
+    let seen = loop {
+        let l = observer.changed().await.unwrap();
+        if l.term == Some(tb) {
+            break l;
+        }
+    };
+    assert_eq!(seen.leader.as_ref(), Some(b.id()));
+    advance(Duration::from_millis(1)).await;
+}
