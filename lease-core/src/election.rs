@@ -110,6 +110,7 @@ pub struct Election {
     store: Arc<dyn LeaseStore>,
     key: LeaseKey,
     config: SupervisorConfig,
+    hook: Option<Arc<dyn crate::supervisor::Hook>>,
 }
 
 impl Election {
@@ -129,7 +130,12 @@ impl Election {
             let ttl = config.ttl();
             config = config.with_acquire_wait(ttl);
         }
-        Election { store, key, config }
+        Election {
+            store,
+            key,
+            config,
+            hook: None,
+        }
     }
 
     /// The election's key.
@@ -137,13 +143,22 @@ impl Election {
         &self.key
     }
 
+    /// Reports every step of every candidate (and leadership changes) to `hook`.
+    pub fn with_hook(mut self, hook: Arc<dyn crate::supervisor::Hook>) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
     /// Joins as `id` and starts campaigning in a background task.
     pub fn join(&self, id: OwnerId) -> Candidate {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (role_tx, role_rx) = watch::channel(Role::Follower);
         let stop = CancellationToken::new();
-        let sup =
+        let mut sup =
             Supervisor::from_arc(self.store.clone(), self.config.clone()).with_owner(id.clone());
+        if let Some(h) = &self.hook {
+            sup = sup.with_hook(h.clone());
+        }
         let task = tokio::spawn(campaign(
             sup,
             self.key.clone(),
@@ -276,6 +291,7 @@ async fn campaign(
                 let term = guard.token();
                 role.send_replace(Role::Leader { term });
                 tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, "elected leader");
+                sup.hook().leadership(&key, sup.owner(), Some(term));
                 let _ = events.send(ElectionEvent::Elected {
                     term,
                     work: guard.cancellation(),
@@ -291,6 +307,7 @@ async fn campaign(
                     }
                 };
                 role.send_replace(Role::Follower);
+                sup.hook().leadership(&key, sup.owner(), None);
                 tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
                 let _ = events.send(ElectionEvent::SteppedDown { term, reason });
             }

@@ -29,6 +29,7 @@
 //! ```
 
 mod config;
+mod hook;
 pub mod state;
 
 use std::fmt;
@@ -41,6 +42,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 pub use config::SupervisorConfig;
+pub use hook::{Hook, NoHook, RenewalResult};
 use state::{Event, Machine, Next};
 pub use state::{Health, LossReason};
 
@@ -58,6 +60,7 @@ pub struct Supervisor {
     config: SupervisorConfig,
     owner: OwnerId,
     fence: Option<Arc<dyn FencedResource>>,
+    hook: Arc<dyn Hook>,
 }
 
 impl fmt::Debug for Supervisor {
@@ -110,6 +113,7 @@ impl Supervisor {
             config,
             owner: OwnerId::random(),
             fence: None,
+            hook: Arc::new(NoHook),
         }
     }
 
@@ -124,6 +128,17 @@ impl Supervisor {
     pub fn with_fence(mut self, resource: Arc<dyn FencedResource>) -> Self {
         self.fence = Some(resource);
         self
+    }
+
+    /// Reports every step to `hook` (metrics, audit).
+    pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// The hook.
+    pub fn hook(&self) -> &Arc<dyn Hook> {
+        &self.hook
     }
 
     /// The owner id this supervisor acquires as.
@@ -196,6 +211,7 @@ impl Supervisor {
                         let _ = timeout(op, self.store.release(&lease)).await;
                         return Ok(Acquisition::Cancelled);
                     }
+                    self.hook.acquired(&lease, started.elapsed());
                     return self.start(lease).await.map(Acquisition::Acquired);
                 }
                 Ok(AcquireOutcome::Held(h)) => {
@@ -219,6 +235,7 @@ impl Supervisor {
             attempt = attempt.saturating_add(1);
             let now = Instant::now();
             if now >= deadline {
+                self.hook.not_acquired(key, now - started);
                 return Ok(Acquisition::NotAcquired {
                     holder,
                     waited: now - started,
@@ -226,7 +243,10 @@ impl Supervisor {
             }
             let wake = (now + wait).min(deadline);
             tokio::select! {
-                _ = cancel.cancelled() => return Ok(Acquisition::Cancelled),
+                _ = cancel.cancelled() => {
+                    self.hook.not_acquired(key, started.elapsed());
+                    return Ok(Acquisition::Cancelled);
+                }
                 _ = sleep_until(wake) => {}
                 changed = async {
                     match watch.as_mut() {
@@ -305,6 +325,7 @@ impl Supervisor {
             self.store.clone(),
             self.config.clone(),
             lease,
+            self.hook.clone(),
         ))
     }
 }
@@ -386,7 +407,12 @@ impl LeaseGuardRef {
 }
 
 impl LeaseGuard {
-    fn spawn(store: Arc<dyn LeaseStore>, config: SupervisorConfig, lease: Lease) -> Self {
+    fn spawn(
+        store: Arc<dyn LeaseStore>,
+        config: SupervisorConfig,
+        lease: Lease,
+        hook: Arc<dyn Hook>,
+    ) -> Self {
         let (health_tx, health_rx) = watch::channel(Health::Held);
         let (lease_tx, _) = watch::channel(lease.clone());
         let shared = Arc::new(Shared {
@@ -395,7 +421,7 @@ impl LeaseGuard {
             work: CancellationToken::new(),
             stop: CancellationToken::new(),
         });
-        let task = tokio::spawn(drive(store, config, lease.clone(), shared.clone()));
+        let task = tokio::spawn(drive(store, config, lease.clone(), shared.clone(), hook));
         LeaseGuard {
             key: lease.key().clone(),
             owner: lease.owner().clone(),
@@ -538,51 +564,51 @@ async fn drive(
     config: SupervisorConfig,
     lease: Lease,
     shared: Arc<Shared>,
+    hook: Arc<dyn Hook>,
 ) -> ReleaseOutcome {
     let backend = store.backend();
+    let started = Instant::now();
     let retry = (config.renew_interval() / 4).max(config.backoff_min());
     let mut m = Machine::new(
         lease,
         config.renew_interval(),
         retry,
         config.loss_lead(),
-        Instant::now(),
+        started,
     );
-    let publish = |m: &Machine, shared: &Shared| {
+    let mut last = Health::Held;
+    let mut publish = |m: &Machine| {
         let h = m.health();
         if h.is_final() {
             // Cancel the guarded work before anyone can observe the final state.
             shared.work.cancel();
         }
-        let changed = shared.health.send_if_modified(|cur| {
-            if *cur != h {
-                *cur = h;
-                true
-            } else {
-                false
+        if h == last {
+            return;
+        }
+        let l = m.lease();
+        hook.health_changed(l, last, h);
+        last = h;
+        shared.health.send_replace(h);
+        match h {
+            Health::Lost(reason) => {
+                tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), %reason, "lease lost")
             }
-        });
-        if changed {
-            let l = m.lease();
-            match h {
-                Health::Lost(reason) => {
-                    tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), %reason, "lease lost")
-                }
-                Health::AtRisk => {
-                    tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease at risk: renewal not confirmed")
-                }
-                Health::Held => {
-                    tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease renewal confirmed again")
-                }
-                Health::Released => {
-                    tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease released")
-                }
+            Health::AtRisk => {
+                tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease at risk: renewal not confirmed")
+            }
+            Health::Held => {
+                tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease renewal confirmed again")
+            }
+            Health::Released => {
+                tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease released")
             }
         }
     };
-    publish(&m, &shared);
+    publish(&m);
     loop {
         let Next::RenewAt { at, loss_deadline } = m.next(Instant::now()) else {
+            hook.ended(m.lease(), started.elapsed(), None);
             return ReleaseOutcome::NotHeld;
         };
         // Wait for the renewal time, the loss deadline, or a stop request.
@@ -591,41 +617,46 @@ async fn drive(
             _ = shared.stop.cancelled() => break,
             _ = sleep_until(loss_deadline) => {
                 m.step(Event::Tick, Instant::now());
-                publish(&m, &shared);
+                publish(&m);
                 continue;
             }
             _ = sleep_until(at) => {}
         }
-        let now = Instant::now();
-        let bound = (now + config.op_timeout()).min(loss_deadline);
+        let sent = Instant::now();
+        let bound = (sent + config.op_timeout()).min(loss_deadline);
         let current = m.lease().clone();
-        let event = tokio::select! {
+        let (event, result) = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
             r = store.renew(&current) => match r {
-                Ok(RenewOutcome::Renewed(l)) => Event::RenewConfirmed(l),
-                Ok(RenewOutcome::Lost) => Event::RenewRefused,
+                Ok(RenewOutcome::Renewed(l)) => (
+                    Event::RenewConfirmed(l),
+                    RenewalResult::Confirmed { remaining_before: current.remaining() },
+                ),
+                Ok(RenewOutcome::Lost) => (Event::RenewRefused, RenewalResult::Refused),
                 Err(e) if e.is_retryable() => {
                     tracing::debug!(backend, key = %current.key(), error = %e, "renewal failed");
-                    Event::RenewFailed
+                    (Event::RenewFailed, RenewalResult::Failed)
                 }
                 Err(e) => {
                     tracing::warn!(backend, key = %current.key(), error = %e, "renewal failed with a non-retryable error");
-                    Event::RenewFatal
+                    (Event::RenewFatal, RenewalResult::Failed)
                 }
             },
-            _ = sleep_until(bound) => Event::RenewFailed,
+            _ = sleep_until(bound) => (Event::RenewFailed, RenewalResult::TimedOut),
         };
+        hook.renewal(&current, result, sent.elapsed());
         m.step(event, Instant::now());
         if m.health() == Health::Held {
             let l = m.lease().clone();
             shared.lease.send_replace(l);
         }
-        publish(&m, &shared);
+        publish(&m);
     }
     // Stop requested: cancel work, then release (bounded by the time the lease is still valid).
     shared.work.cancel();
     if m.health().is_final() {
+        hook.ended(m.lease(), started.elapsed(), None);
         return ReleaseOutcome::NotHeld;
     }
     let lease = m.lease().clone();
@@ -648,6 +679,7 @@ async fn drive(
         ReleaseOutcome::NotHeld => Event::ReleaseNotHeld,
     };
     m.step(ev, Instant::now());
-    publish(&m, &shared);
+    publish(&m);
+    hook.ended(&lease, started.elapsed(), Some(outcome));
     outcome
 }
