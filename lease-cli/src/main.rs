@@ -1,0 +1,2 @@
+//! The lease CLI (under construction).
+fn main() {}

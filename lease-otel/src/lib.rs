@@ -1,0 +1,1 @@
+//! OpenTelemetry metrics for lease (under construction).

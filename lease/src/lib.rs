@@ -1,0 +1,2 @@
+//! The lease facade (under construction).
+pub use lease_core::*;
