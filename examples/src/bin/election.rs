@@ -1,0 +1,120 @@
+//! Leader election with fenced heartbeats: three candidates; the leader writes a heartbeat with
+//! its term through a fenced resource; the leader is frozen past its TTL (its network and its
+//! worker both stall); a new leader is elected with a higher term; the old leader wakes, its
+//! write is rejected, and it notices it lost.
+//!
+//! ```text
+//! cargo run -p lease-examples --bin election
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::election::{Election, ElectionEvent};
+use lease_core::supervisor::SupervisorConfig;
+use lease_core::{FencedResource, FencingToken, LeaseKey, MemoryFencedResource, MemoryLeaseStore, OwnerId, WriteOp, WriteOutcome};
+use lease_testkit::faulty::{Fault, FaultyStore};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep};
+
+const TTL: Duration = Duration::from_millis(900);
+
+#[derive(Debug)]
+enum Note {
+    Event(usize, ElectionEvent),
+    Wrote(usize, lease_core::FencingToken, WriteOutcome),
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let store = MemoryLeaseStore::new();
+    let heartbeat = Arc::new(MemoryFencedResource::new());
+    let key = LeaseKey::new("scheduler.leader")?;
+    let cfg = SupervisorConfig::new(TTL).with_acquire_wait(TTL);
+    let t0 = Instant::now();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let names = ["node-1", "node-2", "node-3"];
+    let mut networks = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        // Each node reaches the store through its own "network", which we can freeze.
+        let net = FaultyStore::new(store.clone());
+        networks.push(net.clone());
+        let mut node = Election::new(net, key.clone(), cfg.clone()).join(OwnerId::new(*name)?);
+        let (tx, heartbeat, key) = (tx.clone(), heartbeat.clone(), key.clone());
+        tokio::spawn(async move {
+            while let Some(ev) = node.next_event().await {
+                if let ElectionEvent::Elected { term, work } = &ev {
+                    // Leader-only work: a heartbeat every 200 ms, carrying the term.
+                    let (term, work, tx, heartbeat, key) = (*term, work.clone(), tx.clone(), heartbeat.clone(), key.clone());
+                    tokio::spawn(async move {
+                        let mut beats = 0;
+                        loop {
+                            beats += 1;
+                            if term == FencingToken::MIN && beats == 3 {
+                                // The first leader freezes mid-work for 3 TTLs (it already decided to write).
+                                sleep(TTL * 3).await;
+                            } else if work.is_cancelled() {
+                                return;
+                            }
+                            let out = heartbeat.write(&key, term, WriteOp::Add(1)).await.expect("memory resource");
+                            let _ = tx.send(Note::Wrote(i, term, out));
+                            if !out.is_accepted() {
+                                return;
+                            }
+                            sleep(Duration::from_millis(200)).await;
+                        }
+                    });
+                }
+                let _ = tx.send(Note::Event(i, ev));
+            }
+        });
+    }
+    drop(tx);
+    let mut rejected = false;
+    let mut shown = 0;
+    let mut terms = Vec::new();
+    let deadline = t0 + Duration::from_secs(15);
+    while let Ok(Some(note)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+        let at = t0.elapsed().as_secs_f64() * 1e3;
+        match note {
+            Note::Event(i, ElectionEvent::Elected { term, .. }) => {
+                println!("[{at:>6.0} ms] {} is elected leader, term {term}", names[i]);
+                terms.push(term);
+                if term == FencingToken::MIN {
+                    println!("[{at:>6.0} ms] {} will freeze after its second heartbeat (network and worker stall)", names[i]);
+                }
+            }
+            Note::Event(i, ElectionEvent::SteppedDown { term, reason }) => {
+                println!("[{at:>6.0} ms] {} notices it lost leadership of term {term} ({reason}) and steps down", names[i]);
+            }
+            Note::Event(..) => {}
+            Note::Wrote(i, term, WriteOutcome::Accepted { .. }) => {
+                shown += 1;
+                if shown <= 4 {
+                    println!("[{at:>6.0} ms] {} heartbeat with term {term}: accepted", names[i]);
+                } else if shown == 5 {
+                    println!("[{at:>6.0} ms] ... (heartbeats continue)");
+                }
+                if term == FencingToken::MIN {
+                    // freeze the first leader's network after its first heartbeat
+                    networks[i].set_all(Fault::Hang);
+                }
+            }
+            Note::Wrote(i, term, WriteOutcome::Rejected { high_water, .. }) => {
+                println!("[{at:>6.0} ms] {} wakes up and writes a heartbeat with term {term}: REJECTED (term {high_water} is current)", names[i]);
+                rejected = true;
+            }
+        }
+        if rejected && terms.len() >= 2 {
+            break;
+        }
+    }
+    let state = heartbeat.read(&key).await?;
+    println!("\nheartbeats accepted: {}, current term at the resource: {}", state.accepted, state.high_water.map(|t| t.to_string()).unwrap_or_default());
+    if rejected && terms.windows(2).all(|w| w[1] > w[0]) {
+        println!("a frozen leader's late write was rejected; terms only went up: {terms:?}");
+        Ok(())
+    } else {
+        Err("the story did not unfold as expected".into())
+    }
+}
