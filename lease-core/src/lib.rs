@@ -37,17 +37,59 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Holding a lease while working: the supervisor
+//! [`supervisor::Supervisor`] acquires with a bounded wait, renews every third of the TTL, and
+//! publishes the lease's health (`Held`, `AtRisk`, `Lost`, `Released`). Guarded work is
+//! cancelled strictly **before** the local validity deadline when renewal cannot be confirmed:
+//!
+//! ```
+//! use std::time::Duration;
+//! use lease_core::{LeaseKey, MemoryLeaseStore};
+//! use lease_core::supervisor::{RunOutcome, Supervisor, SupervisorConfig};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let sup = Supervisor::new(
+//!     MemoryLeaseStore::new(),
+//!     SupervisorConfig::new(Duration::from_secs(15)).with_acquire_wait(Duration::from_secs(60)),
+//! );
+//! let outcome = sup
+//!     .run(&LeaseKey::new("nightly-job")?, |guard| async move {
+//!         // carry guard.token() into every protected write
+//!         guard.token()
+//!     })
+//!     .await?;
+//! assert!(matches!(outcome, RunOutcome::Completed { .. }));
+//! # Ok(()) }
+//! ```
+//!
+//! ## Leader election
+//! [`election::Election`]: the leader's term is its fencing token; a local "am I leader" flag is
+//! never authority.
+//!
+//! ## Choosing a backend
+//! | backend | crate | tokens survive restart | wake-up | expiry clock |
+//! |---|---|---|---|---|
+//! | memory | `lease-core` | no (process lifetime) | watch | in-process |
+//! | PostgreSQL | `lease-postgres` | yes (WAL) | polling | server |
+//! | Redis | `lease-redis` | floored by the server clock | notifications | server |
+//! | etcd | `lease-etcd` | yes (Raft log) | watch | server |
+//! | Kubernetes | `lease-k8s` | yes (etcd revisions) | watch | observed locally |
+//! | SQLite | `lease-sqlite` | yes (file) | polling | one host |
+//!
 //! ## Modules
 //! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.
 //! - [`fencing`]: [`FencingToken`], [`FencedResource`], [`MemoryFencedResource`].
 //! - [`capability`]: what each backend promises.
+//! - [`supervisor`]: bounded acquisition, renewal, health, guards.
+//! - [`election`]: leader election.
 
 pub mod capability;
+pub mod election;
 pub mod error;
 pub mod fencing;
 pub mod lease;
 pub mod memory;
 pub mod store;
+pub mod supervisor;
 
 pub use capability::{Capabilities, ExpiryClock, TokenDurability};
 pub use error::{BoxError, Error, Result};
@@ -60,5 +102,3 @@ pub use lease::{
 };
 pub use memory::MemoryLeaseStore;
 pub use store::{KeyWatch, LeaseStore};
-pub mod election;
-pub mod supervisor;

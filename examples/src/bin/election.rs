@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use lease_core::election::{Election, ElectionEvent};
 use lease_core::supervisor::SupervisorConfig;
-use lease_core::{FencedResource, FencingToken, LeaseKey, MemoryFencedResource, MemoryLeaseStore, OwnerId, WriteOp, WriteOutcome};
+use lease_core::{
+    FencedResource, FencingToken, LeaseKey, MemoryFencedResource, MemoryLeaseStore, OwnerId,
+    WriteOp, WriteOutcome,
+};
 use lease_testkit::faulty::{Fault, FaultyStore};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
@@ -45,7 +48,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             while let Some(ev) = node.next_event().await {
                 if let ElectionEvent::Elected { term, work } = &ev {
                     // Leader-only work: a heartbeat every 200 ms, carrying the term.
-                    let (term, work, tx, heartbeat, key) = (*term, work.clone(), tx.clone(), heartbeat.clone(), key.clone());
+                    let (term, work, tx, heartbeat, key) = (
+                        *term,
+                        work.clone(),
+                        tx.clone(),
+                        heartbeat.clone(),
+                        key.clone(),
+                    );
                     tokio::spawn(async move {
                         let mut beats = 0;
                         loop {
@@ -56,7 +65,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                             } else if work.is_cancelled() {
                                 return;
                             }
-                            let out = heartbeat.write(&key, term, WriteOp::Add(1)).await.expect("memory resource");
+                            let out = heartbeat
+                                .write(&key, term, WriteOp::Add(1))
+                                .await
+                                .expect("memory resource");
                             let _ = tx.send(Note::Wrote(i, term, out));
                             if !out.is_accepted() {
                                 return;
@@ -81,17 +93,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 println!("[{at:>6.0} ms] {} is elected leader, term {term}", names[i]);
                 terms.push(term);
                 if term == FencingToken::MIN {
-                    println!("[{at:>6.0} ms] {} will freeze after its second heartbeat (network and worker stall)", names[i]);
+                    println!(
+                        "[{at:>6.0} ms] {} will freeze after its second heartbeat (network and worker stall)",
+                        names[i]
+                    );
                 }
             }
             Note::Event(i, ElectionEvent::SteppedDown { term, reason }) => {
-                println!("[{at:>6.0} ms] {} notices it lost leadership of term {term} ({reason}) and steps down", names[i]);
+                println!(
+                    "[{at:>6.0} ms] {} notices it lost leadership of term {term} ({reason}) and steps down",
+                    names[i]
+                );
             }
             Note::Event(..) => {}
             Note::Wrote(i, term, WriteOutcome::Accepted { .. }) => {
                 shown += 1;
                 if shown <= 4 {
-                    println!("[{at:>6.0} ms] {} heartbeat with term {term}: accepted", names[i]);
+                    println!(
+                        "[{at:>6.0} ms] {} heartbeat with term {term}: accepted",
+                        names[i]
+                    );
                 } else if shown == 5 {
                     println!("[{at:>6.0} ms] ... (heartbeats continue)");
                 }
@@ -101,7 +122,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             Note::Wrote(i, term, WriteOutcome::Rejected { high_water, .. }) => {
-                println!("[{at:>6.0} ms] {} wakes up and writes a heartbeat with term {term}: REJECTED (term {high_water} is current)", names[i]);
+                println!(
+                    "[{at:>6.0} ms] {} wakes up and writes a heartbeat with term {term}: REJECTED (term {high_water} is current)",
+                    names[i]
+                );
                 rejected = true;
             }
         }
@@ -110,7 +134,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let state = heartbeat.read(&key).await?;
-    println!("\nheartbeats accepted: {}, current term at the resource: {}", state.accepted, state.high_water.map(|t| t.to_string()).unwrap_or_default());
+    println!(
+        "\nheartbeats accepted: {}, current term at the resource: {}",
+        state.accepted,
+        state.high_water.map(|t| t.to_string()).unwrap_or_default()
+    );
     if rejected && terms.windows(2).all(|w| w[1] > w[0]) {
         println!("a frozen leader's late write was rejected; terms only went up: {terms:?}");
         Ok(())
