@@ -41,6 +41,7 @@ pub mod cases;
 pub mod env;
 pub mod faulty;
 pub mod history;
+pub mod proxy;
 
 use std::fmt;
 use std::future::Future;
