@@ -380,6 +380,7 @@ pub struct LeaseGuardRef {
     key: LeaseKey,
     token: FencingToken,
     health: watch::Receiver<Health>,
+    lease: watch::Receiver<Lease>,
     work: CancellationToken,
 }
 
@@ -400,9 +401,15 @@ impl LeaseGuardRef {
     pub fn cancellation(&self) -> CancellationToken {
         self.work.child_token()
     }
-    /// Whether it is still reasonable to *start* a side effect (health is `Held`).
+    /// Whether it is still reasonable to *start* a side effect: health is `Held` **and** the
+    /// local validity deadline has not passed. The deadline is checked on the spot, so a process
+    /// resuming from a long pause gets `false` even before the renewal task has run.
     pub fn may_act(&self) -> bool {
-        matches!(self.health(), Health::Held)
+        matches!(self.health(), Health::Held) && self.lease.borrow().is_valid()
+    }
+    /// The latest lease (its deadline moves with each confirmed renewal).
+    pub fn lease(&self) -> Lease {
+        self.lease.borrow().clone()
     }
 }
 
@@ -457,6 +464,11 @@ impl LeaseGuard {
         *self.health.borrow()
     }
 
+    /// Whether it is still reasonable to *start* a side effect (see [`LeaseGuardRef::may_act`]).
+    pub fn may_act(&self) -> bool {
+        matches!(self.health(), Health::Held) && self.shared.lease.borrow().is_valid()
+    }
+
     /// A receiver of health changes.
     pub fn subscribe(&self) -> watch::Receiver<Health> {
         self.health.clone()
@@ -468,6 +480,7 @@ impl LeaseGuard {
             key: self.key.clone(),
             token: self.token,
             health: self.health.clone(),
+            lease: self.shared.lease.subscribe(),
             work: self.shared.work.clone(),
         }
     }
