@@ -49,31 +49,24 @@ impl Backend for Redis {
 }
 
 fn main() {
+    use redis_cases::{failover, input, restart, watch};
     let extra = vec![
+        case!("redis", input::bad_configuration_is_a_typed_error),
+        case!("redis", input::a_frozen_server_is_a_timeout),
         case!(
             "redis",
-            redis_cases::input::bad_configuration_is_a_typed_error
+            restart::restart_without_persistence_keeps_tokens_increasing
+        ),
+        case!("redis", failover::failover_to_a_lagging_replica_is_fenced),
+        case!(
+            "redis",
+            failover::wait_for_replicas_fails_and_releases_without_acks
         ),
         case!(
             "redis",
-            redis_cases::restart::restart_without_persistence_keeps_tokens_increasing
+            watch::watch_wakes_on_expiry_through_keyspace_events
         ),
-        case!(
-            "redis",
-            redis_cases::failover::failover_to_a_lagging_replica_is_fenced
-        ),
-        case!(
-            "redis",
-            redis_cases::failover::wait_for_replicas_fails_and_releases_without_acks
-        ),
-        case!(
-            "redis",
-            redis_cases::watch::watch_wakes_on_expiry_through_keyspace_events
-        ),
-        case!(
-            "redis",
-            redis_cases::watch::watch_polls_without_keyspace_notifications
-        ),
+        case!("redis", watch::watch_polls_without_keyspace_notifications),
     ];
     lease_testkit::run_with(Redis { url: url() }, extra);
 }

@@ -82,6 +82,20 @@ pub(crate) async fn failover_to_a_lagging_replica_is_fenced(ctx: Ctx) -> CaseRes
         Some(earlier.token())
     );
 
+    // A replica is read-only: acquiring there is a retryable `Unavailable`, not a grant.
+    match on_replica
+        .acquire(&AcquireRequest::new(key.clone(), b.clone(), TTL))
+        .await
+    {
+        Err(e) if is_unavailable(&e) => {}
+        other => {
+            return Err(format!(
+                "acquire on a read-only replica: expected Unavailable, got {other:?}"
+            )
+            .into());
+        }
+    }
+
     // An admin connection to the replica, accepted before the replica is frozen.
     let mut promote = TcpStream::connect(("127.0.0.1", replica.port()))
         .await
