@@ -25,7 +25,7 @@ async fn expiry_notifications(store: &RedisLeaseStore) -> bool {
 }
 
 /// Subscribes (on a dedicated pub/sub connection) to the key's release channel and, when the
-/// server publishes them, to the keyspace events of the lease hash (expiry, deletion, grants).
+/// server publishes them, to the keyspace events of the lease hash (only expiry and deletion wake the watcher).
 /// Without keyspace events the watch also signals every poll interval, so a waiter still notices
 /// an expiry within that bound.
 pub(crate) async fn watch(store: &RedisLeaseStore, key: &LeaseKey) -> Result<KeyWatch> {
@@ -51,7 +51,19 @@ pub(crate) async fn watch(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Key
         let channel = format!("__keyspace@{}__:{}", inner.db, inner.layout.lease(key));
         pubsub.subscribe(channel).await.map_err(map)?;
     }
-    let messages = pubsub.into_on_message().map(|_| Ok(()));
+    // Renewals (`hset`, `pexpire`) are not worth waking a waiter for; a release, a deletion and
+    // an expiry are.
+    let messages = pubsub
+        .into_on_message()
+        .filter(|msg| {
+            let wake = !msg.get_channel_name().starts_with("__keyspace@")
+                || matches!(
+                    msg.get_payload::<String>().as_deref(),
+                    Ok("expired" | "del")
+                );
+            std::future::ready(wake)
+        })
+        .map(|_| Ok(()));
     if notify {
         return Ok(KeyWatch::new(Box::pin(messages)));
     }

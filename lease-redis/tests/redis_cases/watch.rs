@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome,
+};
 use lease_redis::RedisLeaseStore;
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::time::Instant;
@@ -47,25 +49,60 @@ async fn acquire_woken(
     }
 }
 
+/// Waits until `channel` on `server` has a subscriber (the watcher is in place), or fails.
+async fn wait_subscribed(server: &RedisServer, channel: &str) -> CaseResult {
+    let mut admin = server.admin().await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        if subscribers > 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("nobody subscribed to {channel} within 10 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// With keyspace notifications on, an expiry wakes the watcher (the poll interval is a minute,
-/// so the wake-up cannot come from polling).
+/// so the wake-up cannot come from polling), and the holder's renewals do not.
 pub(crate) async fn watch_wakes_on_expiry_through_keyspace_events(ctx: Ctx) -> CaseResult {
     let server = RedisServer::start(&["--notify-keyspace-events", "KEA"]).await?;
     let s = store(&server, Duration::from_secs(60)).await?;
     let key = ctx.key("watch-expiry");
     let ttl = Duration::from_millis(600);
-    let started = Instant::now();
-    let _a = acquire_on(&s, &key, &OwnerId::with_label("a"), ttl).await?;
-    acquire_woken(
-        &s,
-        &key,
-        &OwnerId::with_label("b"),
-        ttl + Duration::from_secs(5),
+    let mut held = acquire_on(&s, &key, &OwnerId::with_label("a"), ttl).await?;
+    let waiter = {
+        let (s, key) = (s.clone(), key.clone());
+        let b = OwnerId::with_label("b");
+        tokio::spawn(async move { acquire_woken(&s, &key, &b, Duration::from_secs(10)).await })
+    };
+    wait_subscribed(
+        &server,
+        &format!("__keyspace@0__:{}", s.layout().lease(&key)),
     )
     .await?;
+    for _ in 0..2 {
+        match s.renew(&held).await? {
+            RenewOutcome::Renewed(next) => held = next,
+            RenewOutcome::Lost => return Err("renew by the holder was refused".into()),
+        }
+    }
+    let last_renewal = Instant::now();
+    let hints = waiter.await.map_err(|e| e.to_string())??;
     assert!(
-        started.elapsed() >= ttl,
+        last_renewal.elapsed() >= ttl,
         "granted before the holder expired"
+    );
+    assert_eq!(
+        hints, 1,
+        "renewals must not wake the watcher; only the expiry"
     );
     Ok(())
 }
@@ -83,25 +120,8 @@ pub(crate) async fn watch_polls_without_keyspace_notifications(ctx: Ctx) -> Case
         let (slow, key, b) = (slow.clone(), key.clone(), b.clone());
         tokio::spawn(async move { acquire_woken(&slow, &key, &b, Duration::from_secs(10)).await })
     };
-    // Release once the waiter's subscription is in place (PUBSUB NUMSUB on the release channel).
-    let channel = slow.layout().released_channel(&key);
-    let mut admin = server.admin().await?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, subscribers): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(&channel)
-            .query_async(&mut admin)
-            .await
-            .map_err(|e| e.to_string())?;
-        if subscribers > 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err("the watcher never subscribed".into());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Release once the waiter's subscription is in place.
+    wait_subscribed(&server, &slow.layout().released_channel(&key)).await?;
     assert_eq!(slow.release(&held).await?, ReleaseOutcome::Released);
     let hints = waiter.await.map_err(|e| e.to_string())??;
     assert_eq!(hints, 1, "one release, one hint");
