@@ -25,10 +25,16 @@ pub(crate) const NOT_FOUND: u8 = 127;
 
 /// The status for a library error, after printing it.
 pub(crate) fn from_error(context: &str, err: &Error) -> ExitCode {
-    eprintln!("lease: {context}: {err}");
+    let mut shown = err.to_string();
+    eprintln!("lease: {context}: {shown}");
     let mut source = std::error::Error::source(err);
     while let Some(s) = source {
-        eprintln!("  caused by: {s}");
+        let text = s.to_string();
+        // Drivers often repeat their source's text in their own message: print what is new.
+        if !shown.contains(&text) {
+            eprintln!("  caused by: {text}");
+            shown.push_str(&text);
+        }
         source = s.source();
     }
     ExitCode::from(status_of(err))

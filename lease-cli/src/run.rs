@@ -104,7 +104,7 @@ async fn acquire(
                     && let Some(h) = state.holder
                 {
                     eprint!(
-                        "\r\x1b[2Klease: waiting for {key}: held by {} (token {}), free in {} at the latest; waited {} of {}",
+                        "\r\x1b[2Klease: waiting for {key}: held by {} (token {}, {} left unless renewed); waited {} of {}",
                         h.owner, h.token, human(h.remaining), human(started.elapsed()), human(wait)
                     );
                     shown = true;

@@ -69,6 +69,17 @@ pub(crate) fn default_path() -> Result<PathBuf> {
 /// Resolves and connects.
 pub(crate) async fn open(flag: Option<&str>) -> Result<(String, Arc<dyn LeaseStore>)> {
     let url = resolve(flag)?;
+    let parsed = lease::StoreUrl::parse(&url)?;
+    if let (false, Some(feature)) = (parsed.is_enabled(), parsed.feature()) {
+        return Err(Error::config(
+            parsed.backend(),
+            format!(
+                "this `lease` binary was built without the `{feature}` backend; rebuild it with \
+                 `cargo install lease-cli --features {feature}` (or pick another --store)"
+            ),
+            None,
+        ));
+    }
     let store = lease::connect(&url).await?;
     Ok((url, store))
 }

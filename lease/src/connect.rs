@@ -13,6 +13,19 @@ use crate::url::StoreUrl;
 /// returns [`Error::Config`](crate::Error::Config) too. `memory:` makes a new, empty in-process
 /// store on every call (it is useful for tests and demos, never shared between processes).
 ///
+/// What each backend does on connect:
+/// - **postgres**: builds a pool, then creates the lease tables if they are missing
+///   (`PostgresLeaseStore::migrate`: idempotent, under an advisory lock); a role
+///   without DDL rights may use tables that already exist.
+/// - **redis**: connects with the default key prefix.
+/// - **etcd**: connects to the listed endpoints with the default prefixes.
+/// - **k8s**: uses the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the in-cluster
+///   service account) and the URL's namespace, else the configuration's default namespace.
+/// - **sqlite**: opens (creating) the file and its tables.
+///
+/// For anything beyond the defaults (table names, prefixes, timeouts, TLS), build the backend's
+/// store with its own constructor and wrap it in an `Arc`.
+///
 /// ```
 /// use std::time::Duration;
 /// use lease::{AcquireRequest, LeaseKey, OwnerId};
@@ -122,7 +135,15 @@ mod backends {
 
     #[cfg(feature = "postgres")]
     pub(super) async fn postgres(url: &str) -> Result<Pair> {
-        let store = lease_postgres::PostgresLeaseStore::connect(url).await?;
+        use lease_postgres::{PostgresLeaseStore, PostgresOptions};
+        let store = PostgresLeaseStore::connect_lazy(url, PostgresOptions::default())?;
+        // Create the tables on first use (idempotent, under an advisory lock). A role without
+        // DDL rights can still use tables created by someone else.
+        if let Err(e) = store.migrate().await
+            && (e.is_retryable() || store.verify_schema().await.is_err())
+        {
+            return Err(e);
+        }
         let resource = store.fenced_resource();
         Ok((Arc::new(store), Arc::new(resource)))
     }
@@ -158,8 +179,13 @@ mod backends {
 
     #[cfg(feature = "k8s")]
     pub(super) async fn k8s(namespace: Option<&str>) -> Result<Pair> {
-        let store = lease_k8s::K8sLeaseStore::connect(namespace).await?;
-        let resource = store.fenced_resource();
+        let client = lease_k8s::infer_client().await?;
+        let namespace =
+            namespace.map_or_else(|| client.default_namespace().to_string(), str::to_string);
+        let resource = lease_k8s::KubeFencedResource::new(client.clone(), &namespace)?;
+        let store = lease_k8s::KubeLeaseStore::builder(client)
+            .namespace(namespace)
+            .build()?;
         Ok((Arc::new(store), Arc::new(resource)))
     }
     #[cfg(not(feature = "k8s"))]
