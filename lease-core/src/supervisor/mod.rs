@@ -658,7 +658,10 @@ async fn drive(
             },
             _ = sleep_until(bound) => (Event::RenewFailed, RenewalResult::TimedOut),
         };
-        hook.renewal(&current, result, sent.elapsed());
+        match &event {
+            Event::RenewConfirmed(renewed) => hook.renewal(renewed, result, sent.elapsed()),
+            _ => hook.renewal(&current, result, sent.elapsed()),
+        }
         m.step(event, Instant::now());
         if m.health() == Health::Held {
             let l = m.lease().clone();
