@@ -1,1 +1,103 @@
-//! The etcd backend (under construction).
+//! # lease-etcd
+//!
+//! The etcd backend of the lease library: [`EtcdLeaseStore`] (a [`LeaseStore`]) and
+//! [`EtcdFencedResource`] (a [`FencedResource`]), on `etcd-client` and the etcd v3 API.
+//!
+//! ## Quick start
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
+//! use lease_etcd::{EtcdConfig, EtcdFencedResource, EtcdLeaseStore};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = EtcdLeaseStore::connect(EtcdConfig::from_list("http://127.0.0.1:2379")).await?;
+//! let resource = EtcdFencedResource::from_store(&store);
+//! let key = LeaseKey::new("tenant-42")?;
+//! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(10));
+//! match store.acquire(&req).await? {
+//!     AcquireOutcome::Acquired(lease) => {
+//!         resource.write(&key, lease.token(), WriteOp::Put(b"done".to_vec())).await?;
+//!         let _ = store.release(&lease).await?;
+//!     }
+//!     AcquireOutcome::Held(holder) => println!("{} holds it for {:?}", holder.owner, holder.remaining),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## Compatible with etcd's own lock
+//! A lease on key `k` **is** the etcd lock named `<prefix>k` ([`EtcdConfig::lock_name`], prefix
+//! `lease/` by default), in the protocol of `etcdctl lock` and Go's `concurrency.Mutex`: each
+//! contender creates `<prefix>k/<lease id in hex>` attached to its etcd lease, and the holder is the
+//! key with the lowest create revision under `<prefix>k/`. This store only ever creates its key
+//! when the prefix is empty (a transaction comparing `create_revision` over the whole prefix), so
+//! its key is always the lowest; it never queues. So `etcdctl lock lease/k` blocks while this crate
+//! holds `k`, and this crate reports [`AcquireOutcome::Held`](lease_core::AcquireOutcome::Held)
+//! (owner `etcd-lock:<key>`) while `etcdctl` holds it. Our keys carry the owner id as their value;
+//! keys of other lock clients have an empty value.
+//!
+//! ## Fencing tokens: the create revision
+//! The token of a grant is the etcd revision of the transaction that created the lock key (the
+//! key's `create_revision`). etcd's revision is one cluster-wide counter that every write
+//! increments, so:
+//! - a later grant of the same key is a later write and gets a **greater** revision, whatever
+//!   happened in between (release deletes the key, expiry deletes it, the same owner re-acquiring
+//!   deletes and re-creates it: the counter never moves back on delete);
+//! - the revision is part of the replicated, fsynced raft state machine: a **restarted** member
+//!   recovers it from its WAL and snapshot; after a **leader change** the new leader has every
+//!   committed entry (raft's leader completeness), so it continues from the highest committed
+//!   revision. Compaction drops old versions, never the current revision.
+//!
+//! What breaks it: restoring a cluster from an older snapshot (`etcdctl snapshot restore`)
+//! without bumping revisions, or wiping the data directory. Then tokens can repeat; treat that as
+//! a new cluster and reinstall generations in the resources.
+//!
+//! Tokens are not dense: they jump by the number of writes elsewhere in the cluster.
+//!
+//! ## TTLs
+//! etcd leases have whole-second TTLs and a server minimum (derived from the election timeout,
+//! about 2 s by default). The store learns the minimum on [`EtcdLeaseStore::connect`] and reports
+//! it as [`Capabilities::min_ttl`](lease_core::Capabilities::min_ttl) with a one-second
+//! granularity. A shorter TTL is [`Error::InvalidTtl`](lease_core::Error::InvalidTtl) before
+//! anything is sent; other TTLs are rounded **up** to whole seconds and the lease reports the
+//! granted TTL, so the caller never believes in a shorter lease than etcd grants it. If etcd ever
+//! grants more than asked (its minimum changed), the etcd lease is revoked and the acquire fails
+//! with `InvalidTtl`. Expiry is decided by etcd (the leader's clock): it deletes the key when the
+//! lease runs out. On a leader change etcd extends every lease by about an election timeout, so
+//! a waiter's worst case is TTL plus election time plus that extension.
+//!
+//! ## Renewal
+//! A renew checks that the lock key still exists with the lease's token and owner, sends one
+//! keepalive for its etcd lease, and checks the key **again**: a keepalive that succeeds for an
+//! etcd lease whose key was deleted or replaced is reported as
+//! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost), not as a renewal.
+//!
+//! ## One etcd lease per grant (and the plan for sharing)
+//! Each grant has its own etcd lease, so per-key TTLs hold exactly and a release revokes just
+//! that lease. A process holding thousands of keys therefore renews thousands of etcd leases; the
+//! plan to share one etcd lease per (store, TTL) while keys are held, and what it costs in per-key
+//! expiry, is in `docs/adr/0030-etcd-lease-sharing.md`.
+//!
+//! ## Waiting
+//! [`LeaseStore::watch`] watches deletions under the lock prefix (release, expiry, revocation)
+//! and fires at once, so a waiter re-tries the acquire the moment the holder's key goes.
+//!
+//! ## Errors
+//! Refused connections and etcd's "unavailable" answers are
+//! [`Error::Unavailable`](lease_core::Error::Unavailable); requests that exceed
+//! [`EtcdConfig::with_request_timeout`] are [`Error::Timeout`](lease_core::Error::Timeout);
+//! malformed endpoints are [`Error::Config`](lease_core::Error::Config); anything else etcd
+//! answers unexpectedly is [`Error::Backend`](lease_core::Error::Backend).
+
+mod config;
+mod error;
+mod fenced;
+mod store;
+
+pub use config::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX, EtcdConfig};
+pub use fenced::EtcdFencedResource;
+pub use store::EtcdLeaseStore;
+
+#[doc(no_inline)]
+pub use lease_core::{FencedResource, LeaseStore};
+
+/// The backend name used in errors, logs and metrics.
+pub(crate) const BACKEND: &str = "etcd";

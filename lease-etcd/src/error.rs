@@ -1,0 +1,64 @@
+//! Mapping `etcd-client` errors into [`lease_core::Error`], by kind.
+
+use std::time::Duration;
+
+use crate::BACKEND;
+use lease_core::Error;
+
+/// Maps a driver error into the core error, by its kind (never by its message).
+/// `after` is the request timeout, reported when etcd says the deadline passed.
+pub(crate) fn map(op: &'static str, err: etcd_client::Error, after: Duration) -> Error {
+    use etcd_client::Error as E;
+    match err {
+        E::InvalidArgs(_) | E::InvalidUri(_) | E::EndpointError(_) | E::InvalidMetadataValue(_) => {
+            Error::config(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
+        }
+        E::IoError(_) | E::TransportError(_) | E::EndpointsNotManaged => {
+            Error::unavailable(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
+        }
+        E::GRpcStatus(ref status) => {
+            let code = i32::from(status.code());
+            let transient = matches!(code, CANCELLED | ABORTED | RESOURCE_EXHAUSTED | UNAVAILABLE)
+                || (code == UNKNOWN && is_io(status as &(dyn std::error::Error + 'static)));
+            if code == DEADLINE_EXCEEDED {
+                Error::Timeout {
+                    backend: BACKEND,
+                    operation: op,
+                    after,
+                }
+            } else if transient {
+                Error::unavailable(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
+            } else {
+                Error::backend(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
+            }
+        }
+        _ => Error::backend(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _)),
+    }
+}
+
+// gRPC status codes (https://grpc.io/docs/guides/status-codes/); `tonic` is not a direct
+// dependency, so its `Code` enum is compared through its numeric value.
+const CANCELLED: i32 = 1;
+const UNKNOWN: i32 = 2;
+const DEADLINE_EXCEEDED: i32 = 4;
+const RESOURCE_EXHAUSTED: i32 = 8;
+const ABORTED: i32 = 10;
+const UNAVAILABLE: i32 = 14;
+
+/// Whether an error carries an I/O error somewhere in its source chain (a refused or reset
+/// connection that tonic reports as a status).
+fn is_io(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = err.source();
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// A malformed or unexpected answer from etcd.
+pub(crate) fn protocol(message: impl Into<String>) -> Error {
+    Error::backend(BACKEND, message, None)
+}

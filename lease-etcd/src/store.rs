@@ -1,0 +1,567 @@
+//! [`EtcdLeaseStore`]: leases as etcd locks, one etcd lease per grant.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, WatchFilterType, WatchOptions,
+};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, MAX_TTL, OwnerId, ReleaseOutcome,
+    RenewOutcome, Result, TokenDurability, validate_ttl,
+};
+use tokio::time::Instant;
+
+use crate::BACKEND;
+use crate::config::EtcdConfig;
+use crate::error::{map, protocol};
+
+/// The tag that marks a lock key written by this crate; the owner id follows it. Keys written by
+/// `etcdctl lock` or Go's `concurrency.Mutex` have an empty value.
+const VALUE_TAG: &str = "lease-rs/1 ";
+
+/// How often acquire re-reads the key when a transaction lost a race, before giving up with a
+/// retryable error.
+const MAX_ATTEMPTS: usize = 8;
+
+/// A [`LeaseStore`] on etcd, compatible with etcd's own lock protocol.
+///
+/// A lease on key `k` is the etcd lock named `<prefix>k` (see [`EtcdConfig::with_prefix`]): the
+/// holder is the key under `<prefix>k/` with the lowest create revision, exactly as for
+/// `etcdctl lock` and Go's `concurrency.Mutex`, so all three exclude each other. Each grant
+/// attaches its key to a fresh etcd lease with the granted TTL, so expiry is decided by etcd's
+/// clock, and the fencing token is the key's create revision (see the crate docs for why it never
+/// goes back). Every ownership change is one transaction that compares create revisions.
+///
+/// Cloning is cheap; clones share the connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+/// use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let store = EtcdLeaseStore::connect(EtcdConfig::from_list("http://127.0.0.1:2379")).await?;
+/// let req = AcquireRequest::new(LeaseKey::new("nightly-report")?, OwnerId::random(), Duration::from_secs(10));
+/// if let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? {
+///     println!("token {} on etcd lock {}", lease.token(), store.config().lock_name(lease.key()));
+///     let _ = store.release(&lease).await?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdLeaseStore {
+    client: Client,
+    config: Arc<EtcdConfig>,
+    min_ttl: Duration,
+}
+
+impl fmt::Debug for EtcdLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLeaseStore")
+            .field("endpoints", &self.config.endpoints())
+            .field("prefix", &self.config.prefix())
+            .field("min_ttl", &self.min_ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdLeaseStore {
+    /// Connects to etcd and asks it for its minimum lease TTL (by granting and revoking a
+    /// one-second lease), which becomes [`Capabilities::min_ttl`].
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an empty or malformed endpoint list; [`Error::Unavailable`] or
+    /// [`Error::Timeout`] if no endpoint answers within the connect and request timeouts.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: a dropped connect leaves at most a one-second etcd lease behind, which expires.
+    pub async fn connect(config: EtcdConfig) -> Result<Self> {
+        config.validate()?;
+        let options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout())
+            .with_keep_alive(Duration::from_secs(10), config.request_timeout());
+        let connect = Client::connect(config.endpoints(), Some(options));
+        let client = match tokio::time::timeout(
+            config.connect_timeout() + config.request_timeout(),
+            connect,
+        )
+        .await
+        {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(map("connect", e, config.request_timeout())),
+            Err(_) => {
+                return Err(Error::unavailable(
+                    BACKEND,
+                    format!("no etcd endpoint of {:?} answered", config.endpoints()),
+                    None,
+                ));
+            }
+        };
+        let mut store = EtcdLeaseStore {
+            client,
+            config: Arc::new(config),
+            min_ttl: Duration::from_secs(1),
+        };
+        store.min_ttl = store.probe_min_ttl().await?;
+        Ok(store)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    /// The underlying `etcd-client` client (a cheap clone), for operations this crate does not
+    /// cover.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    async fn probe_min_ttl(&self) -> Result<Duration> {
+        let grant = self
+            .call("lease_grant", self.client.lease_client().grant(1, None))
+            .await?;
+        let _ = self
+            .call(
+                "lease_revoke",
+                self.client.lease_client().revoke(grant.id()),
+            )
+            .await;
+        Ok(secs(grant.ttl().max(1)))
+    }
+
+    /// Runs one request under the request timeout and maps its error.
+    pub(crate) async fn call<T>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        let after = self.config.request_timeout();
+        match tokio::time::timeout(after, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map(op, e, after)),
+            Err(_) => Err(Error::Timeout {
+                backend: BACKEND,
+                operation: op,
+                after,
+            }),
+        }
+    }
+
+    fn mutex_prefix(&self, key: &LeaseKey) -> String {
+        format!("{}/", self.config.lock_name(key))
+    }
+
+    fn lock_key(&self, key: &LeaseKey, lease_id: i64) -> String {
+        format!("{}{:x}", self.mutex_prefix(key), lease_id)
+    }
+
+    /// The current holder's key: the key under the lock prefix with the lowest create revision
+    /// (the lock protocol's rule), and how many keys wait behind it.
+    async fn holder_kv(&self, key: &LeaseKey) -> Result<(Option<KeyValue>, i64)> {
+        let opts = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut resp = self
+            .call(
+                "get",
+                self.client
+                    .kv_client()
+                    .get(self.mutex_prefix(key), Some(opts)),
+            )
+            .await?;
+        let count = resp.count();
+        Ok((resp.take_kvs().into_iter().next(), count))
+    }
+
+    /// The holder as reported to callers, with the remaining TTL of its etcd lease.
+    async fn holder_of(&self, kv: &KeyValue) -> Result<Holder> {
+        let token = token_of(kv)?;
+        let owner = owner_of(kv);
+        let (remaining, ttl) = if kv.lease() == 0 {
+            // A lock key without a lease (written by hand) never expires.
+            (MAX_TTL, MAX_TTL)
+        } else {
+            let r = self
+                .call(
+                    "lease_time_to_live",
+                    self.client.lease_client().time_to_live(kv.lease(), None),
+                )
+                .await?;
+            let remaining = secs(r.ttl().max(0));
+            (remaining, secs(r.granted_ttl().max(0)).max(remaining))
+        };
+        Ok(Holder {
+            owner,
+            token,
+            remaining,
+            ttl,
+        })
+    }
+
+    /// The lock key of `lease` if it still exists with the lease's token and owner, and is backed
+    /// by an etcd lease.
+    async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
+        let kv = match parse_handle(lease.handle()) {
+            Some((lease_id, _)) => {
+                let mut resp = self
+                    .call(
+                        "get",
+                        self.client
+                            .kv_client()
+                            .get(self.lock_key(lease.key(), lease_id), None),
+                    )
+                    .await?;
+                resp.take_kvs().into_iter().next()
+            }
+            None => self.holder_kv(lease.key()).await?.0,
+        };
+        Ok(kv.filter(|kv| {
+            kv.create_revision() == lease.token().to_i64()
+                && kv.lease() != 0
+                && owner_of(kv) == *lease.owner()
+        }))
+    }
+
+    async fn revoke_quietly(&self, lease_id: i64) {
+        if let Err(e) = self
+            .call("lease_revoke", self.client.lease_client().revoke(lease_id))
+            .await
+        {
+            tracing::debug!(backend = BACKEND, lease_id, error = %e, "revoking an etcd lease failed; it will expire");
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for EtcdLeaseStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TokenDurability::Durable, ExpiryClock::Server)
+            .with_watch(true)
+            .with_min_ttl(self.min_ttl)
+            .with_ttl_granularity(Duration::from_secs(1))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        validate_ttl(req.ttl, self.min_ttl)?;
+        let ttl_secs = whole_secs(req.ttl);
+        let prefix = self.mutex_prefix(&req.key);
+        for _ in 0..MAX_ATTEMPTS {
+            let (current, count) = self.holder_kv(&req.key).await?;
+            let (compares, previous) = match current {
+                None => (
+                    vec![
+                        Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
+                    ],
+                    None,
+                ),
+                // Our own key, alone under the prefix: replace it (a new grant, a greater token).
+                Some(kv) if count == 1 && owner_of(&kv) == req.owner => (
+                    vec![
+                        Compare::create_revision(
+                            prefix.clone(),
+                            CompareOp::Less,
+                            kv.create_revision() + 1,
+                        )
+                        .with_prefix(),
+                        Compare::create_revision(
+                            kv.key().to_vec(),
+                            CompareOp::Equal,
+                            kv.create_revision(),
+                        ),
+                    ],
+                    Some(kv),
+                ),
+                // Held by someone else, or by us with `etcdctl lock` waiters queued behind (they
+                // come first: replacing our key would hand the lock to the oldest waiter).
+                Some(kv) => return Ok(AcquireOutcome::Held(self.holder_of(&kv).await?)),
+            };
+            let sent = Instant::now();
+            let grant = self
+                .call(
+                    "lease_grant",
+                    self.client.lease_client().grant(ttl_secs, None),
+                )
+                .await?;
+            let lease_id = grant.id();
+            if grant.ttl() != ttl_secs {
+                self.revoke_quietly(lease_id).await;
+                if grant.ttl() > ttl_secs {
+                    return Err(Error::InvalidTtl {
+                        ttl: req.ttl,
+                        reason: format!(
+                            "etcd raised it to its minimum of {} s; ask for at least that",
+                            grant.ttl()
+                        ),
+                    });
+                }
+                return Err(protocol(format!(
+                    "etcd granted {} s for a {ttl_secs} s lease",
+                    grant.ttl()
+                )));
+            }
+            let lock_key = self.lock_key(&req.key, lease_id);
+            let mut ops = Vec::with_capacity(2);
+            if let Some(kv) = &previous {
+                ops.push(TxnOp::delete(kv.key().to_vec(), None));
+            }
+            ops.push(TxnOp::put(
+                lock_key,
+                encode_owner(&req.owner),
+                Some(PutOptions::new().with_lease(lease_id)),
+            ));
+            let txn = Txn::new().when(compares).and_then(ops);
+            let resp = match self.call("txn", self.client.kv_client().txn(txn)).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    // The outcome is unknown: revoking removes a grant that may have happened.
+                    self.revoke_quietly(lease_id).await;
+                    return Err(e);
+                }
+            };
+            if !resp.succeeded() {
+                self.revoke_quietly(lease_id).await;
+                continue;
+            }
+            let revision = resp
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| protocol("txn without header"))?;
+            let token = FencingToken::try_from(revision).map_err(|e| protocol(e.to_string()))?;
+            if let Some(old) = previous {
+                self.revoke_quietly(old.lease()).await;
+            }
+            tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
+            let lease = Lease::granted(
+                req.key.clone(),
+                req.owner.clone(),
+                token,
+                secs(ttl_secs),
+                req.drift_margin(),
+                sent,
+            )
+            .with_handle(handle(lease_id, ttl_secs));
+            return Ok(AcquireOutcome::Acquired(lease));
+        }
+        Err(Error::unavailable(
+            BACKEND,
+            format!(
+                "{} changed hands {MAX_ATTEMPTS} times during one acquire",
+                req.key
+            ),
+            None,
+        ))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        validate_ttl(lease.ttl(), self.min_ttl)?;
+        // Check first, so that a stale or foreign lease never extends the holder's etcd lease.
+        let Some(kv) = self.held_kv(lease).await? else {
+            return Ok(RenewOutcome::Lost);
+        };
+        let lease_id = kv.lease();
+        let sent = Instant::now();
+        let after = self.config.request_timeout();
+        match tokio::time::timeout(after, self.client.lease_client().keep_alive(lease_id)).await {
+            Ok(Ok(_keeper_and_stream)) => {}
+            // The first keepalive answer said TTL <= 0: the etcd lease is gone.
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return Ok(RenewOutcome::Lost),
+            Ok(Err(e)) => return Err(map("lease_keep_alive", e, after)),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    backend: BACKEND,
+                    operation: "lease_keep_alive",
+                    after,
+                });
+            }
+        }
+        // A keepalive only proves the etcd lease lives; the key may have been deleted or replaced.
+        let Some(kv) = self
+            .held_kv(lease)
+            .await?
+            .filter(|kv| kv.lease() == lease_id)
+        else {
+            tracing::warn!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "keepalive succeeded but the lock key is gone: lease lost");
+            return Ok(RenewOutcome::Lost);
+        };
+        let granted = match parse_handle(lease.handle()) {
+            Some((id, ttl)) if id == lease_id => ttl,
+            _ => self
+                .call(
+                    "lease_time_to_live",
+                    self.client.lease_client().time_to_live(lease_id, None),
+                )
+                .await?
+                .granted_ttl(),
+        };
+        tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+        Ok(RenewOutcome::Renewed(
+            lease
+                .renewed(secs(granted), sent)
+                .with_handle(handle(kv.lease(), granted)),
+        ))
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let Some(kv) = self.held_kv(lease).await? else {
+            return Ok(ReleaseOutcome::NotHeld);
+        };
+        let txn = Txn::new()
+            .when(vec![
+                Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, kv.create_revision()),
+                Compare::lease(kv.key().to_vec(), CompareOp::Equal, kv.lease()),
+            ])
+            .and_then(vec![TxnOp::delete(kv.key().to_vec(), None)]);
+        if !self
+            .call("txn", self.client.kv_client().txn(txn))
+            .await?
+            .succeeded()
+        {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        self.revoke_quietly(kv.lease()).await;
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
+        Ok(ReleaseOutcome::Released)
+    }
+
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+        let holder = match self.holder_kv(key).await?.0 {
+            Some(kv) => Some(self.holder_of(&kv).await?),
+            None => None,
+        };
+        let last_token = holder.as_ref().map(|h| h.token);
+        Ok(KeyState {
+            key: key.clone(),
+            holder,
+            last_token,
+        })
+    }
+
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_filters([WatchFilterType::NoPut]);
+        let mut stream = self
+            .call(
+                "watch",
+                self.client
+                    .watch_client()
+                    .watch(self.mutex_prefix(key), Some(opts)),
+            )
+            .await?;
+        // Wait until the server confirms the watch, so that no delete after this call is missed.
+        match self.call("watch", stream.message()).await? {
+            Some(resp) if resp.created() => {}
+            _ => return Err(protocol("etcd did not confirm the watch")),
+        }
+        let after = self.config.request_timeout();
+        let hints = futures::stream::unfold(Some(stream), move |state| async move {
+            let mut stream = state?;
+            loop {
+                match stream.message().await {
+                    Ok(Some(resp)) if resp.canceled() => {
+                        let msg = format!("etcd cancelled the watch: {}", resp.cancel_reason());
+                        return Some((Err(protocol(msg)), None));
+                    }
+                    Ok(Some(resp)) if !resp.events().is_empty() => {
+                        return Some((Ok(()), Some(stream)));
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return None,
+                    Err(e) => return Some((Err(map("watch", e, after)), None)),
+                }
+            }
+        });
+        Ok(Some(KeyWatch::new(Box::pin(hints))))
+    }
+}
+
+fn encode_owner(owner: &OwnerId) -> String {
+    format!("{VALUE_TAG}{owner}")
+}
+
+/// The owner named in a lock key: ours carry the owner id; a key of `etcdctl lock` or a Go mutex
+/// is reported as `etcd-lock:<lock key>` (shortened to a legal owner id).
+fn owner_of(kv: &KeyValue) -> OwnerId {
+    if let Some(owner) = std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|v| v.strip_prefix(VALUE_TAG))
+        && let Ok(owner) = OwnerId::new(owner)
+    {
+        return owner;
+    }
+    let key = String::from_utf8_lossy(kv.key());
+    let tail: String = key
+        .chars()
+        .rev()
+        .take(100)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let text: String = format!("etcd-lock:{tail}")
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .collect();
+    OwnerId::new(text).unwrap_or_else(|_| OwnerId::with_label("etcd-lock"))
+}
+
+fn token_of(kv: &KeyValue) -> Result<FencingToken> {
+    FencingToken::try_from(kv.create_revision())
+        .map_err(|e| protocol(format!("lock key create revision: {e}")))
+}
+
+/// The handle of a lease: its etcd lease id and granted TTL in seconds, both in hex.
+fn handle(lease_id: i64, ttl_secs: i64) -> String {
+    format!("{lease_id:x}/{ttl_secs:x}")
+}
+
+fn parse_handle(handle: Option<&str>) -> Option<(i64, i64)> {
+    let (id, ttl) = handle?.split_once('/')?;
+    Some((
+        i64::from_str_radix(id, 16).ok()?,
+        i64::from_str_radix(ttl, 16).ok()?,
+    ))
+}
+
+/// A TTL in whole seconds, rounded up. TTLs are at most a day, so this always fits.
+fn whole_secs(ttl: Duration) -> i64 {
+    let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i64::try_from(s).unwrap_or(i64::MAX)
+}
+
+fn secs(s: i64) -> Duration {
+    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_to_whole_seconds() {
+        assert_eq!(whole_secs(Duration::from_millis(600)), 1);
+        assert_eq!(whole_secs(Duration::from_secs(2)), 2);
+        assert_eq!(whole_secs(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn handles_round_trip() {
+        assert_eq!(
+            parse_handle(Some(&handle(0x694d_7b1a_22f3, 30))),
+            Some((0x694d_7b1a_22f3, 30))
+        );
+        assert_eq!(parse_handle(Some("nonsense")), None);
+        assert_eq!(parse_handle(None), None);
+    }
+}

@@ -1,0 +1,166 @@
+//! The Lease object as a leader-election record: reading it and writing the next one, with the
+//! client-go meaning of every field.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use lease_core::{FencingToken, OwnerId, Result};
+
+use crate::error::corrupt;
+
+/// The annotation that carries the fencing token of the current (or last) grant made by this
+/// crate. Kept on release so that the generation survives.
+pub const TOKEN_ANNOTATION: &str = "lease.rs/fencing-token";
+/// The annotation naming the holder the token belongs to. A Go controller that takes the Lease
+/// over keeps our annotations but writes its own `holderIdentity`; the mismatch tells us that the
+/// current holder has no token of ours.
+pub const TOKEN_HOLDER_ANNOTATION: &str = "lease.rs/token-holder";
+
+/// What a Lease object says, parsed once.
+#[derive(Debug, Clone)]
+pub(crate) struct Record {
+    /// `metadata.resourceVersion` as a number (an etcd revision in practice).
+    pub(crate) rv: u64,
+    /// A non-empty `spec.holderIdentity`.
+    pub(crate) holder: Option<String>,
+    /// `spec.leaseDurationSeconds` (at least 1 s).
+    pub(crate) duration: Duration,
+    /// Our token annotation.
+    pub(crate) token: Option<FencingToken>,
+    /// Whom the token annotation belongs to.
+    pub(crate) token_holder: Option<String>,
+    /// `spec.leaseTransitions`.
+    pub(crate) transitions: i32,
+}
+
+/// Parses a resourceVersion. The API calls it opaque; every apiserver backed by etcd3 uses the
+/// etcd revision, a positive 64-bit integer (docs/adr/0040-k8s-fencing-token.md).
+pub(crate) fn parse_rv(rv: Option<&str>) -> Result<u64> {
+    let rv = rv.ok_or_else(|| corrupt("object without metadata.resourceVersion"))?;
+    rv.parse::<u64>()
+        .map_err(|_| corrupt(format!("resourceVersion {rv:?} is not numeric; fencing tokens need etcd revisions")))
+}
+
+impl Record {
+    pub(crate) fn parse(obj: &KubeLease) -> Result<Record> {
+        let rv = parse_rv(obj.metadata.resource_version.as_deref())?;
+        let spec = obj.spec.clone().unwrap_or_default();
+        let annotations = obj.metadata.annotations.as_ref();
+        let token = match annotations.and_then(|a| a.get(TOKEN_ANNOTATION)) {
+            Some(t) => Some(t.parse::<FencingToken>().map_err(|e| corrupt(format!("annotation {TOKEN_ANNOTATION}: {e}")))?),
+            None => None,
+        };
+        let secs = spec.lease_duration_seconds.unwrap_or(1).max(1);
+        Ok(Record {
+            rv,
+            holder: spec.holder_identity.filter(|h| !h.is_empty()),
+            duration: Duration::from_secs(u64::try_from(secs).unwrap_or(1)),
+            token,
+            token_holder: annotations.and_then(|a| a.get(TOKEN_HOLDER_ANNOTATION)).cloned(),
+            transitions: spec.lease_transitions.unwrap_or(0),
+        })
+    }
+
+    /// The holder's fencing token: ours if the token annotation belongs to the holder; for a
+    /// holder that did not acquire through this crate (a Go controller), the object's
+    /// resourceVersion stands in (it has no token of ours; see the crate docs).
+    pub(crate) fn holder_token(&self) -> Result<FencingToken> {
+        match (&self.token, &self.token_holder, &self.holder) {
+            (Some(t), Some(th), Some(h)) if th == h => Ok(*t),
+            _ => FencingToken::new(self.rv),
+        }
+    }
+
+    /// Whether `owner` holds the record with `token`.
+    pub(crate) fn is_held_by(&self, owner: &OwnerId, token: FencingToken) -> bool {
+        self.holder.as_deref() == Some(owner.as_str())
+            && self.token_holder.as_deref() == Some(owner.as_str())
+            && self.token == Some(token)
+    }
+}
+
+fn now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+/// Seconds for `leaseDurationSeconds`: `ttl` rounded up to whole seconds (at least 1).
+pub(crate) fn duration_secs(ttl: Duration) -> Result<i32> {
+    let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    i32::try_from(secs.max(1)).map_err(|_| corrupt(format!("ttl {ttl:?} does not fit leaseDurationSeconds")))
+}
+
+/// A new Lease object granting `name` to `owner`.
+pub(crate) fn new_grant(name: &str, owner: &OwnerId, token: FencingToken, secs: i32) -> KubeLease {
+    let t = now();
+    KubeLease {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            annotations: Some(token_annotations(BTreeMap::new(), owner, token)),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(owner.to_string()),
+            lease_duration_seconds: Some(secs),
+            acquire_time: Some(t.clone()),
+            renew_time: Some(t),
+            lease_transitions: Some(0),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+fn token_annotations(mut a: BTreeMap<String, String>, owner: &OwnerId, token: FencingToken) -> BTreeMap<String, String> {
+    a.insert(TOKEN_ANNOTATION.to_string(), token.to_string());
+    a.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
+    a
+}
+
+/// The next version of `current` (keeping its resourceVersion, labels and other fields) after a
+/// grant to `owner`. As client-go does: a holder re-acquiring keeps `acquireTime` and
+/// `leaseTransitions`; a new holder sets `acquireTime` and increments `leaseTransitions`.
+pub(crate) fn regrant(current: &KubeLease, rec: &Record, owner: &OwnerId, token: FencingToken, secs: i32) -> KubeLease {
+    let mut next = current.clone();
+    let annotations = next.metadata.annotations.take().unwrap_or_default();
+    next.metadata.annotations = Some(token_annotations(annotations, owner, token));
+    let mut spec = next.spec.take().unwrap_or_default();
+    let t = now();
+    let same_holder = rec.holder.as_deref() == Some(owner.as_str());
+    if !same_holder || spec.acquire_time.is_none() {
+        spec.acquire_time = Some(t.clone());
+    }
+    if !same_holder {
+        spec.lease_transitions = Some(rec.transitions.saturating_add(1));
+    }
+    spec.holder_identity = Some(owner.to_string());
+    spec.lease_duration_seconds = Some(secs);
+    spec.renew_time = Some(t);
+    next.spec = Some(spec);
+    next
+}
+
+/// The next version after a renewal: `renewTime` now, `leaseDurationSeconds` the granted TTL.
+pub(crate) fn renewal(current: &KubeLease, secs: i32) -> KubeLease {
+    let mut next = current.clone();
+    let mut spec = next.spec.take().unwrap_or_default();
+    spec.lease_duration_seconds = Some(secs);
+    spec.renew_time = Some(now());
+    next.spec = Some(spec);
+    next
+}
+
+/// The next version after a release, exactly as client-go's `ReleaseOnCancel` writes it: empty
+/// `holderIdentity`, `leaseDurationSeconds: 1`, `acquireTime` and `renewTime` now, transitions
+/// kept. Our token annotation stays: it is the key's generation.
+pub(crate) fn released(current: &KubeLease) -> KubeLease {
+    let mut next = current.clone();
+    let mut spec = next.spec.take().unwrap_or_default();
+    let t = now();
+    spec.holder_identity = Some(String::new());
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(t.clone());
+    spec.renew_time = Some(t);
+    next.spec = Some(spec);
+    next
+}

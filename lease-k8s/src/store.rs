@@ -1,0 +1,535 @@
+//! [`KubeLeaseStore`]: the [`LeaseStore`] over `coordination.k8s.io/v1` Lease objects.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use kube::api::{Api, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder, KeyState, KeyWatch,
+    Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result, TokenDurability, validate_ttl,
+};
+use tokio::time::Instant;
+
+use crate::error::{BACKEND, KubeError, timed};
+use crate::record::{self, Record, duration_secs, parse_rv};
+
+/// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
+const MAX_RACES: usize = 16;
+/// The default timeout of one API request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest name prefix: keys are at most 200 bytes, object names at most 253.
+pub const MAX_PREFIX_LEN: usize = 53;
+
+/// The last version of one Lease object this store saw, and when it first saw that version (on
+/// its own monotonic clock). A candidate judges expiry from `first_seen`, never from the
+/// timestamps written in the object.
+#[derive(Debug, Clone)]
+struct Observed {
+    rv: u64,
+    first_seen: Instant,
+    object: KubeLease,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    observed: HashMap<String, Observed>,
+    /// The greatest token this store has issued or seen per object name: an extra floor.
+    floor: HashMap<String, FencingToken>,
+}
+
+/// A [`LeaseStore`] that keeps each key in a Kubernetes `coordination.k8s.io/v1` **Lease**
+/// object, interoperable with client-go's `LeaseLock` (see the [crate docs](crate) for the rules).
+///
+/// Every change is a `create` (a 409 `AlreadyExists` means another candidate won) or a `replace`
+/// conditioned on `metadata.resourceVersion` (a 409 `Conflict` means someone else wrote first);
+/// never an unconditional patch. Expiry is judged by observation on this store's monotonic clock,
+/// so keep **one store per process** and share it (it is a cheap handle: clone it or wrap it in an
+/// `Arc`); its observations are what lets it take over an abandoned Lease.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+/// use lease_k8s::KubeLeaseStore;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// // The ambient configuration (KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+/// let store = KubeLeaseStore::infer().await?;
+/// let req = AcquireRequest::new(LeaseKey::new("my-controller")?, OwnerId::with_label("pod-a"), Duration::from_secs(15));
+/// match store.acquire(&req).await? {
+///     AcquireOutcome::Acquired(lease) => println!("leading with token {}", lease.token()),
+///     AcquireOutcome::Held(h) => println!("{} leads; at most {:?} left", h.owner, h.remaining),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KubeLeaseStore {
+    api: Api<KubeLease>,
+    namespace: String,
+    prefix: String,
+    timeout: Duration,
+    state: Arc<Mutex<State>>,
+}
+
+impl fmt::Debug for KubeLeaseStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeLeaseStore")
+            .field("namespace", &self.namespace)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`KubeLeaseStore`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_k8s::KubeLeaseStore;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let client = lease_k8s::client_from_kubeconfig("/etc/lease/kubeconfig").await?;
+/// let store = KubeLeaseStore::builder(client)
+///     .namespace("payments")
+///     .name_prefix("lease-")
+///     .request_timeout(Duration::from_secs(5))
+///     .build()?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct KubeLeaseStoreBuilder {
+    client: kube::Client,
+    namespace: Option<String>,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl fmt::Debug for KubeLeaseStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeLeaseStoreBuilder")
+            .field("namespace", &self.namespace)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeLeaseStoreBuilder {
+    /// The namespace of the Lease objects (default: the client's default namespace).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// A prefix for object names: key `k` is stored in Lease `<prefix>k`. At most
+    /// [`MAX_PREFIX_LEN`] bytes, and `<prefix>a` must be a DNS-1123 subdomain. Default: none.
+    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The timeout of each API request (default [`DEFAULT_REQUEST_TIMEOUT`]); an expired one is
+    /// [`Error::Timeout`].
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Validates the configuration and builds the store. Sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a namespace that is not a DNS-1123 label, or a prefix that cannot
+    /// start an object name.
+    pub fn build(self) -> Result<KubeLeaseStore> {
+        let namespace = self.namespace.unwrap_or_else(|| self.client.default_namespace().to_string());
+        validate_namespace(&namespace)?;
+        validate_prefix(&self.prefix)?;
+        if self.timeout.is_zero() {
+            return Err(Error::config(BACKEND, "the request timeout must not be zero", None));
+        }
+        Ok(KubeLeaseStore {
+            api: Api::namespaced(self.client, &namespace),
+            namespace,
+            prefix: self.prefix,
+            timeout: self.timeout,
+            state: Arc::default(),
+        })
+    }
+}
+
+pub(crate) fn validate_namespace(ns: &str) -> Result<()> {
+    let ok = !ns.is_empty()
+        && ns.len() <= 63
+        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !ns.starts_with('-')
+        && !ns.ends_with('-');
+    if ok { Ok(()) } else { Err(Error::config(BACKEND, format!("namespace {ns:?} is not a DNS-1123 label"), None)) }
+}
+
+fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if prefix.len() > MAX_PREFIX_LEN || LeaseKey::new(format!("{prefix}a")).is_err() {
+        return Err(Error::config(
+            BACKEND,
+            format!("name prefix {prefix:?} cannot start a DNS-1123 object name of at most 253 bytes"),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// A client from a kubeconfig file (its current context).
+///
+/// # Errors
+/// [`Error::Config`] if the file is missing or unusable.
+///
+/// # Cancellation safety
+/// Cancel safe: nothing is sent to the cluster.
+pub async fn client_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client> {
+    let path = path.as_ref();
+    let kc = Kubeconfig::read_from(path)
+        .map_err(|e| Error::config(BACKEND, format!("kubeconfig {}: {e}", path.display()), Some(Box::new(e).into())))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::config(BACKEND, format!("kubeconfig {}: {e}", path.display()), Some(Box::new(e).into())))?;
+    client_from_config(config)
+}
+
+/// A client from the ambient configuration: `$KUBECONFIG`, `~/.kube/config`, or the in-cluster
+/// service account.
+///
+/// # Errors
+/// [`Error::Config`] if none is usable.
+///
+/// # Cancellation safety
+/// Cancel safe: nothing is sent to the cluster.
+pub async fn infer_client() -> Result<kube::Client> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::config(BACKEND, format!("no usable Kubernetes configuration: {e}"), Some(Box::new(e).into())))?;
+    client_from_config(config)
+}
+
+fn client_from_config(config: kube::Config) -> Result<kube::Client> {
+    kube::Client::try_from(config).map_err(|e| Error::config(BACKEND, format!("client: {e}"), Some(Box::new(e).into())))
+}
+
+impl KubeLeaseStore {
+    /// A store over `client` in `namespace`, without a name prefix.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if `namespace` is not a DNS-1123 label.
+    pub fn new(client: kube::Client, namespace: impl Into<String>) -> Result<Self> {
+        Self::builder(client).namespace(namespace).build()
+    }
+
+    /// A builder over `client` (namespace, name prefix, request timeout).
+    pub fn builder(client: kube::Client) -> KubeLeaseStoreBuilder {
+        KubeLeaseStoreBuilder { client, namespace: None, prefix: String::new(), timeout: DEFAULT_REQUEST_TIMEOUT }
+    }
+
+    /// A store from the ambient configuration, in its default namespace.
+    ///
+    /// # Errors
+    /// [`Error::Config`] without a usable configuration.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn infer() -> Result<Self> {
+        Self::builder(infer_client().await?).build()
+    }
+
+    /// A store from a kubeconfig file, in `namespace` (or the context's namespace).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if the file is missing or unusable, or the namespace is illegal.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn from_kubeconfig(path: impl AsRef<Path>, namespace: Option<&str>) -> Result<Self> {
+        let mut b = Self::builder(client_from_kubeconfig(path).await?);
+        if let Some(ns) = namespace {
+            b = b.namespace(ns);
+        }
+        b.build()
+    }
+
+    /// The namespace of the Lease objects.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The name of the Lease object that stores `key`.
+    ///
+    /// ```no_run
+    /// # async fn f(store: lease_k8s::KubeLeaseStore) -> lease_core::Result<()> {
+    /// assert!(store.object_name(&lease_core::LeaseKey::new("a.b")?).ends_with("a.b"));
+    /// # Ok(()) }
+    /// ```
+    pub fn object_name(&self, key: &LeaseKey) -> String {
+        format!("{}{}", self.prefix, key)
+    }
+
+    pub(crate) fn api(&self) -> &Api<KubeLease> {
+        &self.api
+    }
+
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records an observation of `obj`; returns when this store first saw this version.
+    fn observe(&self, name: &str, obj: &KubeLease, rec: &Record) -> Instant {
+        let now = Instant::now();
+        let mut st = self.lock();
+        if let Some(t) = rec.token {
+            let f = st.floor.entry(name.to_string()).or_insert(t);
+            *f = (*f).max(t);
+        }
+        match st.observed.get(name) {
+            Some(o) if o.rv == rec.rv => o.first_seen,
+            // A read that raced with a newer one: do not regress, count it as seen just now.
+            Some(o) if o.rv > rec.rv => now,
+            _ => {
+                st.observed.insert(name.to_string(), Observed { rv: rec.rv, first_seen: now, object: obj.clone() });
+                now
+            }
+        }
+    }
+
+    fn cached(&self, name: &str, rv: u64) -> Option<(KubeLease, Instant)> {
+        self.lock().observed.get(name).filter(|o| o.rv == rv).map(|o| (o.object.clone(), o.first_seen))
+    }
+
+    fn floor(&self, name: &str) -> Option<FencingToken> {
+        self.lock().floor.get(name).copied()
+    }
+
+    /// Reads the object and records the observation.
+    async fn read(&self, name: &str) -> Result<Option<(KubeLease, Record, Instant)>> {
+        match timed("get", self.timeout, self.api.get_opt(name)).await.map_err(|e| e.into_error("get"))? {
+            Some(obj) => {
+                let rec = Record::parse(&obj)?;
+                let first_seen = self.observe(name, &obj, &rec);
+                Ok(Some((obj, rec, first_seen)))
+            }
+            None => {
+                self.lock().observed.remove(name);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The object as of the lease's last write by this store (its handle), or `None` if someone
+    /// else wrote since (or it is gone). Without a handle: the current object.
+    async fn base_for(&self, name: &str, lease: &Lease) -> Result<Option<(KubeLease, Record, Instant)>> {
+        let Some(rv) = lease.handle().and_then(|h| h.parse::<u64>().ok()) else {
+            return self.read(name).await;
+        };
+        if let Some((obj, first_seen)) = self.cached(name, rv) {
+            let rec = Record::parse(&obj)?;
+            return Ok(Some((obj, rec, first_seen)));
+        }
+        Ok(self.read(name).await?.filter(|(_, rec, _)| rec.rv == rv))
+    }
+
+    /// The current etcd revision, from a consistent (quorum) list.
+    async fn revision(&self) -> Result<u64> {
+        let list = timed("list", self.timeout, self.api.list(&ListParams::default().limit(1)))
+            .await
+            .map_err(|e| e.into_error("list"))?;
+        parse_rv(list.metadata.resource_version.as_deref())
+    }
+
+    /// The token of a new grant: the revision the grant is conditioned on (or, for a create, the
+    /// current revision), floored above every token this store knows for the name.
+    fn next_token(&self, name: &str, revision: u64, recorded: Option<FencingToken>) -> Result<FencingToken> {
+        let mut t = revision;
+        for known in [recorded, self.floor(name)].into_iter().flatten() {
+            t = t.max(known.get().saturating_add(1));
+        }
+        FencingToken::new(t)
+    }
+
+    fn granted(&self, req: &AcquireRequest, name: &str, obj: &KubeLease, token: FencingToken, ttl: Duration, sent: Instant) -> Result<Lease> {
+        let rec = Record::parse(obj)?;
+        self.observe(name, obj, &rec);
+        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, resource_version = rec.rv, "lease acquired");
+        Ok(Lease::granted(req.key.clone(), req.owner.clone(), token, ttl, req.drift_margin(), sent)
+            .with_handle(rec.rv.to_string()))
+    }
+}
+
+fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
+    now >= first_seen + rec.duration
+}
+
+fn secs_to_duration(secs: i32) -> Duration {
+    Duration::from_secs(u64::try_from(secs).unwrap_or(1))
+}
+
+/// An [`OwnerId`] for a `holderIdentity` written by someone else (made legal if needed).
+fn owner_of(holder: &str) -> Result<OwnerId> {
+    OwnerId::new(holder).or_else(|_| {
+        let clean: String = holder
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .take(lease_core::MAX_OWNER_LEN)
+            .collect();
+        OwnerId::new(clean)
+    })
+}
+
+#[async_trait]
+impl LeaseStore for KubeLeaseStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TokenDurability::Durable, ExpiryClock::ObservedLocally)
+            .with_watch(true)
+            .with_min_ttl(Duration::from_secs(1))
+            .with_ttl_granularity(Duration::from_secs(1))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        validate_ttl(req.ttl, self.capabilities().min_ttl)?;
+        let secs = duration_secs(req.ttl)?;
+        let ttl = secs_to_duration(secs);
+        let name = self.object_name(&req.key);
+        for _ in 0..MAX_RACES {
+            match self.read(&name).await? {
+                None => {
+                    let token = self.next_token(&name, self.revision().await?, None)?;
+                    let obj = record::new_grant(&name, &req.owner, token, secs);
+                    let sent = Instant::now();
+                    match timed("create", self.timeout, self.api.create(&PostParams::default(), &obj)).await {
+                        Ok(created) => return Ok(AcquireOutcome::Acquired(self.granted(req, &name, &created, token, ttl, sent)?)),
+                        Err(KubeError::AlreadyExists) => continue,
+                        Err(KubeError::NotFound(message)) => {
+                            return Err(Error::config(
+                                BACKEND,
+                                format!("cannot create Lease {name:?} in namespace {:?}: {message}", self.namespace),
+                                None,
+                            ));
+                        }
+                        Err(e) => return Err(e.into_error("create")),
+                    }
+                }
+                Some((obj, rec, first_seen)) => {
+                    let now = Instant::now();
+                    if let Some(holder) = rec.holder.as_deref()
+                        && holder != req.owner.as_str()
+                        && !expired(&rec, first_seen, now)
+                    {
+                        return Ok(AcquireOutcome::Held(Holder {
+                            owner: owner_of(holder)?,
+                            token: rec.holder_token()?,
+                            remaining: (first_seen + rec.duration).saturating_duration_since(now),
+                            ttl: rec.duration,
+                        }));
+                    }
+                    let token = self.next_token(&name, rec.rv, rec.token)?;
+                    let next = record::regrant(&obj, &rec, &req.owner, token, secs);
+                    let sent = Instant::now();
+                    match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &next)).await {
+                        Ok(obj) => return Ok(AcquireOutcome::Acquired(self.granted(req, &name, &obj, token, ttl, sent)?)),
+                        Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
+                        Err(e) => return Err(e.into_error("replace")),
+                    }
+                }
+            }
+        }
+        Err(Error::unavailable(BACKEND, format!("lost {MAX_RACES} consecutive write races on Lease {name:?}"), None))
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
+        let secs = duration_secs(lease.ttl())?;
+        let name = self.object_name(lease.key());
+        let Some((base, rec, first_seen)) = self.base_for(&name, lease).await? else {
+            tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal lost: the Lease was changed or deleted by someone else");
+            return Ok(RenewOutcome::Lost);
+        };
+        if !rec.is_held_by(lease.owner(), lease.token()) || expired(&rec, first_seen, Instant::now()) {
+            return Ok(RenewOutcome::Lost);
+        }
+        let next = record::renewal(&base, secs);
+        let sent = Instant::now();
+        match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &next)).await {
+            Ok(obj) => {
+                let rec = Record::parse(&obj)?;
+                self.observe(&name, &obj, &rec);
+                tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+                Ok(RenewOutcome::Renewed(lease.renewed(secs_to_duration(secs), sent).with_handle(rec.rv.to_string())))
+            }
+            Err(KubeError::Conflict | KubeError::NotFound(_)) => {
+                tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal lost: someone else wrote or deleted the Lease");
+                Ok(RenewOutcome::Lost)
+            }
+            Err(e) => Err(e.into_error("replace")),
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let name = self.object_name(lease.key());
+        for attempt in 0..2 {
+            let current = if attempt == 0 { self.base_for(&name, lease).await? } else { None };
+            let current = match current {
+                Some(c) => Some(c),
+                None => self.read(&name).await?,
+            };
+            let Some((obj, rec, first_seen)) = current else {
+                return Ok(ReleaseOutcome::NotHeld);
+            };
+            if !rec.is_held_by(lease.owner(), lease.token()) || expired(&rec, first_seen, Instant::now()) {
+                return Ok(ReleaseOutcome::NotHeld);
+            }
+            match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &record::released(&obj))).await {
+                Ok(obj) => {
+                    let rec = Record::parse(&obj)?;
+                    self.observe(&name, &obj, &rec);
+                    tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
+                    return Ok(ReleaseOutcome::Released);
+                }
+                Err(KubeError::Conflict) => continue,
+                Err(KubeError::NotFound(_)) => return Ok(ReleaseOutcome::NotHeld),
+                Err(e) => return Err(e.into_error("replace")),
+            }
+        }
+        Ok(ReleaseOutcome::NotHeld)
+    }
+
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+        let name = self.object_name(key);
+        let Some((_, rec, first_seen)) = self.read(&name).await? else {
+            return Ok(KeyState { key: key.clone(), holder: None, last_token: self.floor(&name) });
+        };
+        let now = Instant::now();
+        let holder = match rec.holder.as_deref() {
+            Some(h) if !expired(&rec, first_seen, now) => Some(Holder {
+                owner: owner_of(h)?,
+                token: rec.holder_token()?,
+                remaining: (first_seen + rec.duration).saturating_duration_since(now),
+                ttl: rec.duration,
+            }),
+            _ => None,
+        };
+        let last_token = [rec.token, self.floor(&name)].into_iter().flatten().max();
+        Ok(KeyState { key: key.clone(), holder, last_token })
+    }
+
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        crate::watch::start(self, &self.object_name(key)).await.map(Some)
+    }
+}
