@@ -1,2 +1,179 @@
-//! The lease CLI (under construction).
-fn main() {}
+//! The `lease` command: run a command under a lease, show who holds keys, join elections.
+//!
+//! See `docs/cli.md` for the manual; `lease --help` for the summary.
+
+mod duration;
+mod elect;
+mod exit;
+mod run;
+mod status;
+mod store;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Store: --store URL, else $LEASE_STORE, else the embedded SQLite file
+$XDG_STATE_HOME/lease/leases.db (~/.local/state/lease/leases.db). URLs: memory:, sqlite://PATH,
+postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
+
+Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
+75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
+127 command not found. All commands: 64 usage error, 69 store unavailable or timed out,
+70 unexpected store error, 78 bad configuration (URL, key, TTL, disabled backend).";
+
+/// Distributed leases with fencing tokens, from the shell.
+#[derive(Debug, Parser)]
+#[command(name = "lease", version, about, after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command while holding a lease on KEY (renewed in the background).
+    ///
+    /// The command gets LEASE_KEY, LEASE_OWNER and LEASE_FENCING_TOKEN in its environment and
+    /// runs in its own process group. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the
+    /// lease is lost, the command's process group gets SIGTERM, then SIGKILL after --grace, and
+    /// `lease` exits with status 76. When the command ends, the lease is released and its status
+    /// is passed through.
+    Run(RunArgs),
+    /// Show the holder, fencing token and time left of each KEY.
+    Status(StatusArgs),
+    /// Join an election under a name and print leadership changes as they happen.
+    ///
+    /// Runs until interrupted (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
+    Elect(ElectArgs),
+}
+
+/// Where the leases live.
+#[derive(Debug, Args)]
+struct StoreArg {
+    /// Store URL (default: $LEASE_STORE, else the embedded SQLite file).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The lease key (lowercase letters, digits, '-' and '.').
+    #[arg(long, short)]
+    key: String,
+    #[command(flatten)]
+    store: StoreArg,
+    /// Lease time to live; renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    ttl: Duration,
+    /// How long to wait for a held key before giving up with status 75.
+    #[arg(long, default_value = "2m", value_parser = duration::parse, conflicts_with = "no_wait")]
+    wait: Duration,
+    /// Try once; exit with status 75 at once if the key is held.
+    #[arg(long)]
+    no_wait: bool,
+    /// After a lost lease: time between SIGTERM and SIGKILL to the command.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    grace: Duration,
+    /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
+    #[arg(long)]
+    label: Option<String>,
+    /// The command and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    store: StoreArg,
+    /// One JSON object per key and line.
+    #[arg(long)]
+    json: bool,
+    /// The keys to show.
+    #[arg(required = true, value_name = "KEY")]
+    keys: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct ElectArgs {
+    /// The election's name (a lease key).
+    #[arg(long)]
+    name: String,
+    #[command(flatten)]
+    store: StoreArg,
+    /// Lease time to live of the leader.
+    #[arg(long, default_value = "15s", value_parser = duration::parse)]
+    ttl: Duration,
+    /// A readable label for this candidate's id (default: HOSTNAME.PID).
+    #[arg(long)]
+    label: Option<String>,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(exit::USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lease: cannot start the runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::main(args).await,
+            Command::Status(args) => status::main(args).await,
+            Command::Elect(args) => elect::main(args).await,
+        }
+    });
+    // Do not wait for background tasks (a release already finished or was abandoned).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+/// Logs of the library to stderr, filtered by `LEASE_LOG` (for example `LEASE_LOG=debug`); off
+/// by default.
+fn init_tracing() {
+    let filter = std::env::var("LEASE_LOG").unwrap_or_default();
+    if filter.trim().is_empty() {
+        return;
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A label for owner ids: the given one, else `HOSTNAME.PID`.
+fn owner_label(label: Option<&str>) -> String {
+    if let Some(l) = label {
+        return l.to_string();
+    }
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".to_string());
+    format!("{host}.{}", std::process::id())
+}

@@ -58,6 +58,29 @@ fn is_io(err: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// Whether the request certainly never reached etcd (the connection to the chosen endpoint was
+/// refused), so that sending it again, possibly to another endpoint, cannot apply it twice.
+pub(crate) fn not_sent(err: &etcd_client::Error) -> bool {
+    let root: &(dyn std::error::Error + 'static) = match err {
+        etcd_client::Error::GRpcStatus(status) => status,
+        etcd_client::Error::TransportError(e) => e,
+        _ => return false,
+    };
+    let mut source = Some(root);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::NotConnected
+                    | std::io::ErrorKind::AddrNotAvailable
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// A malformed or unexpected answer from etcd.
 pub(crate) fn protocol(message: impl Into<String>) -> Error {
     Error::backend(BACKEND, message, None)

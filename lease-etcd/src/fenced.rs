@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lease_core::{
     FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
@@ -74,19 +74,9 @@ impl EtcdFencedResource {
         format!("{}{}", self.prefix, key)
     }
 
-    fn client(&self) -> Client {
-        self.store.client()
-    }
-
     /// The state and the state key's mod revision (0 if absent).
     async fn load(&self, key: &LeaseKey) -> Result<(ResourceState, i64)> {
-        let mut resp = self
-            .store
-            .call(
-                "get",
-                self.client().kv_client().get(self.state_key(key), None),
-            )
-            .await?;
+        let mut resp = self.store.get(self.state_key(key), None).await?;
         match resp.take_kvs().into_iter().next() {
             Some(kv) => Ok((decode(kv.value())?, kv.mod_revision())),
             None => Ok((ResourceState::default(), 0)),
@@ -135,12 +125,7 @@ impl EtcdFencedResource {
                     mod_rev,
                 )])
                 .and_then(vec![TxnOp::put(state_key.clone(), encode(&state), None)]);
-            if self
-                .store
-                .call("txn", self.client().kv_client().txn(txn))
-                .await?
-                .succeeded()
-            {
+            if self.store.txn(txn).await?.succeeded() {
                 return Ok(WriteOutcome::Accepted { high_water: token });
             }
         }

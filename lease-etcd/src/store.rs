@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, KeyValue,
+    LeaseGrantResponse, LeaseTimeToLiveResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnResponse, WatchFilterType, WatchOptions,
 };
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
@@ -19,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::BACKEND;
 use crate::config::EtcdConfig;
-use crate::error::{map, protocol};
+use crate::error::{map, not_sent, protocol};
 
 /// The tag that marks a lock key written by this crate; the owner id follows it. Keys written by
 /// `etcdctl lock` or Go's `concurrency.Mutex` have an empty value.
@@ -123,33 +124,106 @@ impl EtcdLeaseStore {
     }
 
     async fn probe_min_ttl(&self) -> Result<Duration> {
-        let grant = self
-            .call("lease_grant", self.client.lease_client().grant(1, None))
-            .await?;
-        let _ = self
-            .call(
-                "lease_revoke",
-                self.client.lease_client().revoke(grant.id()),
-            )
-            .await;
+        let grant = self.grant(1).await?;
+        self.revoke_quietly(grant.id()).await;
         Ok(secs(grant.ttl().max(1)))
     }
 
-    /// Runs one request under the request timeout and maps its error.
-    pub(crate) async fn call<T>(
-        &self,
-        op: &'static str,
-        fut: impl Future<Output = Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
+    /// Runs one request under the request timeout and maps its error. A request that certainly
+    /// never left this process (connection refused, typically a dead member among several
+    /// endpoints) is sent again, to the next endpoint, while the timeout allows.
+    pub(crate) async fn call<T, F, Fut>(&self, op: &'static str, mut request: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
         let after = self.config.request_timeout();
-        match tokio::time::timeout(after, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map(op, e, after)),
-            Err(_) => Err(Error::Timeout {
-                backend: BACKEND,
-                operation: op,
-                after,
-            }),
+        let deadline = Instant::now() + after;
+        let mut attempt: u32 = 0;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, request()).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(e)) if not_sent(&e) && attempt < self.retries() => {
+                    attempt += 1;
+                    let pause = Duration::from_millis(10 * u64::from(attempt));
+                    if Instant::now() + pause >= deadline {
+                        return Err(map(op, e, after));
+                    }
+                    tracing::debug!(backend = BACKEND, operation = op, attempt, error = %e, "request not sent; trying again");
+                    tokio::time::sleep(pause).await;
+                }
+                Ok(Err(e)) => return Err(map(op, e, after)),
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        backend: BACKEND,
+                        operation: op,
+                        after,
+                    });
+                }
+            }
+        }
+    }
+
+    fn retries(&self) -> u32 {
+        u32::try_from(self.config.endpoints().len() * 2).unwrap_or(u32::MAX)
+    }
+
+    pub(crate) async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<GetResponse> {
+        self.call("get", || {
+            let (mut kv, key, opts) = (self.client.kv_client(), key.clone(), opts.clone());
+            async move { kv.get(key, opts).await }
+        })
+        .await
+    }
+
+    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
+        self.call("txn", || {
+            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await
+    }
+
+    async fn grant(&self, ttl_secs: i64) -> Result<LeaseGrantResponse> {
+        self.call("lease_grant", || {
+            let mut lc = self.client.lease_client();
+            async move { lc.grant(ttl_secs, None).await }
+        })
+        .await
+    }
+
+    async fn time_to_live(&self, lease_id: i64) -> Result<LeaseTimeToLiveResponse> {
+        self.call("lease_time_to_live", || {
+            let mut lc = self.client.lease_client();
+            async move { lc.time_to_live(lease_id, None).await }
+        })
+        .await
+    }
+
+    /// One keepalive: `false` if etcd answered that the lease does not exist (TTL <= 0).
+    async fn keep_alive_once(&self, lease_id: i64) -> Result<bool> {
+        self.call("lease_keep_alive", || {
+            let mut lc = self.client.lease_client();
+            async move {
+                match lc.keep_alive(lease_id).await {
+                    Ok(_keeper_and_stream) => Ok(true),
+                    // The only error `keep_alive` reports after a successful exchange: TTL <= 0.
+                    Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
+    }
+
+    async fn revoke_quietly(&self, lease_id: i64) {
+        let revoke = self.call("lease_revoke", || {
+            let mut lc = self.client.lease_client();
+            async move { lc.revoke(lease_id).await }
+        });
+        if let Err(e) = revoke.await {
+            tracing::debug!(backend = BACKEND, lease_id, error = %e, "revoking an etcd lease failed; it will expire");
         }
     }
 
@@ -162,20 +236,13 @@ impl EtcdLeaseStore {
     }
 
     /// The current holder's key: the key under the lock prefix with the lowest create revision
-    /// (the lock protocol's rule), and how many keys wait behind it.
+    /// (the lock protocol's rule), and how many keys there are under the prefix.
     async fn holder_kv(&self, key: &LeaseKey) -> Result<(Option<KeyValue>, i64)> {
         let opts = GetOptions::new()
             .with_prefix()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(1);
-        let mut resp = self
-            .call(
-                "get",
-                self.client
-                    .kv_client()
-                    .get(self.mutex_prefix(key), Some(opts)),
-            )
-            .await?;
+        let mut resp = self.get(self.mutex_prefix(key), Some(opts)).await?;
         let count = resp.count();
         Ok((resp.take_kvs().into_iter().next(), count))
     }
@@ -188,12 +255,7 @@ impl EtcdLeaseStore {
             // A lock key without a lease (written by hand) never expires.
             (MAX_TTL, MAX_TTL)
         } else {
-            let r = self
-                .call(
-                    "lease_time_to_live",
-                    self.client.lease_client().time_to_live(kv.lease(), None),
-                )
-                .await?;
+            let r = self.time_to_live(kv.lease()).await?;
             let remaining = secs(r.ttl().max(0));
             (remaining, secs(r.granted_ttl().max(0)).max(remaining))
         };
@@ -210,14 +272,7 @@ impl EtcdLeaseStore {
     async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
         let kv = match parse_handle(lease.handle()) {
             Some((lease_id, _)) => {
-                let mut resp = self
-                    .call(
-                        "get",
-                        self.client
-                            .kv_client()
-                            .get(self.lock_key(lease.key(), lease_id), None),
-                    )
-                    .await?;
+                let mut resp = self.get(self.lock_key(lease.key(), lease_id), None).await?;
                 resp.take_kvs().into_iter().next()
             }
             None => self.holder_kv(lease.key()).await?.0,
@@ -227,15 +282,6 @@ impl EtcdLeaseStore {
                 && kv.lease() != 0
                 && owner_of(kv) == *lease.owner()
         }))
-    }
-
-    async fn revoke_quietly(&self, lease_id: i64) {
-        if let Err(e) = self
-            .call("lease_revoke", self.client.lease_client().revoke(lease_id))
-            .await
-        {
-            tracing::debug!(backend = BACKEND, lease_id, error = %e, "revoking an etcd lease failed; it will expire");
-        }
     }
 }
 
@@ -287,12 +333,7 @@ impl LeaseStore for EtcdLeaseStore {
                 Some(kv) => return Ok(AcquireOutcome::Held(self.holder_of(&kv).await?)),
             };
             let sent = Instant::now();
-            let grant = self
-                .call(
-                    "lease_grant",
-                    self.client.lease_client().grant(ttl_secs, None),
-                )
-                .await?;
+            let grant = self.grant(ttl_secs).await?;
             let lease_id = grant.id();
             if grant.ttl() != ttl_secs {
                 self.revoke_quietly(lease_id).await;
@@ -321,7 +362,7 @@ impl LeaseStore for EtcdLeaseStore {
                 Some(PutOptions::new().with_lease(lease_id)),
             ));
             let txn = Txn::new().when(compares).and_then(ops);
-            let resp = match self.call("txn", self.client.kv_client().txn(txn)).await {
+            let resp = match self.txn(txn).await {
                 Ok(resp) => resp,
                 Err(e) => {
                     // The outcome is unknown: revoking removes a grant that may have happened.
@@ -371,19 +412,8 @@ impl LeaseStore for EtcdLeaseStore {
         };
         let lease_id = kv.lease();
         let sent = Instant::now();
-        let after = self.config.request_timeout();
-        match tokio::time::timeout(after, self.client.lease_client().keep_alive(lease_id)).await {
-            Ok(Ok(_keeper_and_stream)) => {}
-            // The first keepalive answer said TTL <= 0: the etcd lease is gone.
-            Ok(Err(etcd_client::Error::LeaseKeepAliveError(_))) => return Ok(RenewOutcome::Lost),
-            Ok(Err(e)) => return Err(map("lease_keep_alive", e, after)),
-            Err(_) => {
-                return Err(Error::Timeout {
-                    backend: BACKEND,
-                    operation: "lease_keep_alive",
-                    after,
-                });
-            }
+        if !self.keep_alive_once(lease_id).await? {
+            return Ok(RenewOutcome::Lost);
         }
         // A keepalive only proves the etcd lease lives; the key may have been deleted or replaced.
         let Some(kv) = self
@@ -396,13 +426,7 @@ impl LeaseStore for EtcdLeaseStore {
         };
         let granted = match parse_handle(lease.handle()) {
             Some((id, ttl)) if id == lease_id => ttl,
-            _ => self
-                .call(
-                    "lease_time_to_live",
-                    self.client.lease_client().time_to_live(lease_id, None),
-                )
-                .await?
-                .granted_ttl(),
+            _ => self.time_to_live(lease_id).await?.granted_ttl(),
         };
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
         Ok(RenewOutcome::Renewed(
@@ -422,11 +446,7 @@ impl LeaseStore for EtcdLeaseStore {
                 Compare::lease(kv.key().to_vec(), CompareOp::Equal, kv.lease()),
             ])
             .and_then(vec![TxnOp::delete(kv.key().to_vec(), None)]);
-        if !self
-            .call("txn", self.client.kv_client().txn(txn))
-            .await?
-            .succeeded()
-        {
+        if !self.txn(txn).await?.succeeded() {
             return Ok(ReleaseOutcome::NotHeld);
         }
         self.revoke_quietly(kv.lease()).await;
@@ -451,20 +471,31 @@ impl LeaseStore for EtcdLeaseStore {
         let opts = WatchOptions::new()
             .with_prefix()
             .with_filters([WatchFilterType::NoPut]);
+        let prefix = self.mutex_prefix(key);
         let mut stream = self
-            .call(
-                "watch",
-                self.client
-                    .watch_client()
-                    .watch(self.mutex_prefix(key), Some(opts)),
-            )
+            .call("watch", || {
+                let (mut wc, prefix, opts) =
+                    (self.client.watch_client(), prefix.clone(), opts.clone());
+                async move { wc.watch(prefix, Some(opts)).await }
+            })
             .await?;
         // Wait until the server confirms the watch, so that no delete after this call is missed.
-        match self.call("watch", stream.message()).await? {
+        let after = self.config.request_timeout();
+        let confirmed = match tokio::time::timeout(after, stream.message()).await {
+            Ok(Ok(first)) => first,
+            Ok(Err(e)) => return Err(map("watch", e, after)),
+            Err(_) => {
+                return Err(Error::Timeout {
+                    backend: BACKEND,
+                    operation: "watch",
+                    after,
+                });
+            }
+        };
+        match confirmed {
             Some(resp) if resp.created() => {}
             _ => return Err(protocol("etcd did not confirm the watch")),
         }
-        let after = self.config.request_timeout();
         let hints = futures::stream::unfold(Some(stream), move |state| async move {
             let mut stream = state?;
             loop {

@@ -1,1 +1,116 @@
-//! The postgres backend (under construction).
+//! # lease-postgres
+//!
+//! Leases with fencing tokens on PostgreSQL, over `sqlx`: a [`LeaseStore`](lease_core::LeaseStore)
+//! on a lease table, fenced transactions, a high-water-mark [`FencedResource`](lease_core::FencedResource),
+//! and transaction-scoped advisory locks.
+//!
+//! ## The table
+//! One row per key, the seed's design: `(resource_key text primary key, owner text, lease_until
+//! timestamptz, fencing_token bigint)`, plus `ttl_ms`. [`PostgresLeaseStore::migrate`] creates it
+//! (idempotent); the same DDL ships as `sql/0001_leases.sql` for teams that run migrations
+//! themselves. The table name is configurable and schema-qualified ([`TableName`]), validated
+//! before any SQL is built.
+//!
+//! - **acquire** is one statement, the seed's upsert: insert, or take over only when
+//!   `lease_until <= clock_timestamp()` (or when the same owner asks again). Expiry is decided by
+//!   the database's clock only.
+//! - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token;
+//!   release keeps the row, so the next token is still greater.
+//! - **Tokens never go back**: a trigger draws every new token from a sequence,
+//!   `greatest(nextval(seq), requested)`. The sequence survives row deletion, and the seed's own
+//!   statements (`fencing_token = fencing_token + 1`) go through the same trigger.
+//!   See `docs/adr/0010-postgres-token-floor.md`.
+//!
+//! ## Acquire
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
+//! use lease_postgres::{PostgresLeaseStore, PostgresOptions, TableName};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let opts = PostgresOptions::new(TableName::parse("public.leases")?);
+//! let store = PostgresLeaseStore::connect_lazy("postgres://postgres@127.0.0.1:5432/test", opts)?;
+//! store.migrate().await?;
+//! let req = AcquireRequest::new(LeaseKey::new("tenant-42")?, OwnerId::with_label("worker-a"), Duration::from_secs(10));
+//! let lease = match store.acquire(&req).await? {
+//!     AcquireOutcome::Acquired(lease) => lease,
+//!     AcquireOutcome::Held(h) => return Ok(println!("{} holds it (token {})", h.owner, h.token)),
+//! };
+//! // ... work, renewing before lease.deadline() (or use lease_core::supervisor) ...
+//! assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Fenced transaction
+//! The caller's statements run in one transaction that has locked and validated the lease row
+//! (owner, token, unexpired); a lost lease returns [`FencedTx::LeaseLost`] and writes nothing.
+//! ```no_run
+//! # use std::time::Duration;
+//! # use lease_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+//! # use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! # let lease = store.acquire(&AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10))).await?.lease().unwrap();
+//! let token = lease.token().to_i64();
+//! let out = store
+//!     .fenced_transaction(&lease, |conn| {
+//!         Box::pin(async move {
+//!             sqlx::query("INSERT INTO audit (token, note) VALUES ($1, 'rebuilt')")
+//!                 .bind(token)
+//!                 .execute(&mut *conn)
+//!                 .await?;
+//!             Ok(())
+//!         })
+//!     })
+//!     .await?;
+//! assert!(matches!(out, FencedTx::Committed(()) | FencedTx::LeaseLost));
+//! # Ok(()) }
+//! ```
+//!
+//! ## High-water-mark table
+//! [`HighWaterTable`] ([`PostgresLeaseStore::fenced_resource`]) accepts a write only if its token
+//! is at least the key's `last_fencing_token` and advances it in the same statement; `install`
+//! moves the mark to a new generation before the new owner starts.
+//!
+//! ## Advisory locks
+//! ```no_run
+//! # use lease_core::LeaseKey;
+//! # use lease_postgres::{AdvisoryLocks, PostgresLeaseStore, PostgresOptions};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! let locks = AdvisoryLocks::new(store.pool().clone());
+//! let ran = locks
+//!     .try_with_lock(&LeaseKey::new("compaction")?, |conn| {
+//!         Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ()) })
+//!     })
+//!     .await?;
+//! println!("{}", if ran.is_some() { "compacted" } else { "busy" });
+//! # Ok(()) }
+//! ```
+//! Only transaction-scoped locks are offered; the [`advisory`] module says why, and
+//! [`advisory_lock_id`] documents the stable key-to-id mapping.
+//!
+//! ## Errors
+//! Driver errors are mapped by kind and SQLSTATE: connection loss, pool exhaustion and server
+//! shutdown are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable); cancelled
+//! statements and lock waits are [`Error::Timeout`](lease_core::Error::Timeout); an unparsable
+//! URL, a refused login, a missing database or a missing table are
+//! [`Error::Config`](lease_core::Error::Config); anything else is
+//! [`Error::Backend`](lease_core::Error::Backend).
+
+pub mod advisory;
+mod config;
+mod error;
+mod fenced;
+mod sql;
+mod store;
+
+/// The backend name used in errors, logs and metrics.
+pub const BACKEND: &str = "postgres";
+
+pub use advisory::{AdvisoryLocks, advisory_lock_id};
+pub use config::{MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableName, TxTimeouts};
+pub use fenced::{FencedTx, HighWaterTable};
+pub use store::{MIN_TTL, PostgresLeaseStore};
+
+/// The shipped migration (`sql/0001_leases.sql`), for the default table `"public"."leases"`.
+pub const MIGRATION_SQL: &str = sql::MIGRATION;

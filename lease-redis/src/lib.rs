@@ -1,1 +1,106 @@
-//! The redis backend (under construction).
+//! # lease-redis
+//!
+//! Leases with fencing tokens on Redis (7.0 or newer): [`RedisLeaseStore`] implements
+//! [`LeaseStore`](lease_core::LeaseStore) and, for the protected side,
+//! [`FencedResource`](lease_core::FencedResource).
+//!
+//! ## Quick start
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
+//! use lease_redis::RedisLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let locks = RedisLeaseStore::builder("redis://127.0.0.1:6379").prefix("jobs").connect().await?;
+//! let key = LeaseKey::new("nightly-report")?;
+//! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(10));
+//! if let AcquireOutcome::Acquired(lease) = locks.acquire(&req).await? {
+//!     // ... work, renewing before lease.deadline() ...
+//!     let _ = locks.release(&lease).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## How it works
+//! - **One script per operation.** Acquire sets the holder with a server-side TTL (`PEXPIRE`)
+//!   only if the key is free, expired or held by the same owner, and issues the next token;
+//!   renew extends only for the same owner *and* token; release deletes only for the same owner
+//!   and token (a plain `DEL` would remove a successor's lease) and publishes on the key's
+//!   release channel. Expiry is judged by the Redis server's clock, never the client's.
+//! - **Key layout** (see [`KeyLayout`]): `prefix:{key}:lease`, `prefix:{key}:gen`,
+//!   `prefix:{key}:fence` and the channel `prefix:{key}:released`. The `{key}` hash tag keeps a
+//!   lease, its counter and its fenced resource in one Redis Cluster slot; a prefix containing `{`
+//!   or `}` is refused with [`Error::Config`](lease_core::Error::Config).
+//! - **Waiting.** [`watch`](lease_core::LeaseStore::watch) opens a dedicated pub/sub connection and
+//!   subscribes to the release channel (always available) and, if the server publishes keyspace
+//!   notifications (`notify-keyspace-events` with `K` and `x` or `A`), to the lease hash's
+//!   keyspace events, which also report expiry. Without them the watch also signals every
+//!   [poll interval](RedisStoreBuilder::watch_poll_interval), so an expiry is noticed within
+//!   that bound.
+//!
+//! ## What Redis can promise, and what it cannot
+//! **It can promise** mutual exclusion on one healthy server: the scripts are atomic, expiry is
+//! the server's, and only the holder's own token can renew or release.
+//!
+//! **Tokens never go back, under a stated clock assumption.** Redis without persistence, a
+//! restart, or a failover to a replica that missed the last writes can lose the token counter.
+//! So the next token is `max(counter + 1, server TIME in unix microseconds)`: after a loss, the
+//! next token is at least the server's current time in microseconds, which is greater than every
+//! token issued before, **as long as the clock of the server that issues it does not run behind
+//! the clock of the server that issued the earlier tokens by more than the time that passed since
+//! then** (one NTP-synchronised machine or fleet: yes; a server with its clock set back by hours:
+//! no). This is [`TokenDurability::ClockFloored`](lease_core::TokenDurability::ClockFloored).
+//! Tokens are therefore large numbers (about 1.8 × 10^15 in 2026) and stay below 2^53, which the
+//! scripts' Lua numbers represent exactly, until the year 2255.
+//!
+//! **It cannot promise** that two owners never *believe* they hold the same key. Replication is
+//! asynchronous: if the primary grants a lease and fails before the grant reaches the replica
+//! that is promoted, the new primary grants the key again. [`RedisStoreBuilder::wait_for_replicas`]
+//! (`WAIT`) narrows that window but does not close it. Nor can any lease stop a holder that
+//! pauses (GC, VM suspend) past its TTL and then writes.
+//!
+//! ## Safe anyway: fencing
+//! Both failures are made harmless by the resource: every write carries the lease's token, and
+//! the resource rejects tokens below the highest one it has accepted. Because the promoted
+//! replica's token is floored by its clock, the new owner's token is greater than the old one's,
+//! so the old owner is rejected as soon as the new one writes (or installs its generation). The
+//! crate's failover test runs exactly this against real primary and replica processes.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp, WriteOutcome};
+//! use lease_redis::RedisLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let old_primary = RedisLeaseStore::connect("redis://10.0.0.1:6379").await?;
+//! let promoted = RedisLeaseStore::connect("redis://10.0.0.2:6379").await?; // missed A's grant
+//! let resource = RedisLeaseStore::connect("redis://10.0.0.9:6379").await?; // the protected data
+//! let key = LeaseKey::new("ledger")?;
+//! let ttl = Duration::from_secs(10);
+//! let a = old_primary.acquire(&AcquireRequest::new(key.clone(), OwnerId::random(), ttl)).await?.lease().unwrap();
+//! let b = promoted.acquire(&AcquireRequest::new(key.clone(), OwnerId::random(), ttl)).await?.lease().unwrap();
+//! assert!(b.token() > a.token()); // the clock floor
+//! assert!(resource.write(&key, b.token(), WriteOp::Add(1)).await?.is_accepted());
+//! let late = resource.write(&key, a.token(), WriteOp::Add(1)).await?;
+//! assert_eq!(late, WriteOutcome::Rejected { presented: a.token(), high_water: b.token() });
+//! # Ok(()) }
+//! ```
+//!
+//! ## Errors
+//! Driver errors are mapped by kind: refused, dropped or failed connections and a server that
+//! cannot serve right now (loading, read-only, cluster down) are
+//! [`Error::Unavailable`](lease_core::Error::Unavailable); response timeouts are
+//! [`Error::Timeout`](lease_core::Error::Timeout); an unparsable URL, a bad prefix or failed
+//! authentication are [`Error::Config`](lease_core::Error::Config); anything else is
+//! [`Error::Backend`](lease_core::Error::Backend).
+
+mod error;
+mod fenced;
+mod layout;
+mod scripts;
+mod store;
+mod watch;
+
+pub use layout::{DEFAULT_PREFIX, KeyLayout, MAX_PREFIX_LEN};
+pub use store::{MIN_TTL, RedisLeaseStore, RedisStoreBuilder, ReplicaWait};
+
+/// The backend name used in errors, logs and metrics.
+pub const BACKEND: &str = "redis";

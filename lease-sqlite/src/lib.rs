@@ -1,1 +1,67 @@
-//! The sqlite backend (under construction).
+//! # lease-sqlite
+//!
+//! The SQLite backend of the lease library: leases with fencing tokens for **many processes on
+//! one host** that share one database file. No server to run; it is the embedded default of the
+//! `lease` command line.
+//!
+//! ## Quick start
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
+//! use lease_sqlite::SqliteLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = SqliteLeaseStore::connect("sqlite:///var/lib/myapp/leases.db").await?;
+//! let key = LeaseKey::new("nightly-report")?;
+//! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(30));
+//! if let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? {
+//!     // Protected writes carry the token; the resource rejects older generations.
+//!     let res = store.fenced_resource();
+//!     assert!(res.write(&key, lease.token(), WriteOp::Add(1)).await?.is_accepted());
+//!     let _ = store.release(&lease).await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## What it assumes
+//! - **One host.** Every process opens the same file on a local file system. SQLite's locking is
+//!   not reliable over network file systems (NFS, SMB): do not share the file between hosts.
+//! - **One clock.** Expiry is judged by SQLite's clock inside each statement
+//!   (`unixepoch('subsec')`, millisecond precision), which is the host's wall clock. All
+//!   processes on the host read the same clock, so they agree on who holds a key. A wall-clock
+//!   *step* (a manual change, an NTP step) shortens or lengthens every lease by that step: a step
+//!   forward can expire a lease before its holder's local deadline. Fencing tokens keep the
+//!   protected resource safe even then; keep the clock slewed (NTP, chrony), not stepped.
+//! - **Tokens never go back.** The highest token per key is kept in its own table
+//!   (`lease_generation`) that is only ever increased, in a WAL-mode file with
+//!   `synchronous = FULL`, so a committed token survives process crashes, power loss, release,
+//!   expiry and even deleted lease rows ([`TokenDurability::Durable`](lease_core::TokenDurability)).
+//!   Deleting the file (or restoring an old copy) resets them: treat the file as state.
+//! - **Atomic operations.** Acquire is one `BEGIN IMMEDIATE` transaction; renew, release and
+//!   inspect are one statement each. Writers wait for each other up to the busy timeout
+//!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
+//!   [`Error::Timeout`](lease_core::Error::Timeout), which is retryable.
+//! - **No watch.** SQLite cannot notify other processes, so waiters poll
+//!   ([`Capabilities::watch`](lease_core::Capabilities) is false).
+//!
+//! See `docs/adr/0050-sqlite-one-host-one-clock.md` for the reasoning.
+//!
+//! ## Opening a database
+//! - [`SqliteLeaseStore::open`]`(path)` or [`SqliteLeaseStore::connect`]`("sqlite://path")`
+//!   create the file if it is missing and create the schema (idempotently; several processes may
+//!   do it at once). A directory that does not exist, a path that is a directory, a URL that is
+//!   not `sqlite:` or an in-memory database is an [`Error::Config`](lease_core::Error::Config).
+//! - [`SqliteOptions`] sets the busy timeout and the connection limit.
+//!
+//! ## Tables
+//! `lease_meta` (schema version), `lease_generation`, `lease_holder`, `lease_fenced`; they live
+//! next to any tables of your own in the same file.
+
+mod config;
+mod error;
+mod fenced;
+mod sql;
+mod store;
+
+pub use config::SqliteOptions;
+pub use fenced::SqliteFencedResource;
+pub use store::SqliteLeaseStore;

@@ -1,7 +1,18 @@
 //! etcd-specific cases and the helpers they share.
 
+pub(crate) mod cluster;
+mod failover;
+mod input;
+mod interop;
+mod renewal;
+
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, AcquireRequest, Lease, LeaseStore};
 use lease_etcd::EtcdConfig;
 use lease_testkit::cases::Case;
+use lease_testkit::{Failed, case};
+use tokio::time::Instant;
 
 /// The shared member's endpoints: `LEASE_ETCD_ENDPOINTS`, default `http://127.0.0.1:23790`.
 pub(crate) fn endpoints() -> String {
@@ -15,5 +26,78 @@ pub(crate) fn config() -> EtcdConfig {
 
 /// The etcd-specific cases.
 pub(crate) fn cases() -> Vec<Case> {
-    vec![]
+    vec![
+        case!("etcd", interop::etcdctl_holds_and_the_store_is_refused),
+        case!("etcd", interop::store_holds_and_etcdctl_waits),
+        case!(
+            "etcd",
+            renewal::keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal
+        ),
+        case!(
+            "etcd",
+            renewal::watch_wakes_a_waiter_on_release_and_on_expiry
+        ),
+        case!("etcd", input::unreachable_endpoints_fail_fast_and_retryable),
+        case!("etcd", input::malformed_endpoints_are_config_errors),
+        case!(
+            "etcd",
+            input::ttl_below_the_server_minimum_is_invalid_and_others_round_up
+        ),
+        case!("etcd", failover::member_restart_while_a_lease_is_held),
+        case!("etcd", failover::leader_killed_in_a_three_member_cluster),
+    ]
+}
+
+/// Acquires `req` as soon as the key is free: woken by the store's watch, re-watching when the
+/// watch breaks (a killed member), and re-trying at least every `poll` as a fallback. Fails after
+/// `within`.
+pub(crate) async fn wait_and_acquire(
+    store: &dyn LeaseStore,
+    req: &AcquireRequest,
+    poll: Duration,
+    within: Duration,
+) -> Result<Lease, Failed> {
+    let deadline = Instant::now() + within;
+    let mut watch = None;
+    loop {
+        if watch.is_none() {
+            watch = store.watch(&req.key).await.ok().flatten();
+        }
+        match store.acquire(req).await {
+            Ok(AcquireOutcome::Acquired(lease)) => return Ok(lease),
+            Ok(AcquireOutcome::Held(_)) => {}
+            Err(e) if e.is_retryable() => {}
+            Err(e) => return Err(format!("acquire while waiting: {e}").into()),
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!("{} not acquired within {within:?}", req.key).into());
+        }
+        let wait = poll.min(deadline - now);
+        match watch.as_mut() {
+            Some(w) => match tokio::time::timeout(wait, w.changed()).await {
+                Ok(Some(Ok(()))) | Err(_) => {}
+                Ok(_) => watch = None,
+            },
+            None => tokio::time::sleep(wait.min(Duration::from_millis(100))).await,
+        }
+    }
+}
+
+/// Acquires a free key on `store`, failing the case if it is held.
+pub(crate) async fn must_acquire(
+    store: &dyn LeaseStore,
+    key: &lease_core::LeaseKey,
+    owner: &lease_core::OwnerId,
+    ttl: Duration,
+) -> Result<Lease, Failed> {
+    match store
+        .acquire(&AcquireRequest::new(key.clone(), owner.clone(), ttl))
+        .await?
+    {
+        AcquireOutcome::Acquired(lease) => Ok(lease),
+        AcquireOutcome::Held(h) => {
+            Err(format!("{key} is held by {} with token {}", h.owner, h.token).into())
+        }
+    }
 }

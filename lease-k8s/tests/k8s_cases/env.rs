@@ -8,7 +8,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use lease_k8s::{KubeFencedResource, KubeLeaseStore};
 
 /// `KUBECONFIG`, or the file `scripts/services/k8s.sh` writes by default.
-pub fn kubeconfig() -> PathBuf {
+pub(crate) fn kubeconfig() -> PathBuf {
     match std::env::var_os("KUBECONFIG") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => {
@@ -19,29 +19,29 @@ pub fn kubeconfig() -> PathBuf {
 }
 
 /// `LEASE_K8S_NAMESPACE`, default `default`.
-pub fn namespace() -> String {
+pub(crate) fn namespace() -> String {
     std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into())
 }
 
-pub async fn client() -> lease_core::Result<kube::Client> {
+pub(crate) async fn client() -> lease_core::Result<kube::Client> {
     lease_k8s::client_from_kubeconfig(kubeconfig()).await
 }
 
-pub async fn store() -> lease_core::Result<KubeLeaseStore> {
+pub(crate) async fn store() -> lease_core::Result<KubeLeaseStore> {
     KubeLeaseStore::new(client().await?, namespace())
 }
 
-pub async fn resource() -> lease_core::Result<KubeFencedResource> {
+pub(crate) async fn resource() -> lease_core::Result<KubeFencedResource> {
     KubeFencedResource::new(client().await?, &namespace())
 }
 
 /// Raw access to the Lease objects (as another controller, or a human with kubectl, would have).
-pub async fn leases() -> lease_core::Result<Api<KubeLease>> {
+pub(crate) async fn leases() -> lease_core::Result<Api<KubeLease>> {
     Ok(Api::namespaced(client().await?, &namespace()))
 }
 
 /// Deletes the Leases and ConfigMaps a case left behind (best effort).
-pub async fn cleanup(prefix: &str) {
+pub(crate) async fn cleanup(prefix: &str) {
     let Ok(client) = client().await else { return };
     let leases: Api<KubeLease> = Api::namespaced(client.clone(), &namespace());
     let maps: Api<ConfigMap> = Api::namespaced(client, &namespace());

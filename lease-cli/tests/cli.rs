@@ -1,0 +1,495 @@
+//! Runs the real `lease` binary against SQLite (a temporary file) and Redis
+//! (`LEASE_REDIS_URL`, default `redis://127.0.0.1:6379`).
+//!
+//! Redis cases follow the project's skip rule: when Redis is unreachable they print a warning and
+//! pass, except under `CI=true` / `LEASE_TEST_REQUIRE=1`, where they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const NOT_ACQUIRED: i32 = 75;
+const LOST: i32 = 76;
+const CONFIG: i32 = 78;
+const USAGE: i32 = 64;
+const NOT_FOUND: i32 = 127;
+
+fn lease() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lease"));
+    cmd.env_remove("LEASE_STORE").env_remove("LEASE_LOG");
+    cmd
+}
+
+/// A key no other test (or earlier run) uses.
+fn unique_key(name: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("cli-{name}-{}-{nanos}", std::process::id())
+}
+
+struct Sqlite {
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+fn sqlite() -> Sqlite {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("leases.db").display());
+    Sqlite { _dir: dir, url }
+}
+
+/// The Redis URL, or `None` (after a warning) when Redis is unreachable outside CI.
+fn redis() -> Option<String> {
+    let url = std::env::var("LEASE_REDIS_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string());
+    let out = lease()
+        .args(["status", "--store", &url, "cli-probe"])
+        .output()
+        .expect("run lease status");
+    if out.status.success() {
+        return Some(url);
+    }
+    let why = String::from_utf8_lossy(&out.stderr);
+    if lease_testkit::require_services() {
+        panic!("Redis at {url} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {why}");
+    }
+    eprintln!(
+        "WARNING: Redis at {url} unavailable, skipping (set LEASE_TEST_REQUIRE=1 to fail): {why}"
+    );
+    None
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null()).output().expect("run lease")
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or_else(|| {
+        panic!(
+            "lease was killed: {:?}; stderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Waits for `child` to exit, at most `limit`.
+fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("lease did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `check` until it is true, at most `limit`.
+fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn is_held(store: &str, key: &str) -> bool {
+    let out = output(lease().args(["status", "--json", "--store", store, key]));
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("status --json prints JSON");
+    v["held"].as_bool().expect("held is a bool")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exit statuses
+
+#[test]
+fn child_status_passes_through() {
+    let s = sqlite();
+    let key = unique_key("status");
+    let out = output(lease().args([
+        "run", "--store", &s.url, "--key", &key, "--", "sh", "-c", "exit 3",
+    ]));
+    assert_eq!(code(&out), 3);
+    let out = output(lease().args(["run", "--store", &s.url, "--key", &key, "--", "true"]));
+    assert_eq!(code(&out), 0);
+    // Killed by a signal: 128 + N.
+    let out = output(lease().args([
+        "run",
+        "--store",
+        &s.url,
+        "--key",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]));
+    assert_eq!(code(&out), 128 + 15);
+    // The lease was released after each run.
+    assert!(!is_held(&s.url, &key));
+}
+
+#[test]
+fn command_not_found_is_127_and_releases() {
+    let s = sqlite();
+    let key = unique_key("nf");
+    let out = output(lease().args([
+        "run",
+        "--store",
+        &s.url,
+        "--key",
+        &key,
+        "--",
+        "/nonexistent/command",
+    ]));
+    assert_eq!(code(&out), NOT_FOUND);
+    assert!(!is_held(&s.url, &key));
+}
+
+#[test]
+fn child_gets_key_owner_and_token() {
+    let s = sqlite();
+    let key = unique_key("env");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("env");
+    let script = format!(
+        "echo \"$LEASE_KEY $LEASE_OWNER $LEASE_FENCING_TOKEN\" > {}",
+        file.display()
+    );
+    for _ in 0..2 {
+        let out = output(lease().args([
+            "run", "--store", &s.url, "--key", &key, "--label", "tester", "--", "sh", "-c", &script,
+        ]));
+        assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = read(&file);
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(parts.len(), 3, "{text:?}");
+    assert_eq!(parts[0], key);
+    assert!(parts[1].starts_with("tester-"), "{text:?}");
+    let token: u64 = parts[2].parse().expect("a numeric token");
+    assert!(
+        token >= 2,
+        "the second run must have a later token, got {token}"
+    );
+}
+
+#[test]
+fn bad_input_has_documented_statuses() {
+    let s = sqlite();
+    let out = output(lease().args(["run", "--store", "ftp://x", "--key", "k", "--", "true"]));
+    assert_eq!(code(&out), CONFIG);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store URL scheme"));
+    let out = output(lease().args(["run", "--store", &s.url, "--key", "Bad/Key", "--", "true"]));
+    assert_eq!(code(&out), CONFIG);
+    let out = output(lease().args(["status", "--store", &s.url, "Bad/Key"]));
+    assert_eq!(code(&out), CONFIG);
+    // Missing command, unparsable duration: usage errors.
+    let out = output(lease().args(["run", "--store", &s.url, "--key", "k"]));
+    assert_eq!(code(&out), USAGE);
+    let out = output(lease().args(["run", "--key", "k", "--ttl", "soon", "--", "true"]));
+    assert_eq!(code(&out), USAGE);
+    let out = output(lease().args([
+        "run",
+        "--key",
+        "k",
+        "--wait",
+        "1s",
+        "--no-wait",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), USAGE);
+}
+
+#[test]
+fn default_store_is_sqlite_under_the_state_dir() {
+    let state = tempfile::tempdir().expect("temp dir");
+    let key = unique_key("default");
+    let out = output(lease().env("XDG_STATE_HOME", state.path()).args([
+        "run",
+        "--key",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LEASE_STORE\"",
+    ]));
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let db = state.path().join("lease").join("leases.db");
+    assert!(db.is_file(), "{} was not created", db.display());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("leases.db"));
+    // LEASE_STORE overrides the default.
+    let s = sqlite();
+    let out = output(
+        lease()
+            .env("LEASE_STORE", &s.url)
+            .args(["status", "--json", &key]),
+    );
+    assert_eq!(code(&out), 0);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        v["last_token"].is_null(),
+        "a fresh store knows no token: {v}"
+    );
+}
+
+/// A held key: `--no-wait` and a short `--wait` give 75; SIGTERM to the holder's `lease run`
+/// is forwarded to its command (128 + 15).
+fn not_acquired_then_forwarded_signal(store: &str) {
+    let key = unique_key("held");
+    let mut holder = lease()
+        .args([
+            "run", "--store", store, "--key", &key, "--ttl", "2s", "--", "sleep", "30",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    wait_until("the holder to acquire", Duration::from_secs(20), || {
+        is_held(store, &key)
+    });
+
+    let out = output(lease().args([
+        "run",
+        "--store",
+        store,
+        "--key",
+        &key,
+        "--no-wait",
+        "--",
+        "true",
+    ]));
+    assert_eq!(
+        code(&out),
+        NOT_ACQUIRED,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("held by"));
+    let started = Instant::now();
+    let out = output(lease().args([
+        "run", "--store", store, "--key", &key, "--wait", "700ms", "--", "true",
+    ]));
+    assert_eq!(code(&out), NOT_ACQUIRED);
+    assert!(started.elapsed() >= Duration::from_millis(700));
+
+    let status = lease()
+        .args(["status", "--store", store, &key])
+        .output()
+        .expect("status");
+    assert!(String::from_utf8_lossy(&status.stdout).contains("held by"));
+
+    let pid = Pid::from_raw(i32::try_from(holder.id()).expect("pid"));
+    kill(pid, Signal::SIGTERM).expect("signal the holder");
+    let status = wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}");
+    assert!(!is_held(store, &key), "released after the command ended");
+}
+
+#[test]
+fn not_acquired_and_signal_forwarding_sqlite() {
+    let s = sqlite();
+    not_acquired_then_forwarded_signal(&s.url);
+}
+
+#[test]
+fn not_acquired_and_signal_forwarding_redis() {
+    if let Some(url) = redis() {
+        not_acquired_then_forwarded_signal(&url);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mutual exclusion across processes
+
+/// Several `lease run` processes on one key, each child logging start and end with its token:
+/// the intervals never overlap and tokens increase in order.
+fn never_overlap(store: &str) {
+    let key = unique_key("excl");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start $LEASE_FENCING_TOKEN $(date +%s%N)\" >> {log}; sleep 0.2; \
+         echo \"end $LEASE_FENCING_TOKEN $(date +%s%N)\" >> {log}",
+        log = log.display()
+    );
+    let runners = 4;
+    let mut children: Vec<Child> = (0..runners)
+        .map(|_| {
+            lease()
+                .args([
+                    "run", "--store", store, "--key", &key, "--ttl", "2s", "--wait", "60s", "--",
+                    "sh", "-c", &script,
+                ])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn lease run")
+        })
+        .collect();
+    for child in &mut children {
+        let status = wait_exit(child, Duration::from_secs(90));
+        assert_eq!(status.code(), Some(0), "{status:?}");
+    }
+    let text = read(&log);
+    let mut events: Vec<(u128, &str, u64)> = text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 3, "bad line {l:?}");
+            (
+                f[2].parse().expect("time"),
+                f[0],
+                f[1].parse().expect("token"),
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 2 * runners, "{text}");
+    events.sort_by_key(|e| (e.0, e.1 == "start"));
+    let mut last_token = 0;
+    for pair in events.chunks(2) {
+        let (start, end) = (pair[0], pair[1]);
+        assert_eq!(start.1, "start", "overlap in {text}");
+        assert_eq!(end.1, "end", "overlap in {text}");
+        assert_eq!(start.2, end.2, "interleaved runs in {text}");
+        assert!(start.2 > last_token, "tokens must increase: {text}");
+        last_token = start.2;
+    }
+}
+
+#[test]
+fn runs_never_overlap_sqlite() {
+    let s = sqlite();
+    never_overlap(&s.url);
+}
+
+#[test]
+fn runs_never_overlap_redis() {
+    if let Some(url) = redis() {
+        never_overlap(&url);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A paused `lease run` loses its lease; its command is stopped
+
+fn paused_runner_stops_its_command(store: &str) {
+    let key = unique_key("pause");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile: PathBuf = dir.path().join("pid");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo $$ > {pid}; echo start >> {log}; sleep 30; echo end >> {log}",
+        pid = pidfile.display(),
+        log = log.display()
+    );
+    let mut runner = lease()
+        .args([
+            "run", "--store", store, "--key", &key, "--ttl", "1s", "--grace", "1s", "--", "sh",
+            "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn lease run");
+    wait_until("the command to start", Duration::from_secs(20), || {
+        read(&pidfile).trim().parse::<i32>().is_ok()
+    });
+    let child = Pid::from_raw(read(&pidfile).trim().parse().expect("pid"));
+    let runner_pid = Pid::from_raw(i32::try_from(runner.id()).expect("pid"));
+
+    kill(runner_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    // While it is paused, the lease expires: another runner gets the key (bounded wait).
+    let out = output(lease().args([
+        "run", "--store", store, "--key", &key, "--ttl", "1s", "--wait", "20s", "--", "true",
+    ]));
+    let took_over = code(&out);
+    kill(runner_pid, Signal::SIGCONT).expect("SIGCONT");
+    assert_eq!(took_over, 0, "{}", String::from_utf8_lossy(&out.stderr));
+
+    let status = wait_exit(&mut runner, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(LOST), "{status:?}");
+    // The command (and its `sleep`) is gone and never finished its work.
+    assert!(
+        kill(child, None).is_err(),
+        "the command {child} still runs after the lease was lost"
+    );
+    assert_eq!(read(&log).trim(), "start");
+}
+
+#[test]
+fn paused_runner_stops_its_command_sqlite() {
+    let s = sqlite();
+    paused_runner_stops_its_command(&s.url);
+}
+
+#[test]
+fn paused_runner_stops_its_command_redis() {
+    if let Some(url) = redis() {
+        paused_runner_stops_its_command(&url);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elections
+
+#[test]
+fn elect_prints_json_leadership_changes() {
+    let s = sqlite();
+    let name = unique_key("elect");
+    let mut a = lease()
+        .args([
+            "elect", "--store", &s.url, "--name", &name, "--ttl", "1s", "--json", "--label", "a",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn elect");
+    wait_until("a to lead", Duration::from_secs(20), || {
+        is_held(&s.url, &name)
+    });
+    kill(
+        Pid::from_raw(i32::try_from(a.id()).expect("pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = wait_exit(&mut a, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut a.stdout.take().expect("stdout"), &mut stdout)
+        .expect("read stdout");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"joined"), "{stdout}");
+    assert!(kinds.contains(&"elected"), "{stdout}");
+    assert_eq!(kinds.last(), Some(&"resigned"), "{stdout}");
+    let elected = events
+        .iter()
+        .find(|e| e["event"] == "elected")
+        .expect("elected");
+    assert!(elected["term"].as_u64().is_some_and(|t| t > 0));
+    assert!(
+        elected["id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("a-"))
+    );
+    assert!(!is_held(&s.url, &name), "resigning releases the lease");
+}

@@ -1,0 +1,116 @@
+//! Bad configuration and TTLs below etcd's minimum: typed errors.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, AcquireRequest, Error, LeaseStore, OwnerId};
+use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+use lease_testkit::{CaseResult, Ctx};
+use tokio::time::Instant;
+
+use super::cluster::{Cluster, Timing};
+
+/// A refused port and a port that accepts connections but never answers fail within the
+/// timeouts, as retryable errors.
+pub(crate) async fn unreachable_endpoints_fail_fast_and_retryable(_ctx: Ctx) -> CaseResult {
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    // The kernel completes the TCP handshake into the backlog; nobody ever speaks HTTP/2.
+    let silent = TcpListener::bind("127.0.0.1:0")?;
+    let silent_port = silent.local_addr()?.port();
+    for endpoint in [
+        format!("http://127.0.0.1:{closed}"),
+        format!("http://127.0.0.1:{silent_port}"),
+    ] {
+        let config = EtcdConfig::from_list(&endpoint)
+            .with_connect_timeout(Duration::from_millis(300))
+            .with_request_timeout(Duration::from_millis(700));
+        let started = Instant::now();
+        match EtcdLeaseStore::connect(config).await {
+            Err(e @ (Error::Unavailable { .. } | Error::Timeout { .. })) => {
+                assert!(e.is_retryable())
+            }
+            other => {
+                return Err(
+                    format!("{endpoint}: expected Unavailable or Timeout, got {other:?}").into(),
+                );
+            }
+        }
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(3),
+            "{endpoint}: failing took {took:?}"
+        );
+    }
+    drop(silent);
+    Ok(())
+}
+
+/// Empty, scheme-less garbage and broken URLs are configuration errors, before any I/O.
+pub(crate) async fn malformed_endpoints_are_config_errors(_ctx: Ctx) -> CaseResult {
+    let lists: [&[&str]; 6] = [
+        &[],
+        &["http://"],
+        &["ftp://host:2379"],
+        &["http://bad host:1"],
+        &["http://h:1", "::::"],
+        &["http://[::1:2379"],
+    ];
+    for list in lists {
+        match EtcdLeaseStore::connect(EtcdConfig::new(list.iter().copied())).await {
+            Err(Error::Config { .. }) => {}
+            other => return Err(format!("{list:?}: expected Config, got {other:?}").into()),
+        }
+    }
+    let zero = EtcdConfig::from_list("http://127.0.0.1:1").with_request_timeout(Duration::ZERO);
+    assert!(matches!(
+        EtcdLeaseStore::connect(zero).await,
+        Err(Error::Config { .. })
+    ));
+    Ok(())
+}
+
+/// On a member with etcd's default timing the minimum TTL is 2 s: the store reports it, 1 s and
+/// 1.5 s TTLs are `InvalidTtl` and create nothing, and 2.5 s is granted as 3 s (reported in the
+/// lease and by inspect).
+pub(crate) async fn ttl_below_the_server_minimum_is_invalid_and_others_round_up(
+    ctx: Ctx,
+) -> CaseResult {
+    let cluster = Cluster::start(1, Timing::DEFAULT).await?;
+    let store = EtcdLeaseStore::connect(EtcdConfig::new(cluster.endpoints())).await?;
+    assert_eq!(store.capabilities().min_ttl, Duration::from_secs(2));
+    assert_eq!(store.capabilities().ttl_granularity, Duration::from_secs(1));
+    let key = ctx.key("min-ttl");
+    let a = OwnerId::with_label("a");
+    for ttl in [Duration::from_secs(1), Duration::from_millis(1500)] {
+        match store
+            .acquire(&AcquireRequest::new(key.clone(), a.clone(), ttl))
+            .await
+        {
+            Err(Error::InvalidTtl { .. }) => {}
+            other => {
+                return Err(format!(
+                    "{ttl:?} below a 2 s minimum: expected InvalidTtl, got {other:?}"
+                )
+                .into());
+            }
+        }
+    }
+    let state = store.inspect(&key).await?;
+    assert!(state.holder.is_none() && state.last_token.is_none());
+    let asked = Duration::from_millis(2500);
+    let lease = match store
+        .acquire(&AcquireRequest::new(key.clone(), a, asked))
+        .await?
+    {
+        AcquireOutcome::Acquired(lease) => lease,
+        AcquireOutcome::Held(h) => return Err(format!("fresh key held by {}", h.owner).into()),
+    };
+    assert_eq!(lease.ttl(), Duration::from_secs(3), "granted ttl");
+    assert!(lease.remaining() <= Duration::from_secs(3));
+    let holder = store.inspect(&key).await?.holder.ok_or("not held")?;
+    assert_eq!(holder.ttl, Duration::from_secs(3));
+    Ok(())
+}

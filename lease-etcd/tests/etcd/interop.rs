@@ -1,0 +1,168 @@
+//! Mutual exclusion with the real `etcdctl lock` (etcd's own lock protocol).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, LeaseStore, OwnerId, ReleaseOutcome};
+use lease_etcd::EtcdLeaseStore;
+use lease_testkit::{CaseResult, Ctx, Failed};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// The etcdctl binary: `LEASE_ETCDCTL_BIN`, default `/usr/bin/etcdctl`.
+fn etcdctl_bin() -> String {
+    std::env::var("LEASE_ETCDCTL_BIN").unwrap_or_else(|_| "/usr/bin/etcdctl".to_string())
+}
+
+/// `etcdctl lock NAME`, holding the lock (with a 10 s session) until interrupted.
+fn spawn_lock(name: &str) -> Result<(Child, Lines<BufReader<ChildStdout>>), Failed> {
+    let mut child = Command::new(etcdctl_bin())
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &super::endpoints(),
+            "lock",
+            "--ttl",
+            "10",
+            name,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", etcdctl_bin()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    Ok((child, BufReader::new(stdout).lines()))
+}
+
+/// The lock key `etcdctl` prints once it holds the lock, or `None` if it does not within `within`.
+async fn locked_key(
+    lines: &mut Lines<BufReader<ChildStdout>>,
+    within: Duration,
+) -> Result<Option<String>, Failed> {
+    match tokio::time::timeout(within, lines.next_line()).await {
+        Ok(Ok(Some(line))) => Ok(Some(line)),
+        Ok(Ok(None)) => Err("etcdctl exited without taking the lock".into()),
+        Ok(Err(e)) => Err(format!("reading etcdctl output: {e}").into()),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Interrupts etcdctl (SIGINT makes it unlock) and waits for it to exit.
+async fn interrupt(mut child: Child) -> CaseResult {
+    let pid = child.id().ok_or("etcdctl already exited")?;
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .await?;
+    if !status.success() {
+        return Err("kill -INT failed".into());
+    }
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .map_err(|_| "etcdctl did not exit")??;
+    Ok(())
+}
+
+/// `etcdctl lock` holds the name: the store is refused and names the etcdctl key as the holder;
+/// once etcdctl unlocks, the store acquires with a greater token.
+pub(crate) async fn etcdctl_holds_and_the_store_is_refused(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let key = ctx.key("etcdctl-holds");
+    let name = store.config().lock_name(&key);
+    let (child, mut lines) = spawn_lock(&name)?;
+    let held_key = locked_key(&mut lines, Duration::from_secs(10))
+        .await?
+        .ok_or("etcdctl did not lock a free name")?;
+    assert!(
+        held_key.starts_with(&format!("{name}/")),
+        "etcdctl printed {held_key:?}"
+    );
+
+    let b = OwnerId::with_label("b");
+    let holder = match store
+        .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+        .await?
+    {
+        AcquireOutcome::Held(h) => h,
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("granted token {} while etcdctl holds the lock", l.token()).into());
+        }
+    };
+    assert!(
+        holder.owner.as_str().starts_with("etcd-lock:"),
+        "holder {:?}",
+        holder.owner
+    );
+    assert!(holder.remaining > Duration::ZERO && holder.remaining <= Duration::from_secs(10));
+    assert_eq!(
+        store.inspect(&key).await?.holder.map(|h| h.token),
+        Some(holder.token)
+    );
+
+    interrupt(child).await?;
+    let lease = ctx
+        .acquire_within(&store, &key, &b, ctx.long_ttl(), Duration::from_secs(10))
+        .await?;
+    assert!(
+        lease.token() > holder.token,
+        "{} !> etcdctl's {}",
+        lease.token(),
+        holder.token
+    );
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    Ok(())
+}
+
+/// The store holds the name: `etcdctl lock` waits until the store releases, then holds it, and
+/// the store is refused.
+pub(crate) async fn store_holds_and_etcdctl_waits(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let key = ctx.key("store-holds");
+    let a = OwnerId::with_label("a");
+    let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
+    let (child, mut lines) = spawn_lock(&store.config().lock_name(&key))?;
+    if let Some(k) = locked_key(&mut lines, Duration::from_millis(1500)).await? {
+        return Err(format!("etcdctl took the lock ({k}) while the store holds it").into());
+    }
+    // etcdctl's waiting key queues behind ours: we still hold and renew.
+    let holder = ctx
+        .store()
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("the store lost the key")?;
+    assert_eq!(
+        (holder.owner.clone(), holder.token),
+        (a.clone(), lease.token())
+    );
+    assert!(matches!(
+        ctx.store().renew(&lease).await?,
+        lease_core::RenewOutcome::Renewed(_)
+    ));
+
+    assert_eq!(ctx.store().release(&lease).await?, ReleaseOutcome::Released);
+    let held_key = locked_key(&mut lines, Duration::from_secs(10))
+        .await?
+        .ok_or("etcdctl did not get the lock")?;
+    let b = OwnerId::with_label("b");
+    match store
+        .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+        .await?
+    {
+        AcquireOutcome::Held(h) => {
+            assert!(
+                h.owner.as_str().starts_with("etcd-lock:"),
+                "holder {:?}, etcdctl has {held_key}",
+                h.owner
+            );
+            assert!(h.token > lease.token());
+        }
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("granted token {} while etcdctl holds the lock", l.token()).into());
+        }
+    }
+    interrupt(child).await?;
+    ctx.wait_free(&key, Duration::from_secs(10)).await
+}

@@ -1,0 +1,302 @@
+//! Configuration: the validated table name and the timeouts.
+
+use std::fmt;
+use std::time::Duration;
+
+use lease_core::{Error, Result};
+
+use crate::BACKEND;
+
+/// The longest legal table name part. The crate derives `<table>_token_seq`, `<table>_fence` and
+/// `<table>_token_floor` from it, which must stay within PostgreSQL's 63-byte identifier limit.
+pub const MAX_TABLE_LEN: usize = 40;
+
+/// The longest legal schema name (PostgreSQL's identifier limit).
+pub const MAX_SCHEMA_LEN: usize = 63;
+
+/// A schema-qualified table name, validated before any SQL is built from it.
+///
+/// Both parts must be lowercase SQL identifiers: an ASCII letter or `_` followed by ASCII
+/// lowercase letters, digits or `_` (the schema at most 63 bytes, the table at most
+/// [`MAX_TABLE_LEN`]). Nothing else can reach the SQL text, so configuration cannot inject SQL;
+/// the names are additionally quoted wherever they are used. Without a schema, `public` is used.
+///
+/// ```
+/// use lease_postgres::TableName;
+/// let t = TableName::parse("locking.leases")?;
+/// assert_eq!(t.schema(), "locking");
+/// assert_eq!(t.table(), "leases");
+/// assert_eq!(t.to_string(), "\"locking\".\"leases\"");
+/// assert_eq!(TableName::parse("leases")?.schema(), "public");
+/// assert!(TableName::parse("leases; drop table x").is_err());
+/// assert!(TableName::parse("Leases").is_err());
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct TableName {
+    schema: String,
+    table: String,
+}
+
+impl TableName {
+    /// Parses `table` or `schema.table`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the rejected name and the rule it breaks.
+    pub fn parse(name: &str) -> Result<Self> {
+        let (schema, table) = match name.split_once('.') {
+            Some((s, t)) => (s, t),
+            None => ("public", name),
+        };
+        check_ident(schema, MAX_SCHEMA_LEN, name)?;
+        check_ident(table, MAX_TABLE_LEN, name)?;
+        Ok(TableName {
+            schema: schema.to_string(),
+            table: table.to_string(),
+        })
+    }
+
+    /// The schema part.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The table part.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A quoted, schema-qualified name of a sibling object: `"schema"."<table><suffix>"`.
+    pub(crate) fn sibling(&self, suffix: &str) -> String {
+        format!("\"{}\".\"{}{suffix}\"", self.schema, self.table)
+    }
+}
+
+impl Default for TableName {
+    /// `public.leases`.
+    fn default() -> Self {
+        TableName {
+            schema: "public".to_string(),
+            table: "leases".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    /// The quoted, schema-qualified name, ready for SQL.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\".\"{}\"", self.schema, self.table)
+    }
+}
+
+impl fmt::Debug for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TableName({}.{})", self.schema, self.table)
+    }
+}
+
+impl std::str::FromStr for TableName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        TableName::parse(s)
+    }
+}
+
+fn check_ident(part: &str, max: usize, whole: &str) -> Result<()> {
+    let reason = if part.is_empty() {
+        Some("a name part is empty".to_string())
+    } else if part.len() > max {
+        Some(format!("{part:?} is longer than {max} bytes"))
+    } else if !part
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+    {
+        Some(format!(
+            "{part:?} must start with a lowercase letter or '_'"
+        ))
+    } else if !part
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        Some(format!(
+            "{part:?} may contain only lowercase ASCII letters, digits and '_'"
+        ))
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::config(
+            BACKEND,
+            format!(
+                "illegal table name {:?}: {reason}",
+                whole.chars().take(80).collect::<String>()
+            ),
+            None,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Server-side bounds for a transaction that holds a row lock or an advisory lock, so that a
+/// stuck transaction cannot delay a takeover indefinitely. Applied with `SET LOCAL` inside the
+/// transaction only.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_postgres::TxTimeouts;
+/// let t = TxTimeouts::default().with_lock_timeout(Duration::from_millis(200));
+/// assert_eq!(t.lock_timeout, Duration::from_millis(200));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TxTimeouts {
+    /// `lock_timeout`: the longest wait for the lease row or the advisory lock. Default 2 s.
+    pub lock_timeout: Duration,
+    /// `statement_timeout`: the longest any one statement of the transaction may run. Default 5 s.
+    pub statement_timeout: Duration,
+    /// `idle_in_transaction_session_timeout`: the longest the client may leave the open
+    /// transaction idle between statements before the server ends the session (and with it the
+    /// transaction and its locks). Default 5 s.
+    pub idle_timeout: Duration,
+}
+
+impl Default for TxTimeouts {
+    fn default() -> Self {
+        TxTimeouts {
+            lock_timeout: Duration::from_secs(2),
+            statement_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl TxTimeouts {
+    /// Sets [`TxTimeouts::lock_timeout`].
+    pub fn with_lock_timeout(mut self, d: Duration) -> Self {
+        self.lock_timeout = d;
+        self
+    }
+
+    /// Sets [`TxTimeouts::statement_timeout`].
+    pub fn with_statement_timeout(mut self, d: Duration) -> Self {
+        self.statement_timeout = d;
+        self
+    }
+
+    /// Sets [`TxTimeouts::idle_timeout`].
+    pub fn with_idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// The settings as `(name, milliseconds)` pairs, for `set_config(name, value, true)`.
+    pub(crate) fn settings(&self) -> [(&'static str, String); 3] {
+        [
+            ("lock_timeout", millis_setting(self.lock_timeout)),
+            ("statement_timeout", millis_setting(self.statement_timeout)),
+            (
+                "idle_in_transaction_session_timeout",
+                millis_setting(self.idle_timeout),
+            ),
+        ]
+    }
+}
+
+/// A duration as a PostgreSQL millisecond setting, at least 1 ms (0 would mean "no limit").
+pub(crate) fn millis_setting(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+/// Everything a [`PostgresLeaseStore`](crate::PostgresLeaseStore) is configured with.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_postgres::{PostgresOptions, TableName};
+/// let opts = PostgresOptions::new(TableName::parse("locking.leases")?)
+///     .with_op_timeout(Duration::from_secs(2))
+///     .with_max_connections(8);
+/// assert_eq!(opts.table().table(), "leases");
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresOptions {
+    table: TableName,
+    op_timeout: Duration,
+    max_connections: u32,
+    acquire_timeout: Duration,
+    tx: TxTimeouts,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions::new(TableName::default())
+    }
+}
+
+impl PostgresOptions {
+    /// Defaults for `table`: 5 s per operation, a pool of 10 connections with a 2 s acquire
+    /// timeout (for pools the store builds itself), and [`TxTimeouts::default`].
+    pub fn new(table: TableName) -> Self {
+        PostgresOptions {
+            table,
+            op_timeout: Duration::from_secs(5),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(2),
+            tx: TxTimeouts::default(),
+        }
+    }
+
+    /// The lease table.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// Sets the client-side bound on one lease operation (acquire, renew, release, inspect);
+    /// beyond it the call returns [`Error::Timeout`] and its outcome is unknown. Pools built by
+    /// [`PostgresLeaseStore::connect`](crate::PostgresLeaseStore::connect) also get it as the
+    /// server's `statement_timeout`.
+    pub fn with_op_timeout(mut self, d: Duration) -> Self {
+        self.op_timeout = d;
+        self
+    }
+
+    /// The bound on one lease operation.
+    pub fn op_timeout(&self) -> Duration {
+        self.op_timeout
+    }
+
+    /// Sets the pool size used by [`PostgresLeaseStore::connect`](crate::PostgresLeaseStore::connect).
+    pub fn with_max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// The pool size for pools the store builds.
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// Sets how long an operation waits for a free pooled connection before failing with a
+    /// retryable [`Error::Unavailable`] (pools the store builds).
+    pub fn with_acquire_timeout(mut self, d: Duration) -> Self {
+        self.acquire_timeout = d;
+        self
+    }
+
+    /// The pool acquire timeout.
+    pub fn acquire_timeout(&self) -> Duration {
+        self.acquire_timeout
+    }
+
+    /// Sets the bounds of fenced transactions.
+    pub fn with_tx_timeouts(mut self, tx: TxTimeouts) -> Self {
+        self.tx = tx;
+        self
+    }
+
+    /// The bounds of fenced transactions.
+    pub fn tx_timeouts(&self) -> TxTimeouts {
+        self.tx
+    }
+}

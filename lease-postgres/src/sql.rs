@@ -1,0 +1,161 @@
+//! The SQL text, built once per table from a validated [`TableName`].
+
+use crate::config::TableName;
+
+/// The shipped migration, written for `"public"."leases"`.
+pub(crate) const MIGRATION: &str = include_str!("../sql/0001_leases.sql");
+
+/// The migration for `table`: the shipped file with the schema and table names replaced.
+pub(crate) fn migration(table: &TableName) -> String {
+    MIGRATION
+        .replace("\"public\".", &format!("\"{}\".", table.schema()))
+        .replace("\"leases", &format!("\"{}", table.table()))
+}
+
+/// Every statement the store runs, for one table.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    /// The seed's upsert, plus same-owner re-acquire: grants iff the key is free, expired, or
+    /// already held by the same owner; otherwise returns the holder. The token comes from the
+    /// floor trigger.
+    pub(crate) acquire: String,
+    /// The current holder of a key (if unexpired), its remaining time and last token.
+    pub(crate) inspect: String,
+    /// Conditional extension by owner and token while unexpired.
+    pub(crate) renew: String,
+    /// One statement renewing many leases.
+    pub(crate) renew_many: String,
+    /// Conditional release by owner and token while unexpired; keeps the row and its token.
+    pub(crate) release: String,
+    /// Locks and validates the lease row for a fenced transaction.
+    pub(crate) lock_row: String,
+    /// Whether the (locked) lease row is still unexpired.
+    pub(crate) still_valid: String,
+    /// The high-water-mark table's conditional write.
+    pub(crate) fence_write: String,
+    /// The high-water mark of a key.
+    pub(crate) fence_mark: String,
+    /// The high-water mark and state of a key.
+    pub(crate) fence_read: String,
+    /// Removes every row whose key starts with a prefix (tests and tooling).
+    pub(crate) delete_prefix: [String; 2],
+}
+
+impl Statements {
+    pub(crate) fn new(t: &TableName) -> Self {
+        let table = t.to_string();
+        let fence = t.sibling("_fence");
+        // `clock_timestamp()` (not `now()`): the server's clock at the moment the row is looked
+        // at, even inside a longer transaction. Expiry is decided by it alone.
+        // One statement decides and reports: a refused attempt rewrites the row unchanged so
+        // that RETURNING names the holder of exactly the row version the decision was made on.
+        // `c.now` is read once, at statement start (before any row-lock wait): a grant is never
+        // early, and the granted row's lease_until is never later than the client believes.
+        let granted = "(l.lease_until <= (SELECT now FROM c) OR l.owner = excluded.owner)";
+        let acquire = format!(
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+             INSERT INTO {table} AS l (resource_key, owner, lease_until, fencing_token, ttl_ms) \
+             SELECT $1, $2, c.now + $3::bigint * interval '1 millisecond', 1, $3 FROM c \
+             ON CONFLICT (resource_key) DO UPDATE \
+               SET owner = CASE WHEN {granted} THEN excluded.owner ELSE l.owner END, \
+                   lease_until = CASE WHEN {granted} THEN excluded.lease_until ELSE l.lease_until END, \
+                   fencing_token = CASE WHEN {granted} THEN l.fencing_token + 1 ELSE l.fencing_token END, \
+                   ttl_ms = CASE WHEN {granted} THEN excluded.ttl_ms ELSE l.ttl_ms END \
+             RETURNING l.owner, l.fencing_token, l.ttl_ms, \
+               ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us"
+        );
+        let inspect = format!(
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+             SELECT l.owner, l.fencing_token, l.ttl_ms, \
+                    CASE WHEN l.lease_until > c.now \
+                         THEN ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint \
+                    END AS remaining_us \
+             FROM {table} l, c WHERE l.resource_key = $1"
+        );
+        let renew = format!(
+            "UPDATE {table} \
+             SET lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond', ttl_ms = $4 \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+               AND lease_until > clock_timestamp()"
+        );
+        let renew_many = format!(
+            "UPDATE {table} AS l \
+             SET lease_until = clock_timestamp() + b.ttl_ms * interval '1 millisecond', ttl_ms = b.ttl_ms \
+             FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(k, o, tok, ttl_ms) \
+             WHERE l.resource_key = b.k AND l.owner = b.o AND l.fencing_token = b.tok \
+               AND l.lease_until > clock_timestamp() \
+             RETURNING l.resource_key, l.fencing_token"
+        );
+        // '-infinity' marks a released row: expired for every clock, even one stepped back.
+        let release = format!(
+            "UPDATE {table} SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+               AND lease_until > clock_timestamp()"
+        );
+        let lock_row = format!(
+            "SELECT 1 FROM {table} \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+               AND lease_until > clock_timestamp() \
+             FOR UPDATE"
+        );
+        let still_valid = format!(
+            "SELECT lease_until > clock_timestamp() FROM {table} \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3"
+        );
+        let fence_write = format!(
+            "INSERT INTO {fence} AS r (resource_key, last_fencing_token, value, counter, accepted) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (resource_key) DO UPDATE \
+               SET last_fencing_token = excluded.last_fencing_token, \
+                   value = CASE WHEN $6 THEN excluded.value ELSE r.value END, \
+                   counter = r.counter + excluded.counter, \
+                   accepted = r.accepted + excluded.accepted \
+               WHERE r.last_fencing_token <= excluded.last_fencing_token \
+             RETURNING r.last_fencing_token"
+        );
+        let fence_mark = format!("SELECT last_fencing_token FROM {fence} WHERE resource_key = $1");
+        let fence_read = format!(
+            "SELECT last_fencing_token, value, counter, accepted FROM {fence} WHERE resource_key = $1"
+        );
+        let delete_prefix = [
+            format!("DELETE FROM {table} WHERE starts_with(resource_key, $1)"),
+            format!("DELETE FROM {fence} WHERE starts_with(resource_key, $1)"),
+        ];
+        Statements {
+            acquire,
+            inspect,
+            renew,
+            renew_many,
+            release,
+            lock_row,
+            still_valid,
+            fence_write,
+            fence_mark,
+            fence_read,
+            delete_prefix,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_renames_every_object() {
+        let t = TableName::parse("locking.jobs").unwrap();
+        let sql = migration(&t);
+        assert!(!sql.contains("\"public\""));
+        assert!(!sql.contains("\"leases"));
+        for name in [
+            "\"locking\".\"jobs\"",
+            "\"locking\".\"jobs_token_seq\"",
+            "\"locking\".\"jobs_fence\"",
+            "\"jobs_token_floor\"",
+            "\"locking\".\"lease_token_floor\"()",
+        ] {
+            assert!(sql.contains(name), "{name} missing");
+        }
+        assert_eq!(migration(&TableName::default()), MIGRATION);
+    }
+}

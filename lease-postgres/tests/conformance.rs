@@ -1,0 +1,96 @@
+//! The shared lease-testkit suite, unchanged, against the real PostgreSQL server, plus this
+//! backend's own failure cases (group `postgres`).
+//!
+//! Server: `LEASE_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). Tables live in
+//! the schema `lease_pg_test`; every case uses its own random key namespace and deletes its rows.
+
+mod support;
+
+use std::sync::Arc;
+
+use lease_core::{FencedResource, LeaseStore};
+use lease_testkit::{Backend, BoxFuture, case};
+
+#[derive(Debug)]
+struct Postgres;
+
+impl Backend for Postgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn LeaseStore>>> {
+        Box::pin(async { Ok(Arc::new(support::store().await?) as Arc<dyn LeaseStore>) })
+    }
+
+    fn resource(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn FencedResource>>> {
+        Box::pin(async {
+            Ok(Arc::new(support::store().await?.fenced_resource()) as Arc<dyn FencedResource>)
+        })
+    }
+
+    fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Ok(store) = support::store().await {
+                let _ = store.delete_prefix(namespace).await;
+            }
+        })
+    }
+}
+
+fn main() {
+    support::migrate_once();
+    lease_testkit::run_with(
+        Postgres,
+        vec![
+            case!(
+                "postgres",
+                support::seed::seed_statements_behave_as_described_next_to_the_library
+            ),
+            case!(
+                "postgres",
+                support::seed::tokens_never_go_back_after_row_deletion_or_hand_edits
+            ),
+            case!(
+                "postgres",
+                support::fenced::fenced_transaction_commits_only_for_the_valid_holder
+            ),
+            case!(
+                "postgres",
+                support::fenced::fenced_transaction_holds_off_takeover_and_rechecks_expiry
+            ),
+            case!(
+                "postgres",
+                support::fenced::fenced_transaction_is_bounded_by_server_timeouts
+            ),
+            case!(
+                "postgres",
+                support::fenced::advance_in_fences_a_callers_own_transaction
+            ),
+            case!(
+                "postgres",
+                support::advisory::advisory_xact_lock_excludes_and_try_reports_busy
+            ),
+            case!(
+                "postgres",
+                support::failure::terminated_connections_lose_no_lease_and_leak_no_lock
+            ),
+            case!(
+                "postgres",
+                support::failure::pool_exhausted_is_a_retryable_error_without_hang
+            ),
+            case!(
+                "postgres",
+                support::failure::bad_configuration_is_a_typed_error
+            ),
+            case!(
+                "postgres",
+                support::failure::migrate_is_idempotent_and_concurrent_safe
+            ),
+            case!(
+                "postgres",
+                support::failure::renew_many_renews_exactly_the_held_leases
+            ),
+        ],
+    );
+}

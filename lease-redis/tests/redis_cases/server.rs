@@ -1,0 +1,187 @@
+//! `redis-server` processes started by a test on free loopback ports, each with its own
+//! directory, no persistence, and a guard that kills the process and removes the directory when
+//! dropped (also when the case fails or panics).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use lease_testkit::Failed;
+use tokio::time::Instant;
+
+/// A running `redis-server` owned by the test.
+#[derive(Debug)]
+pub(crate) struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+fn free_port() -> Result<u16, Failed> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    Ok(listener.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+impl RedisServer {
+    /// Starts a server on a free port with `extra` arguments (for example `--replicaof`).
+    pub(crate) async fn start(extra: &[&str]) -> Result<Self, Failed> {
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("lease-redis-test-{port}-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn().await?;
+        Ok(server)
+    }
+
+    async fn spawn(&mut self) -> Result<(), Failed> {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--logfile", "redis.log", "--daemonize", "no"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start redis-server (is it installed?): {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if self.ping().await.is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "redis-server on port {} did not answer PING within 15 s",
+                    self.port
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    async fn ping(&self) -> redis::RedisResult<()> {
+        let client = redis::Client::open(self.url().as_str())?;
+        let mut con = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async(&mut con).await
+    }
+
+    /// The port.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id.
+    pub(crate) fn pid(&self) -> Result<u32, Failed> {
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .ok_or_else(|| "server not running".into())
+    }
+
+    /// Kills the process (no save: the data is gone) and waits for it.
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server and starts it again on the same port and directory, empty.
+    pub(crate) async fn restart(&mut self) -> Result<(), Failed> {
+        self.kill();
+        self.spawn().await
+    }
+
+    /// Sends a signal (`STOP`, `CONT`) to the process.
+    pub(crate) fn signal(&self, signal: &str) -> Result<(), Failed> {
+        let pid = self.pid()?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| format!("kill -{signal} {pid}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{signal} {pid} failed: {status}").into())
+        }
+    }
+
+    /// A plain connection for administrative commands.
+    pub(crate) async fn admin(&self) -> Result<redis::aio::MultiplexedConnection, Failed> {
+        let client = redis::Client::open(self.url().as_str()).map_err(|e| e.to_string())?;
+        Ok(client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?)
+    }
+
+    /// The `INFO replication` field `name`.
+    pub(crate) async fn replication_field(&self, name: &str) -> Result<Option<String>, Failed> {
+        let mut con = self.admin().await?;
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut con)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(info.lines().find_map(|l| {
+            l.strip_prefix(&format!("{name}:"))
+                .map(|v| v.trim().to_string())
+        }))
+    }
+
+    /// Waits until `INFO replication` shows `name:value`, or fails after `within`.
+    pub(crate) async fn wait_replication(
+        &self,
+        name: &str,
+        value: &str,
+        within: Duration,
+    ) -> Result<(), Failed> {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.replication_field(name).await?.as_deref() == Some(value) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "server {}: {name} was not {value} within {within:?}",
+                    self.port
+                )
+                .into());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,185 @@
+//! Where the database lives and how connections to it are set up.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use lease_core::{Error, Result};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+
+use crate::error::BACKEND;
+
+/// Tuning for [`SqliteLeaseStore`](crate::SqliteLeaseStore): how long to wait for another
+/// process's write lock, and how many connections one store keeps.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_sqlite::SqliteOptions;
+/// let opts = SqliteOptions::new().busy_timeout(Duration::from_secs(2)).max_connections(2);
+/// assert_eq!(opts.get_busy_timeout(), Duration::from_secs(2));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqliteOptions {
+    busy_timeout: Duration,
+    max_connections: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            busy_timeout: Duration::from_secs(5),
+            max_connections: 4,
+        }
+    }
+}
+
+impl SqliteOptions {
+    /// The defaults: a 5 s busy timeout and up to 4 connections.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How long a statement waits for another connection's (or process's) write lock before it
+    /// fails with [`Error::Timeout`]. SQLite's `busy_timeout`; at least 1 ms.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The largest number of connections the store keeps open (at least 1).
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// The configured busy timeout.
+    pub fn get_busy_timeout(&self) -> Duration {
+        self.busy_timeout
+    }
+
+    /// The configured connection limit.
+    pub fn get_max_connections(&self) -> u32 {
+        self.max_connections
+    }
+}
+
+/// Turns a `sqlite://path` (or `sqlite:path`) URL into a file path and sqlx's own query
+/// parameters. Anything else, an empty path or an in-memory database is a configuration error.
+pub(crate) fn parse_url(url: &str) -> Result<SqliteConnectOptions> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .ok_or_else(|| {
+            Error::config(
+                BACKEND,
+                format!("{url:?} is not a sqlite URL (expected sqlite://PATH)"),
+                None,
+            )
+        })?;
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() {
+        return Err(Error::config(
+            BACKEND,
+            format!("{url:?} names no database file"),
+            None,
+        ));
+    }
+    if path == ":memory:" || rest.contains("mode=memory") {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "{url:?} is an in-memory database, which other processes cannot share; use the memory store instead"
+            ),
+            None,
+        ));
+    }
+    let opts = SqliteConnectOptions::from_str(url).map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("cannot parse {url:?}: {e}"),
+            Some(e.into()),
+        )
+    })?;
+    Ok(opts)
+}
+
+/// Checks that the database file can be created where it is asked for: its directory exists and
+/// the path is not itself a directory.
+pub(crate) fn check_path(path: &Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::config(BACKEND, "the database path is empty", None));
+    }
+    if path.is_dir() {
+        return Err(Error::config(
+            BACKEND,
+            format!("{} is a directory, not a database file", path.display()),
+            None,
+        ));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "the directory {} of database {} does not exist",
+                parent.display(),
+                path.display()
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// Applies what every connection of a store needs: create the file if missing, WAL journal,
+/// `synchronous = FULL` (a committed token survives power loss), and the busy timeout.
+pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> SqliteConnectOptions {
+    opts.create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(options.busy_timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked() {
+        assert!(parse_url("sqlite:///tmp/x.db").is_ok());
+        assert!(parse_url("sqlite://relative/x.db").is_ok());
+        assert!(parse_url("sqlite:x.db?mode=rwc").is_ok());
+        for bad in [
+            "",
+            "x.db",
+            "postgres://localhost/db",
+            "sqlite://",
+            "sqlite::memory:",
+            "sqlite://?mode=memory",
+        ] {
+            assert!(
+                matches!(parse_url(bad), Err(Error::Config { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(matches!(
+            parse_url("sqlite://x.db?mode=bogus"),
+            Err(Error::Config { .. })
+        ));
+    }
+
+    #[test]
+    fn paths_are_checked() {
+        let tmp = std::env::temp_dir();
+        assert!(check_path(&tmp.join("lease.db")).is_ok());
+        assert!(matches!(check_path(&tmp), Err(Error::Config { .. })));
+        assert!(matches!(
+            check_path(&tmp.join("no-such-dir-7f3a/lease.db")),
+            Err(Error::Config { .. })
+        ));
+        assert!(check_path(Path::new("lease.db")).is_ok());
+    }
+}

@@ -1,0 +1,163 @@
+//! [`SqliteFencedResource`]: a high-water-mark table in the same database file.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lease_core::{
+    FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+};
+
+use crate::error::{BACKEND, corrupt};
+use crate::sql;
+use crate::store::{Inner, SqliteLeaseStore};
+
+/// A [`FencedResource`] in table `lease_fenced` of a [`SqliteLeaseStore`]'s file: per key, the
+/// highest accepted token, the last `Put` value, the sum of `Add`s and the number of accepted
+/// writes. Each write is one `BEGIN IMMEDIATE` transaction, so the token check and the write are
+/// atomic across processes.
+///
+/// ```no_run
+/// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let store = lease_sqlite::SqliteLeaseStore::open("/tmp/leases.db").await?;
+/// let res = store.fenced_resource();
+/// let key = LeaseKey::new("ledger")?;
+/// let out = res.write(&key, FencingToken::new(7)?, WriteOp::Add(1)).await?;
+/// assert!(out.is_accepted());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteFencedResource {
+    inner: Arc<Inner>,
+}
+
+impl SqliteFencedResource {
+    pub(crate) fn new(inner: Arc<Inner>) -> Self {
+        SqliteFencedResource { inner }
+    }
+
+    async fn apply(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: Option<WriteOp>,
+    ) -> Result<WriteOutcome> {
+        let map = self.inner.map(if op.is_some() {
+            "fenced write"
+        } else {
+            "fenced install"
+        });
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(&map)?;
+        let row: Option<(i64, Option<Vec<u8>>, i64, i64)> = sqlx::query_as(sql::SELECT_FENCED)
+            .bind(key.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(&map)?;
+        let mut state = decode(row)?;
+        if let Some(high_water) = state.high_water
+            && token < high_water
+        {
+            tx.rollback().await.map_err(&map)?;
+            tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
+            return Ok(WriteOutcome::Rejected {
+                presented: token,
+                high_water,
+            });
+        }
+        state.high_water = Some(token);
+        match op {
+            Some(WriteOp::Put(v)) => {
+                state.value = Some(v);
+                state.accepted = state.accepted.saturating_add(1);
+            }
+            Some(WriteOp::Add(n)) => {
+                state.counter = state.counter.saturating_add(n);
+                state.accepted = state.accepted.saturating_add(1);
+            }
+            // `WriteOp` is non-exhaustive: refuse what this version cannot apply.
+            Some(other) => {
+                tx.rollback().await.map_err(&map)?;
+                return Err(lease_core::Error::InvalidInput(format!(
+                    "unsupported write {other:?}"
+                )));
+            }
+            None => {}
+        }
+        sqlx::query(sql::UPSERT_FENCED)
+            .bind(key.as_str())
+            .bind(token.to_i64())
+            .bind(state.value)
+            .bind(state.counter)
+            .bind(i64::try_from(state.accepted).unwrap_or(i64::MAX))
+            .execute(&mut *tx)
+            .await
+            .map_err(&map)?;
+        tx.commit().await.map_err(&map)?;
+        tracing::trace!(backend = BACKEND, key = %key, token = %token, "fenced write accepted");
+        Ok(WriteOutcome::Accepted { high_water: token })
+    }
+}
+
+fn decode(row: Option<(i64, Option<Vec<u8>>, i64, i64)>) -> Result<ResourceState> {
+    let Some((high_water, value, counter, accepted)) = row else {
+        return Ok(ResourceState::default());
+    };
+    Ok(ResourceState {
+        high_water: Some(FencingToken::try_from(high_water).map_err(|e| corrupt("high_water", e))?),
+        value,
+        counter,
+        accepted: u64::try_from(accepted).map_err(|e| corrupt("accepted", e))?,
+    })
+}
+
+#[async_trait]
+impl FencedResource for SqliteFencedResource {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
+        self.apply(key, token, Some(op)).await
+    }
+
+    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
+        self.apply(key, token, None).await
+    }
+
+    async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+        let row = sqlx::query_as(sql::SELECT_FENCED)
+            .bind(key.as_str())
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(self.inner.map("fenced read"))?;
+        decode(row)
+    }
+}
+
+/// The store is also a fenced resource (its [`fenced_resource`](SqliteLeaseStore::fenced_resource)),
+/// so one handle serves both roles.
+#[async_trait]
+impl FencedResource for SqliteLeaseStore {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
+        self.fenced_resource().write(key, token, op).await
+    }
+
+    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
+        self.fenced_resource().install(key, token).await
+    }
+
+    async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+        self.fenced_resource().read(key).await
+    }
+}
