@@ -115,6 +115,26 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Cancel safe (read only).
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState>;
 
+    /// Renews many leases in as few round trips as the backend allows (one statement, script or
+    /// keepalive where it can), with exactly the semantics of [`renew`](LeaseStore::renew) for
+    /// each. Outcomes come back in input order; a per-lease error (an invalid TTL) is reported in
+    /// its slot, a failure of the whole batch (the store unreachable) as the outer error.
+    ///
+    /// The default renews one by one.
+    ///
+    /// # Cancellation safety
+    /// As [`renew`](LeaseStore::renew): a dropped batch may or may not have extended each lease.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            match self.renew(lease).await {
+                Err(e) if !e.is_invalid_input() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+
     /// Starts watching `key` for changes, if the backend can ([`Capabilities::watch`]).
     /// Returns `Ok(None)` when it cannot; callers then poll. Start the watch *before* the acquire
     /// attempt it should follow, so that no change between the two is missed.
@@ -148,6 +168,9 @@ macro_rules! forward_store {
             }
             async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
                 (**self).inspect(key).await
+            }
+            async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+                (**self).renew_many(leases).await
             }
             async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
                 (**self).watch(key).await

@@ -288,4 +288,11 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
         }
         result
     }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        // One span for the batch; per-lease renewal outcomes are counted by the supervisor hook.
+        let backend = self.inner.backend();
+        let span = tracing::debug_span!("lease.renew_many", backend, leases = leases.len());
+        self.inner.renew_many(leases).instrument(span).await
+    }
 }

@@ -193,4 +193,8 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         self.run(Operation::Watch, self.inner.watch(key)).await
     }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        self.run(Operation::Renew, self.inner.renew_many(leases))
+            .await
+    }
 }

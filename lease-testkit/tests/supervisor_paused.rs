@@ -338,3 +338,40 @@ async fn resigned_leader_is_replaced_without_waiting_for_the_ttl() {
     assert_eq!(seen.leader.as_ref(), Some(b.id()));
     advance(Duration::from_millis(1)).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn batched_renewals_coalesce_thousands_of_leases() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let cfg = SupervisorConfig::new(TTL).with_renewal_batching(Duration::from_millis(20));
+    let s = Supervisor::new(faulty.clone(), cfg);
+    let mut guards = Vec::new();
+    for i in 0..2000 {
+        // acquired over half a second, so renewals start out of phase
+        if i % 200 == 0 {
+            sleep(Duration::from_millis(50)).await;
+        }
+        let k = LeaseKey::new(format!("k{i}")).unwrap();
+        guards.push(s.acquire(&k).await.unwrap().guard().unwrap());
+    }
+    let before = faulty.calls(Operation::Renew);
+    let intervals = 10;
+    sleep(SupervisorConfig::new(TTL).renew_interval() * intervals).await;
+    let calls = faulty.calls(Operation::Renew) - before;
+    assert!(
+        guards.iter().all(|g| g.health() == Health::Held),
+        "a batched lease was lost"
+    );
+    let per_interval = calls as f64 / f64::from(intervals);
+    assert!(
+        per_interval <= 10.0,
+        "{per_interval} renew round trips per interval for 2000 leases"
+    );
+    assert!(per_interval >= 1.0, "no renewals happened");
+    for g in &guards {
+        assert_eq!(
+            mem.inspect(g.key()).await.unwrap().holder.map(|h| h.token),
+            Some(g.token())
+        );
+    }
+}

@@ -26,6 +26,7 @@ pub struct SupervisorConfig {
     loss_lead: Option<Duration>,
     backoff_min: Duration,
     backoff_max: Option<Duration>,
+    batch_window: Option<Duration>,
 }
 
 impl SupervisorConfig {
@@ -40,6 +41,7 @@ impl SupervisorConfig {
             loss_lead: None,
             backoff_min: Duration::from_millis(10),
             backoff_max: None,
+            batch_window: None,
         }
     }
 
@@ -83,6 +85,21 @@ impl SupervisorConfig {
         self.backoff_min = min;
         self.backoff_max = Some(max);
         self
+    }
+
+    /// Coalesces the renewals of all guards of one supervisor: renewals due within `window` of
+    /// each other are sent as one [`renew_many`](crate::LeaseStore::renew_many) call (one
+    /// statement, script or keepalive on backends that batch). Guards renewed together stay
+    /// aligned, so a process holding thousands of leases sends a handful of round trips per
+    /// renewal interval. Keep `window` small next to the renewal interval (a few percent).
+    pub fn with_renewal_batching(mut self, window: Duration) -> Self {
+        self.batch_window = Some(window);
+        self
+    }
+
+    /// The renewal batching window, if batching is on.
+    pub fn renewal_batching(&self) -> Option<Duration> {
+        self.batch_window
     }
 
     /// Checks the TTL and the derived timings.

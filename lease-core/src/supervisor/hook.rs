@@ -52,7 +52,8 @@ pub trait Hook: Send + Sync + fmt::Debug {
     fn not_acquired(&self, key: &LeaseKey, waited: Duration) {
         let _ = (key, waited);
     }
-    /// A renewal attempt ended after `latency`.
+    /// A renewal attempt ended after `latency`. `lease` is the lease after the attempt: the
+    /// renewed lease (with its new deadline) when confirmed, the unchanged one otherwise.
     fn renewal(&self, lease: &Lease, result: RenewalResult, latency: Duration) {
         let _ = (lease, result, latency);
     }

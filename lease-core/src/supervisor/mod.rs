@@ -28,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod config;
 mod hook;
 pub mod state;
@@ -61,6 +62,7 @@ pub struct Supervisor {
     owner: OwnerId,
     fence: Option<Arc<dyn FencedResource>>,
     hook: Arc<dyn Hook>,
+    renewer: batch::Renewer,
 }
 
 impl fmt::Debug for Supervisor {
@@ -108,12 +110,14 @@ impl Supervisor {
 
     /// A supervisor over a shared store.
     pub fn from_arc(store: Arc<dyn LeaseStore>, config: SupervisorConfig) -> Self {
+        let renewer = batch::Renewer::new(store.clone(), config.renewal_batching());
         Supervisor {
             store,
             config,
             owner: OwnerId::random(),
             fence: None,
             hook: Arc::new(NoHook),
+            renewer,
         }
     }
 
@@ -326,6 +330,7 @@ impl Supervisor {
             self.config.clone(),
             lease,
             self.hook.clone(),
+            self.renewer.clone(),
         ))
     }
 }
@@ -419,6 +424,7 @@ impl LeaseGuard {
         config: SupervisorConfig,
         lease: Lease,
         hook: Arc<dyn Hook>,
+        renewer: batch::Renewer,
     ) -> Self {
         let (health_tx, health_rx) = watch::channel(Health::Held);
         let (lease_tx, _) = watch::channel(lease.clone());
@@ -428,7 +434,14 @@ impl LeaseGuard {
             work: CancellationToken::new(),
             stop: CancellationToken::new(),
         });
-        let task = tokio::spawn(drive(store, config, lease.clone(), shared.clone(), hook));
+        let task = tokio::spawn(drive(
+            store,
+            config,
+            lease.clone(),
+            shared.clone(),
+            hook,
+            renewer,
+        ));
         LeaseGuard {
             key: lease.key().clone(),
             owner: lease.owner().clone(),
@@ -578,6 +591,7 @@ async fn drive(
     lease: Lease,
     shared: Arc<Shared>,
     hook: Arc<dyn Hook>,
+    renewer: batch::Renewer,
 ) -> ReleaseOutcome {
     let backend = store.backend();
     let started = Instant::now();
@@ -641,7 +655,7 @@ async fn drive(
         let (event, result) = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
-            r = store.renew(&current) => match r {
+            r = renewer.renew(&current) => match r {
                 Ok(RenewOutcome::Renewed(l)) => (
                     Event::RenewConfirmed(l),
                     RenewalResult::Confirmed { remaining_before: current.remaining() },
@@ -658,7 +672,10 @@ async fn drive(
             },
             _ = sleep_until(bound) => (Event::RenewFailed, RenewalResult::TimedOut),
         };
-        hook.renewal(&current, result, sent.elapsed());
+        match &event {
+            Event::RenewConfirmed(renewed) => hook.renewal(renewed, result, sent.elapsed()),
+            _ => hook.renewal(&current, result, sent.elapsed()),
+        }
         m.step(event, Instant::now());
         if m.health() == Health::Held {
             let l = m.lease().clone();

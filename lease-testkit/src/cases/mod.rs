@@ -76,6 +76,7 @@ pub fn all() -> Vec<Case> {
             "conformance",
             renew::renew_with_wrong_owner_or_token_changes_nothing
         ),
+        case!("conformance", renew::renew_many_matches_renew),
         case!("conformance", release::release_by_holder_frees_the_key),
         case!(
             "conformance",

@@ -79,3 +79,59 @@ pub async fn renew_with_wrong_owner_or_token_changes_nothing(ctx: Ctx) -> CaseRe
     ctx.wait_free(&key, ctx.expiry_deadline(ttl)).await?;
     Ok(())
 }
+
+/// Batched renewal: `renew_many` gives, slot by slot, exactly what `renew` would, in input order,
+/// and changes nothing for refused or invalid slots.
+pub async fn renew_many_matches_renew(ctx: Ctx) -> CaseResult {
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let (k1, k2, k3) = (ctx.key("batch-1"), ctx.key("batch-2"), ctx.key("batch-3"));
+    let l1 = ctx.must_acquire(&k1, &a, ttl).await?;
+    let l2 = ctx.must_acquire(&k2, &a, ttl).await?;
+    let l3 = ctx.must_acquire(&k3, &a, ctx.long_ttl()).await?;
+    let stale = Lease::resume(k3.clone(), a.clone(), l3.token().next()?, ttl);
+    let invalid = Lease::resume(k2.clone(), a.clone(), l2.token(), Duration::ZERO);
+    let out = ctx
+        .store()
+        .renew_many(&[l1.clone(), stale, l2.clone(), invalid])
+        .await?;
+    assert_eq!(out.len(), 4, "one outcome per lease");
+    match (&out[0], &out[1], &out[2], &out[3]) {
+        (
+            Ok(RenewOutcome::Renewed(r1)),
+            Ok(RenewOutcome::Lost),
+            Ok(RenewOutcome::Renewed(r2)),
+            Err(lease_core::Error::InvalidTtl { .. }),
+        ) => {
+            assert_eq!((r1.token(), r2.token()), (l1.token(), l2.token()));
+            assert_eq!(r1.key(), &k1);
+            assert_eq!(r2.key(), &k2);
+        }
+        other => return Err(format!("unexpected batch outcomes: {other:?}").into()),
+    }
+    let h3 = ctx
+        .store()
+        .inspect(&k3)
+        .await?
+        .holder
+        .ok_or("refused slot freed its key")?;
+    assert_eq!(h3.token, l3.token());
+    // An empty batch is fine.
+    assert!(ctx.store().renew_many(&[]).await?.is_empty());
+    // Renewed through the batch, the short leases outlive their first TTL.
+    tokio::time::sleep(ttl / 2).await;
+    let again = ctx.store().renew_many(&[l1.clone(), l2.clone()]).await?;
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r, Ok(RenewOutcome::Renewed(_)))),
+        "{again:?}"
+    );
+    tokio::time::sleep(ttl * 3 / 4).await;
+    assert_eq!(
+        ctx.store().inspect(&k1).await?.holder.map(|h| h.token),
+        Some(l1.token()),
+        "batched renewal did not extend"
+    );
+    Ok(())
+}
