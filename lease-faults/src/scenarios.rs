@@ -141,14 +141,13 @@ async fn partition(t: &Target, mode: Mode) -> Outcome {
             lost_at - granted_at
         ));
     }
-    let mut m = Measured {
+    let m = Measured {
         faults: 1,
         margin: Some(granted_at - lost_at),
         takeover: Some(granted_at - lost_at),
         ..Measured::default()
     };
     if next.token() <= guard.token() {
-        m.regressions += 1;
         return Err(format!(
             "token went back: {} after {}",
             next.token(),
@@ -192,14 +191,13 @@ pub async fn ghost_grant(t: &Target) -> Outcome {
         bound(t),
     )
     .await?;
-    let mut m = Measured {
+    let m = Measured {
         faults: 1,
         ..Measured::default()
     };
     if let Some(g) = ghost_token
         && next.token() <= g
     {
-        m.regressions += 1;
         return Err(format!(
             "token reused after a ghost grant: {} <= {g}",
             next.token()
@@ -228,26 +226,19 @@ pub async fn latency_near_ttl(t: &Target) -> Outcome {
         faults: 1,
         ..Measured::default()
     };
-    loop {
-        let lost = timeout(end.saturating_duration_since(Instant::now()), guard.lost()).await;
-        match lost {
-            Err(_) => break,
-            Ok(Health::Lost(_)) => {
-                let lost_at = Instant::now();
-                if lost_at >= guard.lease().deadline() {
-                    return Err("lost reported after the local deadline".into());
-                }
-                let still = observer.inspect(&k).await.map_err(e2s)?;
-                if still
-                    .holder
-                    .as_ref()
-                    .is_some_and(|h| h.token == guard.token())
-                {
-                    m.false_expiries += 1;
-                }
-                break;
-            }
-            Ok(_) => break,
+    let lost = timeout(end.saturating_duration_since(Instant::now()), guard.lost()).await;
+    if let Ok(Health::Lost(_)) = lost {
+        let lost_at = Instant::now();
+        if lost_at >= guard.lease().deadline() {
+            return Err("lost reported after the local deadline".into());
+        }
+        let still = observer.inspect(&k).await.map_err(e2s)?;
+        if still
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.token == guard.token())
+        {
+            m.false_expiries += 1;
         }
     }
     proxy.heal();
@@ -293,26 +284,32 @@ pub async fn paused_process(t: &Target) -> Outcome {
     if lease.token() <= old {
         return Err(format!("token went back: {} after {old}", lease.token()));
     }
-    res.resource()
+    let installed = res
+        .resource()
         .install(&k, lease.token())
         .await
         .map_err(e2s)?;
-    res.resource()
+    let wrote = res
+        .resource()
         .write(&k, lease.token(), WriteOp::Add(1))
         .await
         .map_err(e2s)?;
+    if !installed.is_accepted() || !wrote.is_accepted() {
+        return Err(format!(
+            "the new holder's token was refused: {installed:?} {wrote:?}"
+        ));
+    }
     child.signal(Signal::Cont).map_err(e2s)?;
     let late = child
         .wait_for(Duration::from_secs(30), |v| v["event"] == "late_write")
         .await?;
     let _ = child.finish(Duration::from_secs(10)).await;
-    let mut m = Measured {
+    let m = Measured {
         faults: 1,
         takeover: Some(granted_at - stopped),
         ..Measured::default()
     };
     if late["accepted"] == true {
-        m.stale_accepted += 1;
         return Err("SAFETY: the resumed holder's stale write was accepted".into());
     }
     let lost_idx = child
@@ -496,7 +493,7 @@ pub async fn storm(t: &Target, seed: u64, contenders: usize, rounds: usize) -> O
     }
     let state = res.read(&k).await.map_err(e2s)?;
     let violations = history.check();
-    let mut m = Measured {
+    let m = Measured {
         faults: faults.load(std::sync::atomic::Ordering::Relaxed),
         ..Measured::default()
     };
@@ -508,11 +505,6 @@ pub async fn storm(t: &Target, seed: u64, contenders: usize, rounds: usize) -> O
         ));
     }
     if !violations.is_empty() {
-        m.stale_accepted = violations.iter().filter(|v| v.0.contains("write")).count() as u64;
-        m.regressions = violations
-            .iter()
-            .filter(|v| v.0.contains("came after") || v.0.contains("twice"))
-            .count() as u64;
         return Err(format!("seed {seed}: {violations:#?}\n{}", history.dump()));
     }
     drop(proxies);

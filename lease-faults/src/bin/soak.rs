@@ -16,10 +16,23 @@ fn arg(name: &str) -> Option<String> {
         .and_then(|i| args.get(i + 1).cloned())
 }
 
+async fn run<F>(f: F) -> Result<lease_faults::scenarios::Measured, String>
+where
+    F: std::future::Future<Output = Result<lease_faults::scenarios::Measured, String>>,
+{
+    tokio::time::timeout(Duration::from_secs(120), f)
+        .await
+        .unwrap_or_else(|_| Err("timeout".to_string()))
+}
+
 #[tokio::main]
 async fn main() {
     let storms: u64 = arg("--storms").and_then(|s| s.parse().ok()).unwrap_or(10);
     let only = arg("--backend");
+    let contenders: usize = arg("--contenders")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let rounds: usize = arg("--rounds").and_then(|s| s.parse().ok()).unwrap_or(6);
     let out = arg("--out");
     let mut reports = Vec::new();
     for t in targets_from_env() {
@@ -28,12 +41,6 @@ async fn main() {
             continue;
         }
         let mut rep = BackendReport::new(t.name);
-        let bound = Duration::from_secs(120);
-        let run = |f| async move {
-            tokio::time::timeout(bound, f)
-                .await
-                .unwrap_or_else(|_| Err("timeout".to_string()))
-        };
         rep.add(&run(scenarios::paused_process(&t)).await);
         rep.add(&run(scenarios::killed_process(&t)).await);
         rep.add(&run(scenarios::blackhole(&t)).await);
@@ -41,7 +48,7 @@ async fn main() {
         rep.add(&run(scenarios::ghost_grant(&t)).await);
         rep.add(&run(scenarios::latency_near_ttl(&t)).await);
         for seed in 0..storms {
-            let r = run(scenarios::storm(&t, seed, 4, 6)).await;
+            let r = run(scenarios::storm(&t, seed, contenders, rounds)).await;
             if let Err(e) = &r {
                 eprintln!("{} storm seed {seed} FAILED: {e}", t.name);
             }
@@ -62,9 +69,12 @@ async fn main() {
     println!("{table}");
     if let Some(path) = out {
         let doc = format!(
-            "# Fault suite: soak results\n\nProduced by `cargo run --release -p lease-faults --bin soak -- --storms {storms} --out {path}` \
-             against the services started by `scripts/test.sh` (each storm: 4 contenders behind fault proxies, 6 rounds each, \
-             random blackholes, lost responses, resets and latency while holding; plus one run of every scenario).\n\n{table}"
+            "# Fault suite: soak results\n\nProduced by `cargo run -p lease-faults --bin soak -- --storms {storms} --contenders {contenders} --rounds {rounds}{} --out {path}` \
+             against the services started by `scripts/test.sh` (each storm: {contenders} contenders behind fault proxies, {rounds} rounds each, \
+             random blackholes, lost responses, resets and latency while holding; plus one run of every scenario).\n\n{table}",
+            only.as_deref()
+                .map(|b| format!(" --backend {b}"))
+                .unwrap_or_default()
         );
         std::fs::write(&path, doc).expect("write report");
     }
