@@ -12,6 +12,34 @@ pub const DEFAULT_PREFIX: &str = "lease/";
 /// The default key prefix of the fenced resource's state keys.
 pub const DEFAULT_FENCE_PREFIX: &str = "lease-fence/";
 
+/// How grants map to etcd leases.
+///
+/// ```
+/// use lease_etcd::{EtcdConfig, LeaseSharing};
+/// let config = EtcdConfig::from_list("http://127.0.0.1:2379").with_lease_sharing(LeaseSharing::PerTtl);
+/// assert_eq!(config.lease_sharing(), LeaseSharing::PerTtl);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LeaseSharing {
+    /// Every grant gets its own etcd lease (the default). Expiry of each key is decided by etcd
+    /// alone; a renewal is one keepalive; a process holding N keys sends N keepalives per
+    /// renewal interval.
+    #[default]
+    PerGrant,
+    /// All keys one store grants with the same TTL (in whole seconds) share one etcd lease.
+    /// Renewals of those keys within a tenth of the TTL share one keepalive, so a process holding
+    /// thousands of keys sends a few keepalives per interval. Per-key expiry is enforced by the
+    /// store itself: a background task deletes a key (by transaction on its create revision)
+    /// once its holder stopped renewing it for its TTL. If the process dies, the shared etcd lease
+    /// expires and etcd deletes every key. The cost: a key whose holder hangs while the process
+    /// lives is freed by the sweeper (within about 100 ms of its expiry) rather than by etcd, and
+    /// a lease must be renewed through a store of the process that acquired it (renewing it
+    /// elsewhere keeps the etcd lease alive, but the acquiring store still expires the key). See
+    /// `docs/adr/0030-etcd-lease-sharing.md`.
+    PerTtl,
+}
+
 /// Configuration of an [`EtcdLeaseStore`](crate::EtcdLeaseStore) and
 /// [`EtcdFencedResource`](crate::EtcdFencedResource).
 ///
@@ -32,6 +60,7 @@ pub struct EtcdConfig {
     fence_prefix: String,
     connect_timeout: Duration,
     request_timeout: Duration,
+    lease_sharing: LeaseSharing,
 }
 
 impl EtcdConfig {
@@ -48,6 +77,7 @@ impl EtcdConfig {
             fence_prefix: DEFAULT_FENCE_PREFIX.to_string(),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(5),
+            lease_sharing: LeaseSharing::PerGrant,
         }
     }
 
@@ -82,6 +112,17 @@ impl EtcdConfig {
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
+    }
+
+    /// Sets how grants map to etcd leases (default [`LeaseSharing::PerGrant`]).
+    pub fn with_lease_sharing(mut self, sharing: LeaseSharing) -> Self {
+        self.lease_sharing = sharing;
+        self
+    }
+
+    /// How grants map to etcd leases.
+    pub fn lease_sharing(&self) -> LeaseSharing {
+        self.lease_sharing
     }
 
     /// The endpoints.

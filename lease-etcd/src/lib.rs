@@ -70,11 +70,13 @@
 //! etcd lease whose key was deleted or replaced is reported as
 //! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost), not as a renewal.
 //!
-//! ## One etcd lease per grant (and the plan for sharing)
-//! Each grant has its own etcd lease, so per-key TTLs hold exactly and a release revokes just
-//! that lease. A process holding thousands of keys therefore renews thousands of etcd leases; the
-//! plan to share one etcd lease per (store, TTL) while keys are held, and what it costs in per-key
-//! expiry, is in `docs/adr/0030-etcd-lease-sharing.md`.
+//! ## One etcd lease per grant, or one per TTL
+//! By default ([`LeaseSharing::PerGrant`]) each grant has its own etcd lease: per-key TTLs are
+//! enforced by etcd alone and a release revokes just that lease, but a process holding thousands
+//! of keys renews thousands of etcd leases. With [`LeaseSharing::PerTtl`] all keys a store grants
+//! with the same TTL share one etcd lease, renewals within a tenth of the TTL share one
+//! keepalive, and a background sweeper deletes keys whose holders stopped renewing; the
+//! trade-offs are in `docs/adr/0030-etcd-lease-sharing.md`.
 //!
 //! ## Waiting
 //! [`LeaseStore::watch`] watches deletions under the lock prefix (release, expiry, revocation)
@@ -90,9 +92,10 @@
 mod config;
 mod error;
 mod fenced;
+mod shared;
 mod store;
 
-pub use config::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX, EtcdConfig};
+pub use config::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX, EtcdConfig, LeaseSharing};
 pub use fenced::EtcdFencedResource;
 pub use store::EtcdLeaseStore;
 

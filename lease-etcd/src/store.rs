@@ -20,11 +20,16 @@ use tokio::time::Instant;
 
 use crate::BACKEND;
 use crate::config::EtcdConfig;
+use crate::config::LeaseSharing;
 use crate::error::{map, not_sent, protocol};
+use crate::shared::Shared;
 
 /// The tag that marks a lock key written by this crate; the owner id follows it. Keys written by
 /// `etcdctl lock` or Go's `concurrency.Mutex` have an empty value.
 const VALUE_TAG: &str = "lease-rs/1 ";
+
+/// How many renewals of one [`LeaseStore::renew_many`] batch are in flight at once.
+pub(crate) const BATCH_CONCURRENCY: usize = 64;
 
 /// How often acquire re-reads the key when a transaction lost a race, before giving up with a
 /// retryable error.
@@ -59,6 +64,8 @@ pub struct EtcdLeaseStore {
     client: Client,
     config: Arc<EtcdConfig>,
     min_ttl: Duration,
+    /// Present with [`LeaseSharing::PerTtl`].
+    shared: Option<Arc<Shared>>,
 }
 
 impl fmt::Debug for EtcdLeaseStore {
@@ -67,6 +74,7 @@ impl fmt::Debug for EtcdLeaseStore {
             .field("endpoints", &self.config.endpoints())
             .field("prefix", &self.config.prefix())
             .field("min_ttl", &self.min_ttl)
+            .field("lease_sharing", &self.config.lease_sharing())
             .finish_non_exhaustive()
     }
 }
@@ -107,8 +115,13 @@ impl EtcdLeaseStore {
             client,
             config: Arc::new(config),
             min_ttl: Duration::from_secs(1),
+            shared: None,
         };
         store.min_ttl = store.probe_min_ttl().await?;
+        if store.config.lease_sharing() == LeaseSharing::PerTtl {
+            // The sweeper gets a handle without the shared state, so that it ends with the store.
+            store.shared = Some(Shared::start(store.clone()));
+        }
         Ok(store)
     }
 
@@ -193,6 +206,32 @@ impl EtcdLeaseStore {
         .await
     }
 
+    /// Grants an etcd lease of exactly `ttl_secs`, returning its id and the instant the grant was
+    /// sent. An etcd lease longer than asked (the server raised it to its minimum) is revoked and
+    /// reported as [`Error::InvalidTtl`]: the caller must never believe in a shorter lease than
+    /// the one that blocks everybody else.
+    async fn grant_exactly(&self, req: &AcquireRequest, ttl_secs: i64) -> Result<(i64, Instant)> {
+        let sent = Instant::now();
+        let grant = self.grant(ttl_secs).await?;
+        if grant.ttl() == ttl_secs {
+            return Ok((grant.id(), sent));
+        }
+        self.revoke_quietly(grant.id()).await;
+        if grant.ttl() > ttl_secs {
+            return Err(Error::InvalidTtl {
+                ttl: req.ttl,
+                reason: format!(
+                    "etcd raised it to its minimum of {} s; ask for at least that",
+                    grant.ttl()
+                ),
+            });
+        }
+        Err(protocol(format!(
+            "etcd granted {} s for a {ttl_secs} s lease",
+            grant.ttl()
+        )))
+    }
+
     async fn time_to_live(&self, lease_id: i64) -> Result<LeaseTimeToLiveResponse> {
         self.call("lease_time_to_live", || {
             let mut lc = self.client.lease_client();
@@ -202,7 +241,7 @@ impl EtcdLeaseStore {
     }
 
     /// One keepalive: `false` if etcd answered that the lease does not exist (TTL <= 0).
-    async fn keep_alive_once(&self, lease_id: i64) -> Result<bool> {
+    pub(crate) async fn keep_alive_once(&self, lease_id: i64) -> Result<bool> {
         self.call("lease_keep_alive", || {
             let mut lc = self.client.lease_client();
             async move {
@@ -231,8 +270,13 @@ impl EtcdLeaseStore {
         format!("{}/", self.config.lock_name(key))
     }
 
-    fn lock_key(&self, key: &LeaseKey, lease_id: i64) -> String {
-        format!("{}{:x}", self.mutex_prefix(key), lease_id)
+    /// `<prefix><key>/<lease id hex>`, as Go's mutex names its keys; with a shared etcd lease a
+    /// `-<nonce hex>` suffix tells apart the keys of one lease (the protocol only reads revisions).
+    fn lock_key(&self, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
+        match nonce {
+            None => format!("{}{:x}", self.mutex_prefix(key), lease_id),
+            Some(n) => format!("{}{:x}-{:x}", self.mutex_prefix(key), lease_id, n),
+        }
     }
 
     /// The current holder's key: the key under the lock prefix with the lowest create revision
@@ -271,8 +315,12 @@ impl EtcdLeaseStore {
     /// by an etcd lease.
     async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
         let kv = match parse_handle(lease.handle()) {
-            Some((lease_id, _)) => {
-                let mut resp = self.get(self.lock_key(lease.key(), lease_id), None).await?;
+            Some(Handle {
+                lease_id, nonce, ..
+            }) => {
+                let mut resp = self
+                    .get(self.lock_key(lease.key(), lease_id, nonce), None)
+                    .await?;
                 resp.take_kvs().into_iter().next()
             }
             None => self.holder_kv(lease.key()).await?.0,
@@ -332,32 +380,27 @@ impl LeaseStore for EtcdLeaseStore {
                 // come first: replacing our key would hand the lock to the oldest waiter).
                 Some(kv) => return Ok(AcquireOutcome::Held(self.holder_of(&kv).await?)),
             };
-            let sent = Instant::now();
-            let grant = self.grant(ttl_secs).await?;
-            let lease_id = grant.id();
-            if grant.ttl() != ttl_secs {
-                self.revoke_quietly(lease_id).await;
-                if grant.ttl() > ttl_secs {
-                    return Err(Error::InvalidTtl {
-                        ttl: req.ttl,
-                        reason: format!(
-                            "etcd raised it to its minimum of {} s; ask for at least that",
-                            grant.ttl()
-                        ),
-                    });
+            let (lease_id, sent, nonce) = match &self.shared {
+                Some(shared) => match shared.lease_for(self, ttl_secs).await? {
+                    Some((id, sent)) => (id, sent, Some(shared.next_nonce())),
+                    None => {
+                        let (id, sent) = self.grant_exactly(req, ttl_secs).await?;
+                        shared.adopt(ttl_secs, id, sent);
+                        (id, sent, Some(shared.next_nonce()))
+                    }
+                },
+                None => {
+                    let (id, sent) = self.grant_exactly(req, ttl_secs).await?;
+                    (id, sent, None)
                 }
-                return Err(protocol(format!(
-                    "etcd granted {} s for a {ttl_secs} s lease",
-                    grant.ttl()
-                )));
-            }
-            let lock_key = self.lock_key(&req.key, lease_id);
+            };
+            let lock_key = self.lock_key(&req.key, lease_id, nonce);
             let mut ops = Vec::with_capacity(2);
             if let Some(kv) = &previous {
                 ops.push(TxnOp::delete(kv.key().to_vec(), None));
             }
             ops.push(TxnOp::put(
-                lock_key,
+                lock_key.clone(),
                 encode_owner(&req.owner),
                 Some(PutOptions::new().with_lease(lease_id)),
             ));
@@ -366,12 +409,16 @@ impl LeaseStore for EtcdLeaseStore {
                 Ok(resp) => resp,
                 Err(e) => {
                     // The outcome is unknown: revoking removes a grant that may have happened.
-                    self.revoke_quietly(lease_id).await;
+                    if self.shared.is_none() {
+                        self.revoke_quietly(lease_id).await;
+                    }
                     return Err(e);
                 }
             };
             if !resp.succeeded() {
-                self.revoke_quietly(lease_id).await;
+                if self.shared.is_none() {
+                    self.revoke_quietly(lease_id).await;
+                }
                 continue;
             }
             let revision = resp
@@ -379,8 +426,15 @@ impl LeaseStore for EtcdLeaseStore {
                 .map(|h| h.revision())
                 .ok_or_else(|| protocol("txn without header"))?;
             let token = FencingToken::try_from(revision).map_err(|e| protocol(e.to_string()))?;
-            if let Some(old) = previous {
-                self.revoke_quietly(old.lease()).await;
+            match (&self.shared, previous) {
+                (Some(shared), previous) => {
+                    if let Some(old) = previous {
+                        shared.forget(old.key());
+                    }
+                    shared.extend(lock_key.as_bytes(), revision, sent + secs(ttl_secs));
+                }
+                (None, Some(old)) => self.revoke_quietly(old.lease()).await,
+                (None, None) => {}
             }
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
             let lease = Lease::granted(
@@ -391,7 +445,14 @@ impl LeaseStore for EtcdLeaseStore {
                 req.drift_margin(),
                 sent,
             )
-            .with_handle(handle(lease_id, ttl_secs));
+            .with_handle(
+                Handle {
+                    lease_id,
+                    ttl_secs,
+                    nonce,
+                }
+                .to_string(),
+            );
             return Ok(AcquireOutcome::Acquired(lease));
         }
         Err(Error::unavailable(
@@ -406,14 +467,49 @@ impl LeaseStore for EtcdLeaseStore {
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), self.min_ttl)?;
-        // Check first, so that a stale or foreign lease never extends the holder's etcd lease.
-        let Some(kv) = self.held_kv(lease).await? else {
-            return Ok(RenewOutcome::Lost);
+        // A lease this store issued names its etcd lease in its handle: keep that alive, then
+        // check the key. A lease without a handle (resumed) is checked first, so that a stale or
+        // foreign one never extends somebody else's etcd lease.
+        let handle = parse_handle(lease.handle());
+        let (lease_id, granted, nonce) = match handle {
+            Some(h) => (h.lease_id, h.ttl_secs, h.nonce),
+            None => {
+                let Some(kv) = self.held_kv(lease).await? else {
+                    return Ok(RenewOutcome::Lost);
+                };
+                let granted = self.time_to_live(kv.lease()).await?.granted_ttl();
+                (kv.lease(), granted, None)
+            }
         };
-        let lease_id = kv.lease();
-        let sent = Instant::now();
-        if !self.keep_alive_once(lease_id).await? {
-            return Ok(RenewOutcome::Lost);
+        let sent = match &self.shared {
+            Some(shared) => match shared.refresh(self, lease_id, granted).await? {
+                Some(sent) => sent,
+                None => return Ok(RenewOutcome::Lost),
+            },
+            None => {
+                let sent = Instant::now();
+                if !self.keep_alive_once(lease_id).await? {
+                    return Ok(RenewOutcome::Lost);
+                }
+                sent
+            }
+        };
+        let lost = || {
+            tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal refused: lease lost");
+            Ok(RenewOutcome::Lost)
+        };
+        if let Some(shared) = &self.shared
+            && let Some(h) = handle
+        {
+            let lock_key = self.lock_key(lease.key(), h.lease_id, h.nonce);
+            if !shared.extend(
+                lock_key.as_bytes(),
+                lease.token().to_i64(),
+                sent + secs(granted),
+            ) {
+                // The sweeper found the key expired before this renewal and is deleting it.
+                return lost();
+            }
         }
         // A keepalive only proves the etcd lease lives; the key may have been deleted or replaced.
         let Some(kv) = self
@@ -421,19 +517,46 @@ impl LeaseStore for EtcdLeaseStore {
             .await?
             .filter(|kv| kv.lease() == lease_id)
         else {
-            tracing::warn!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "keepalive succeeded but the lock key is gone: lease lost");
-            return Ok(RenewOutcome::Lost);
+            if let Some(shared) = &self.shared
+                && let Some(h) = handle
+            {
+                shared.forget(self.lock_key(lease.key(), h.lease_id, h.nonce).as_bytes());
+            }
+            return lost();
         };
-        let granted = match parse_handle(lease.handle()) {
-            Some((id, ttl)) if id == lease_id => ttl,
-            _ => self.time_to_live(lease_id).await?.granted_ttl(),
-        };
+        if handle.is_none()
+            && let Some(shared) = &self.shared
+        {
+            shared.extend(kv.key(), kv.create_revision(), sent + secs(granted));
+        }
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+        let handle = Handle {
+            lease_id,
+            ttl_secs: granted,
+            nonce,
+        };
         Ok(RenewOutcome::Renewed(
             lease
                 .renewed(secs(granted), sent)
-                .with_handle(handle(kv.lease(), granted)),
+                .with_handle(handle.to_string()),
         ))
+    }
+
+    /// Renews the leases concurrently (in chunks of 64). With
+    /// [`LeaseSharing::PerTtl`] the renewals of keys on one etcd lease share one keepalive, so a
+    /// batch of any size sends about one keepalive per TTL in use.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        let mut out = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(BATCH_CONCURRENCY) {
+            let renewals: Vec<_> = chunk.iter().map(|lease| self.renew(lease)).collect();
+            for r in futures::future::join_all(renewals).await {
+                match r {
+                    Err(e) if !e.is_invalid_input() => return Err(e),
+                    r => out.push(r),
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -449,7 +572,11 @@ impl LeaseStore for EtcdLeaseStore {
         if !self.txn(txn).await?.succeeded() {
             return Ok(ReleaseOutcome::NotHeld);
         }
-        self.revoke_quietly(kv.lease()).await;
+        match &self.shared {
+            // Other keys may live on the shared etcd lease; unused, it simply expires.
+            Some(shared) => shared.forget(kv.key()),
+            None => self.revoke_quietly(kv.lease()).await,
+        }
         tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
         Ok(ReleaseOutcome::Released)
     }
@@ -552,17 +679,41 @@ fn token_of(kv: &KeyValue) -> Result<FencingToken> {
         .map_err(|e| protocol(format!("lock key create revision: {e}")))
 }
 
-/// The handle of a lease: its etcd lease id and granted TTL in seconds, both in hex.
-fn handle(lease_id: i64, ttl_secs: i64) -> String {
-    format!("{lease_id:x}/{ttl_secs:x}")
+/// What a lease's handle records: its etcd lease, the granted TTL in seconds, and the nonce of
+/// its lock key when the etcd lease is shared. Written as hex fields separated by `/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Handle {
+    lease_id: i64,
+    ttl_secs: i64,
+    nonce: Option<u64>,
 }
 
-fn parse_handle(handle: Option<&str>) -> Option<(i64, i64)> {
-    let (id, ttl) = handle?.split_once('/')?;
-    Some((
-        i64::from_str_radix(id, 16).ok()?,
-        i64::from_str_radix(ttl, 16).ok()?,
-    ))
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}/{:x}", self.lease_id, self.ttl_secs)?;
+        match self.nonce {
+            Some(n) => write!(f, "/{n:x}"),
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_handle(handle: Option<&str>) -> Option<Handle> {
+    let mut parts = handle?.split('/');
+    let lease_id = i64::from_str_radix(parts.next()?, 16).ok()?;
+    let ttl_secs = i64::from_str_radix(parts.next()?, 16).ok()?;
+    let nonce = match parts.next() {
+        Some(n) => Some(u64::from_str_radix(n, 16).ok()?),
+        None => None,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
+    Some(Handle {
+        lease_id,
+        ttl_secs,
+        nonce,
+    })
 }
 
 /// A TTL in whole seconds, rounded up. TTLs are at most a day, so this always fits.
@@ -588,10 +739,20 @@ mod tests {
 
     #[test]
     fn handles_round_trip() {
-        assert_eq!(
-            parse_handle(Some(&handle(0x694d_7b1a_22f3, 30))),
-            Some((0x694d_7b1a_22f3, 30))
-        );
+        for h in [
+            Handle {
+                lease_id: 0x694d_7b1a_22f3,
+                ttl_secs: 30,
+                nonce: None,
+            },
+            Handle {
+                lease_id: 7,
+                ttl_secs: 2,
+                nonce: Some(0x1f),
+            },
+        ] {
+            assert_eq!(parse_handle(Some(&h.to_string())), Some(h));
+        }
         assert_eq!(parse_handle(Some("nonsense")), None);
         assert_eq!(parse_handle(None), None);
     }

@@ -1,55 +1,16 @@
-//! The lease-testkit suite, plus etcd's own failure cases, against a real etcd.
+//! The lease-testkit suite, plus etcd's own cases, against a real etcd, with one etcd lease per
+//! grant ([`LeaseSharing::PerGrant`], the default).
 //!
 //! `LEASE_ETCD_ENDPOINTS` (comma-separated, default `http://127.0.0.1:23790`) names the shared
 //! member. The failure cases start their own members with `/usr/bin/etcd` (or `LEASE_ETCD_BIN`)
-//! on free loopback ports.
+//! on free loopback ports; the interop cases run `/usr/bin/etcdctl` (or `LEASE_ETCDCTL_BIN`).
 
+#[allow(dead_code)] // shared with conformance_shared.rs, which uses other parts
 mod etcd;
 
-use std::sync::Arc;
-
-use lease_core::{FencedResource, LeaseStore};
-use lease_etcd::{EtcdFencedResource, EtcdLeaseStore};
-use lease_testkit::{Backend, BoxFuture};
-
-/// The shared etcd member.
-#[derive(Debug)]
-struct Etcd;
-
-impl Backend for Etcd {
-    fn name(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn connect(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn LeaseStore>>> {
-        Box::pin(async {
-            Ok(Arc::new(EtcdLeaseStore::connect(etcd::config()).await?) as Arc<dyn LeaseStore>)
-        })
-    }
-
-    fn resource(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn FencedResource>>> {
-        Box::pin(async {
-            Ok(Arc::new(EtcdFencedResource::connect(etcd::config()).await?)
-                as Arc<dyn FencedResource>)
-        })
-    }
-
-    fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let config = etcd::config();
-            if let Ok(store) = EtcdLeaseStore::connect(config.clone()).await {
-                let mut client = store.client();
-                for prefix in [config.prefix(), config.fence_prefix()] {
-                    let opts = etcd_client::DeleteOptions::new().with_prefix();
-                    let _ = client
-                        .delete(format!("{prefix}{namespace}"), Some(opts))
-                        .await;
-                }
-            }
-        })
-    }
-}
+use lease_etcd::LeaseSharing;
 
 fn main() {
-    lease_testkit::run_with(Etcd, etcd::cases());
+    let sharing = LeaseSharing::PerGrant;
+    lease_testkit::run_with(etcd::Etcd::new(sharing), etcd::cases(sharing));
 }

@@ -180,7 +180,14 @@ pub(crate) async fn leader_killed_in_a_three_member_cluster(ctx: Ctx) -> CaseRes
 
     // The killed member rejoins; tokens keep increasing through it.
     cluster.restart(leader).await?;
-    let again = super::must_acquire(&holder, &ctx.key("after"), &a, ttl).await?;
+    let req = AcquireRequest::new(ctx.key("after"), a, ttl);
+    let again = super::wait_and_acquire(
+        &holder,
+        &req,
+        Duration::from_millis(200),
+        Duration::from_secs(10),
+    )
+    .await?;
     assert!(again.token() > lb.token());
     Ok(())
 }

@@ -5,27 +5,102 @@ mod failover;
 mod input;
 mod interop;
 mod renewal;
+mod sharing;
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use lease_core::{AcquireOutcome, AcquireRequest, Lease, LeaseStore};
-use lease_etcd::EtcdConfig;
+use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, Lease, LeaseStore};
+use lease_etcd::{EtcdConfig, EtcdFencedResource, EtcdLeaseStore, LeaseSharing};
 use lease_testkit::cases::Case;
-use lease_testkit::{Failed, case};
+use lease_testkit::{Backend, BoxFuture, Failed, case};
 use tokio::time::Instant;
+
+/// The lease sharing mode of this test binary (set once in `main`).
+static SHARING: OnceLock<LeaseSharing> = OnceLock::new();
+
+/// The shared etcd member, in one lease sharing mode.
+#[derive(Debug)]
+pub(crate) struct Etcd;
+
+impl Etcd {
+    /// The backend with stores in `sharing` mode.
+    pub(crate) fn new(sharing: LeaseSharing) -> Self {
+        let _ = SHARING.set(sharing);
+        Etcd
+    }
+}
+
+impl Backend for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn LeaseStore>>> {
+        Box::pin(async {
+            Ok(Arc::new(EtcdLeaseStore::connect(config()).await?) as Arc<dyn LeaseStore>)
+        })
+    }
+
+    fn resource(&self) -> BoxFuture<'_, lease_core::Result<Arc<dyn FencedResource>>> {
+        Box::pin(async {
+            Ok(Arc::new(EtcdFencedResource::connect(config()).await?) as Arc<dyn FencedResource>)
+        })
+    }
+
+    fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let config = config();
+            if let Ok(store) = EtcdLeaseStore::connect(config.clone()).await {
+                let mut client = store.client();
+                for prefix in [config.prefix(), config.fence_prefix()] {
+                    let opts = etcd_client::DeleteOptions::new().with_prefix();
+                    let _ = client
+                        .delete(format!("{prefix}{namespace}"), Some(opts))
+                        .await;
+                }
+            }
+        })
+    }
+}
 
 /// The shared member's endpoints: `LEASE_ETCD_ENDPOINTS`, default `http://127.0.0.1:23790`.
 pub(crate) fn endpoints() -> String {
     std::env::var("LEASE_ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:23790".to_string())
 }
 
-/// A configuration for the shared member.
+/// A configuration for the shared member, in this binary's sharing mode.
 pub(crate) fn config() -> EtcdConfig {
     EtcdConfig::from_list(&endpoints())
+        .with_lease_sharing(SHARING.get().copied().unwrap_or_default())
 }
 
-/// The etcd-specific cases.
-pub(crate) fn cases() -> Vec<Case> {
+/// The etcd-specific cases for `sharing`: everything with one etcd lease per grant; with shared
+/// etcd leases the cases about renewal, waiting, interop and sharing itself (the failover cases
+/// do not depend on the mode).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    if sharing == LeaseSharing::PerTtl {
+        return vec![
+            case!("etcd", interop::etcdctl_holds_and_the_store_is_refused),
+            case!("etcd", interop::store_holds_and_etcdctl_waits),
+            case!(
+                "etcd",
+                renewal::keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal
+            ),
+            case!(
+                "etcd",
+                renewal::watch_wakes_a_waiter_on_release_and_on_expiry
+            ),
+            case!(
+                "etcd",
+                sharing::many_keys_share_one_etcd_lease_and_one_keepalive
+            ),
+            case!(
+                "etcd",
+                sharing::an_unrenewed_key_expires_although_its_etcd_lease_lives
+            ),
+        ];
+    }
     vec![
         case!("etcd", interop::etcdctl_holds_and_the_store_is_refused),
         case!("etcd", interop::store_holds_and_etcdctl_waits),

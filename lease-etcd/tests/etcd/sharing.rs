@@ -1,0 +1,148 @@
+//! `LeaseSharing::PerTtl`: one etcd lease and few keepalives for many keys, per-key expiry kept.
+
+use std::time::Duration;
+
+use lease_core::{LeaseStore, OwnerId, RenewOutcome};
+use lease_etcd::{EtcdConfig, EtcdLeaseStore, LeaseSharing};
+use lease_testkit::{CaseResult, Ctx, Failed};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use super::cluster::{Cluster, Timing};
+
+/// etcd's count of lease keepalives (`etcd_debugging_lease_renewed_total` on `/metrics`).
+async fn keepalives(endpoint: &str) -> Result<u64, Failed> {
+    let addr = endpoint.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await?;
+    conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).await?;
+    let line = body
+        .lines()
+        .find(|l| l.starts_with("etcd_debugging_lease_renewed_total "))
+        .ok_or("no etcd_debugging_lease_renewed_total metric")?;
+    let value = line.rsplit(' ').next().unwrap_or("");
+    Ok(value.parse::<u64>().map_err(|e| format!("{line}: {e}"))?)
+}
+
+/// 20 keys acquired with one TTL by one store share one etcd lease, and renewing all of them at
+/// once (`renew_many`) sends one keepalive, not twenty (counted by etcd itself, on our own member).
+pub(crate) async fn many_keys_share_one_etcd_lease_and_one_keepalive(ctx: Ctx) -> CaseResult {
+    let cluster = Cluster::start(1, Timing::FAST).await?;
+    let endpoint = cluster.endpoints()[0].clone();
+    let config = EtcdConfig::new(cluster.endpoints()).with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect(config).await?;
+    let ttl = Duration::from_secs(3);
+    let a = OwnerId::with_label("a");
+    let mut leases = Vec::new();
+    for i in 0..20 {
+        leases.push(super::must_acquire(&store, &ctx.key(&format!("k{i}")), &a, ttl).await?);
+    }
+    let lease_ids: Vec<&str> = leases
+        .iter()
+        .map(|l| l.handle().and_then(|h| h.split('/').next()).unwrap_or(""))
+        .collect();
+    assert!(
+        lease_ids
+            .iter()
+            .all(|id| *id == lease_ids[0] && !id.is_empty()),
+        "etcd leases: {lease_ids:?}"
+    );
+
+    for round in 0..2 {
+        tokio::time::sleep(ttl / 3).await;
+        let before = keepalives(&endpoint).await?;
+        let outcomes = store.renew_many(&leases).await?;
+        let after = keepalives(&endpoint).await?;
+        let mut next = Vec::new();
+        for out in outcomes {
+            match out? {
+                RenewOutcome::Renewed(l) => next.push(l),
+                RenewOutcome::Lost => {
+                    return Err(format!("round {round}: a shared lease was lost").into());
+                }
+            }
+        }
+        leases = next;
+        assert!(
+            after - before <= 2,
+            "round {round}: {} keepalives for 20 renewals",
+            after - before
+        );
+    }
+    for l in &leases {
+        assert_eq!(
+            store.inspect(l.key()).await?.holder.map(|h| h.token),
+            Some(l.token())
+        );
+    }
+    Ok(())
+}
+
+/// Two keys on one shared etcd lease: one is renewed, the other is not. The unrenewed key is freed
+/// (by the store's sweeper) about its TTL after its last renewal although the etcd lease lives on,
+/// its late renewal is refused, and the renewed key stays held.
+pub(crate) async fn an_unrenewed_key_expires_although_its_etcd_lease_lives(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let other = EtcdLeaseStore::connect(super::config()).await?;
+    let ttl = ctx.short_ttl();
+    let (kept, dropped) = (ctx.key("kept"), ctx.key("dropped"));
+    let (a, b, c) = (
+        OwnerId::with_label("a"),
+        OwnerId::with_label("b"),
+        OwnerId::with_label("c"),
+    );
+    let mut la = super::must_acquire(&store, &kept, &a, ttl).await?;
+    let lb = super::must_acquire(&store, &dropped, &b, ttl).await?;
+    let same = |l: &lease_core::Lease| {
+        l.handle()
+            .and_then(|h| h.split('/').next())
+            .map(str::to_string)
+    };
+    assert_eq!(
+        same(&la),
+        same(&lb),
+        "the two keys should share one etcd lease"
+    );
+
+    let granted = Instant::now();
+    let req = ctx.request(&dropped, &c, ttl);
+    let waiter = tokio::spawn(async move {
+        let got = super::wait_and_acquire(
+            &other,
+            &req,
+            Duration::from_secs(30),
+            Duration::from_secs(20),
+        )
+        .await;
+        (got, Instant::now())
+    });
+    let end = Instant::now() + ttl * 3;
+    while Instant::now() < end {
+        tokio::time::sleep(ttl / 4).await;
+        match store.renew(&la).await? {
+            RenewOutcome::Renewed(next) => la = next,
+            RenewOutcome::Lost => return Err("the renewed key was lost".into()),
+        }
+    }
+    let (got, at) = waiter.await?;
+    let lc = got?;
+    let freed_after = at - granted;
+    println!("unrenewed key on a shared etcd lease freed after {freed_after:?} (ttl {ttl:?})");
+    assert!(
+        freed_after < ttl + Duration::from_secs(1),
+        "freed after {freed_after:?}"
+    );
+    assert!(lc.token() > lb.token());
+    assert_eq!(
+        store.renew(&lb).await?,
+        RenewOutcome::Lost,
+        "a swept key was renewed"
+    );
+    assert_eq!(
+        store.inspect(&kept).await?.holder.map(|h| h.token),
+        Some(la.token())
+    );
+    Ok(())
+}
