@@ -247,7 +247,7 @@ impl HighWaterTable {
         self.apply(conn, key, token, None).await
     }
 
-    async fn apply(
+    pub(crate) async fn apply(
         &self,
         conn: &mut PgConnection,
         key: &LeaseKey,

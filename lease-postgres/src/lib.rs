@@ -66,8 +66,10 @@
 //! # Ok(()) }
 //! ```
 //!
-//! ## High-water-mark table
-//! [`HighWaterTable`] ([`PostgresLeaseStore::fenced_resource`]) accepts a write only if its token
+//! ## Fenced resources
+//! Two [`FencedResource`](lease_core::FencedResource)s, both run through the shared fencing cases:
+//! [`LeaseRowFence`] validates each write against the lease row's generation in the same
+//! transaction (the lease row is the high-water mark); [`HighWaterTable`] ([`PostgresLeaseStore::fenced_resource`]) accepts a write only if its token
 //! is at least the key's `last_fencing_token` and advances it in the same statement; `install`
 //! moves the mark to a new generation before the new owner starts.
 //!
@@ -101,6 +103,7 @@ pub mod advisory;
 mod config;
 mod error;
 mod fenced;
+mod row_fence;
 mod sql;
 mod store;
 
@@ -110,6 +113,7 @@ pub const BACKEND: &str = "postgres";
 pub use advisory::{AdvisoryLocks, advisory_lock_id};
 pub use config::{MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableName, TxTimeouts};
 pub use fenced::{FencedTx, HighWaterTable};
+pub use row_fence::LeaseRowFence;
 pub use store::{MIN_TTL, PostgresLeaseStore};
 
 /// The shipped migration (`sql/0001_leases.sql`), for the default table `"public"."leases"`.

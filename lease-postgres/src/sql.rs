@@ -29,6 +29,8 @@ pub(crate) struct Statements {
     pub(crate) release: String,
     /// Locks and validates the lease row for a fenced transaction.
     pub(crate) lock_row: String,
+    /// Locks the lease row and reads its generation (the lease-row fenced resource).
+    pub(crate) lock_generation: String,
     /// Whether the (locked) lease row is still unexpired.
     pub(crate) still_valid: String,
     /// The high-water-mark table's conditional write.
@@ -98,6 +100,8 @@ impl Statements {
                AND lease_until > clock_timestamp() \
              FOR UPDATE"
         );
+        let lock_generation =
+            format!("SELECT fencing_token FROM {table} WHERE resource_key = $1 FOR UPDATE");
         let still_valid = format!(
             "SELECT lease_until > clock_timestamp() FROM {table} \
              WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3"
@@ -128,6 +132,7 @@ impl Statements {
             renew_many,
             release,
             lock_row,
+            lock_generation,
             still_valid,
             fence_write,
             fence_mark,

@@ -77,6 +77,18 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::row_fence::lease_row_fence_rejects_the_stale_owner
+            ),
+            case!(
+                "postgres",
+                support::row_fence::lease_row_fence_installed_generation_rejects_the_old_owner
+            ),
+            case!(
+                "postgres",
+                support::row_fence::lease_row_fence_contention_gives_exact_count
+            ),
+            case!(
+                "postgres",
                 support::advisory::advisory_xact_lock_excludes_and_try_reports_busy
             ),
             case!(

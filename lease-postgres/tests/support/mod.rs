@@ -3,6 +3,7 @@
 pub(crate) mod advisory;
 pub(crate) mod failure;
 pub(crate) mod fenced;
+pub(crate) mod row_fence;
 pub(crate) mod seed;
 
 use std::time::Duration;

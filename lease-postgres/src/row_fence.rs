@@ -1,0 +1,124 @@
+//! A [`FencedResource`] fenced by the lease row itself: the generation in the lease table is the
+//! high-water mark.
+
+use async_trait::async_trait;
+use lease_core::{
+    Error, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+};
+use sqlx::AssertSqlSafe;
+
+use crate::BACKEND;
+use crate::error;
+use crate::fenced::{HighWaterTable, set_local_timeouts, tx_ctx};
+use crate::store::{PostgresLeaseStore, token_from_row};
+
+/// A [`FencedResource`] whose writes are validated against the **lease row** in the same
+/// transaction, like the seed's protected write but keyed by the token alone (a
+/// `FencedResource` write carries no owner).
+///
+/// Each write or install: `BEGIN`; lock the key's lease row `FOR UPDATE` and read its
+/// generation `g` (the newest token ever granted for the key); a token below `g` is
+/// [`WriteOutcome::Rejected`] with `g` as the high-water mark; a token equal to `g` is applied to
+/// the `<table>_fence` row (value, counter, mark) and committed. While the row is locked no newer
+/// token can be granted, so an accepted write always commits before any newer holder exists.
+/// It does not check expiry: a token that is still the newest generation is, by definition, not
+/// stale yet (use [`PostgresLeaseStore::fenced_transaction`] to also require an unexpired lease).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_core::{AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
+/// use lease_postgres::{LeaseRowFence, PostgresLeaseStore, PostgresOptions};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+/// let req = AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10));
+/// let lease = store.acquire(&req).await?.lease().expect("free");
+/// let fence = LeaseRowFence::new(store.clone());
+/// let out = fence.write(lease.key(), lease.token(), WriteOp::Add(1)).await?;
+/// println!("accepted: {}", out.is_accepted());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseRowFence {
+    store: PostgresLeaseStore,
+    data: HighWaterTable,
+}
+
+impl LeaseRowFence {
+    /// The lease-row fence of `store`'s table; data goes to `<table>_fence`.
+    pub fn new(store: PostgresLeaseStore) -> Self {
+        let data = store.fenced_resource();
+        LeaseRowFence { store, data }
+    }
+
+    async fn run(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: Option<WriteOp>,
+    ) -> Result<WriteOutcome> {
+        let options = self.store.options();
+        let cx = tx_ctx(options, "lease-row fenced write");
+        let map = |e| error::map(e, cx);
+        let mut tx = self.store.pool().begin().await.map_err(map)?;
+        set_local_timeouts(&mut tx, options.tx_timeouts())
+            .await
+            .map_err(map)?;
+        let generation: Option<i64> = sqlx::query_scalar(AssertSqlSafe(
+            self.store.statements().lock_generation.as_str(),
+        ))
+        .bind(key.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
+        let Some(generation) = generation else {
+            let _ = tx.rollback().await;
+            return Err(Error::InvalidInput(format!(
+                "no lease row for {key}: token {token} was not issued by this table"
+            )));
+        };
+        let generation = token_from_row(generation)?;
+        if token < generation {
+            let _ = tx.rollback().await;
+            tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %generation, "stale token rejected by the lease row");
+            return Ok(WriteOutcome::Rejected {
+                presented: token,
+                high_water: generation,
+            });
+        }
+        if token > generation {
+            let _ = tx.rollback().await;
+            return Err(Error::InvalidToken {
+                reason: format!(
+                    "token {token} was never issued for {key} (newest is {generation})"
+                ),
+            });
+        }
+        let out = self.data.apply(&mut tx, key, token, op).await?;
+        if out.is_accepted() {
+            tx.commit().await.map_err(map)?;
+        } else {
+            let _ = tx.rollback().await;
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl FencedResource for LeaseRowFence {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
+        self.run(key, token, Some(op)).await
+    }
+
+    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
+        self.run(key, token, None).await
+    }
+
+    async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+        self.data.read(key).await
+    }
+}
