@@ -17,6 +17,9 @@ use crate::names;
 /// (a loss at WARN with `backend`, `key`, `owner`, `token` and `reason`) and the election every
 /// leadership change. Confirmed renewals are TRACE events here.
 ///
+/// A lease reported as acquired but never ended (the supervisor's fence install was refused) is
+/// dropped from `lease.held` and `lease.since_last_renewal` one second past its local deadline.
+///
 /// ```
 /// use std::time::Duration;
 /// use lease_core::{LeaseKey, MemoryLeaseStore};

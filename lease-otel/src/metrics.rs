@@ -90,6 +90,12 @@ impl LeaseMetrics {
         let held_leases = Arc::new(HeldLeases::default());
         let observed = held_leases.clone();
         let by_key = config.key_attribute();
+        let held = meter
+            .i64_up_down_counter(names::HELD)
+            .with_unit("{lease}")
+            .with_description("Supervised leases held now.")
+            .build();
+        let held_in_callback = held.clone();
         let since_last_renewal = meter
             .f64_observable_gauge(names::SINCE_LAST_RENEWAL)
             .with_unit("s")
@@ -97,7 +103,16 @@ impl LeaseMetrics {
                 "Time since the last confirmed renewal (or the grant) of supervised leases held now; the largest per attribute set.",
             )
             .with_callback(move |gauge| {
-                for (backend, key, secs) in observed.observe(by_key) {
+                let orphaned = |backend: &'static str, key: &LeaseKey| {
+                    let b = KeyValue::new(names::ATTR_BACKEND, backend);
+                    if by_key {
+                        let k = KeyValue::new(names::ATTR_KEY, key.as_str().to_owned());
+                        held_in_callback.add(-1, &[b, k]);
+                    } else {
+                        held_in_callback.add(-1, &[b]);
+                    }
+                };
+                for (backend, key, secs) in observed.observe(by_key, orphaned) {
                     let backend = KeyValue::new(names::ATTR_BACKEND, backend);
                     match key {
                         Some(k) => gauge.observe(
@@ -158,11 +173,7 @@ impl LeaseMetrics {
                 .with_description("How long supervised leases were held, by how they ended.")
                 .with_boundaries(HOLD_BOUNDS.to_vec())
                 .build(),
-            held: meter
-                .i64_up_down_counter(names::HELD)
-                .with_unit("{lease}")
-                .with_description("Supervised leases held now.")
-                .build(),
+            held,
             leader_transitions: meter
                 .u64_counter(names::LEADER_TRANSITIONS)
                 .with_unit("{transition}")

@@ -618,6 +618,46 @@ async fn renew_many_is_forwarded_and_measured_once_per_batch() -> TestResult {
     Ok(())
 }
 
+/// The supervisor reports `acquired` before it installs the token in the fence; when the install
+/// is refused it releases and returns an error without ever reporting the end of that lease. The
+/// hook must not count it as held forever.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_grant_refused_by_the_fence_is_not_held_forever() -> TestResult {
+    let h = Harness::new(OtelConfig::new());
+    let store = h.metrics.store(MemoryLeaseStore::new());
+    let resource = std::sync::Arc::new(h.metrics.resource(MemoryFencedResource::new(), "memory"));
+    let key = LeaseKey::new("fenced")?;
+    assert!(
+        resource
+            .install(&key, FencingToken::new(100)?)
+            .await?
+            .is_accepted()
+    );
+    let sup = Supervisor::new(store.clone(), config())
+        .with_hook(store.hook())
+        .with_fence(resource.clone());
+    assert!(
+        sup.acquire(&key).await.is_err(),
+        "the fence refuses token 1"
+    );
+    assert!(
+        store.inspect(&key).await?.holder.is_none(),
+        "released again"
+    );
+    // Past the lease's deadline (3 s) plus the grace, the orphan is dropped.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let points = h.snapshot();
+    Table::load().check(&points, false);
+    let held: Vec<_> = points.iter().filter(|p| p.name == "lease.held").collect();
+    assert_eq!(held.len(), 1);
+    assert_eq!(held[0].value, Value::Sum(0), "{held:?}");
+    assert!(!points.iter().any(|p| p.name == "lease.since_last_renewal"));
+    assert!(points.iter().any(|p| p.name == "lease.fencing.rejections"
+        && p.attrs.get("lease.fencing.operation").map(String::as_str) == Some("install")
+        && p.value == Value::Sum(1)));
+    Ok(())
+}
+
 #[test]
 fn the_docs_table_is_the_crate_docs_table() {
     let lib = table_rows(include_str!("../src/lib.rs"));
