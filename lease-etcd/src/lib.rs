@@ -50,7 +50,8 @@
 //! without bumping revisions, or wiping the data directory. Then tokens can repeat; treat that as
 //! a new cluster and reinstall generations in the resources.
 //!
-//! Tokens are not dense: they jump by the number of writes elsewhere in the cluster.
+//! Tokens are not dense: they jump by the number of writes elsewhere in the cluster. The
+//! decision and its limits: `docs/adr/0031-etcd-lock-protocol-and-revision-tokens.md`.
 //!
 //! ## TTLs
 //! etcd leases have whole-second TTLs and a server minimum (derived from the election timeout,

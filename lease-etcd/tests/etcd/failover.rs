@@ -164,7 +164,8 @@ pub(crate) async fn leader_killed_in_a_three_member_cluster(ctx: Ctx) -> CaseRes
     let lb = got?;
     let takeover = at - killed;
     let election = Duration::from_millis(timing.election_ms);
-    let bound = ttl + election * 4 + Duration::from_secs(2);
+    // TTL, the election, the lease extension a new leader grants, and slack for a loaded machine.
+    let bound = ttl + election * 4 + Duration::from_secs(3);
     println!(
         "etcd takeover after leader kill: {takeover:?} (bound {bound:?}); holder renewals: {outcomes:?}"
     );

@@ -48,6 +48,12 @@ impl Backend for Etcd {
         })
     }
 
+    /// Two seconds: etcd's TTLs are whole seconds, and one second leaves little room for a
+    /// renewal on a loaded two-core machine.
+    fn short_ttl(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
     fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let config = config();
