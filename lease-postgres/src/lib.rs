@@ -104,6 +104,7 @@ mod config;
 mod error;
 mod fenced;
 mod row_fence;
+mod schema;
 mod sql;
 mod store;
 
