@@ -344,6 +344,53 @@ impl LeaseStore for SqliteLeaseStore {
         }
     }
 
+    /// One `BEGIN IMMEDIATE` transaction with one conditional `UPDATE` per lease: a single turn
+    /// of the write lock for the whole batch. Leases with an invalid TTL get their error in their
+    /// slot and are not sent.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let min = self.capabilities().min_ttl;
+        let map = self.tx_map("renew_many");
+        let sent = Instant::now();
+        let _turn = self.inner.gate.lock().await;
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(&map)?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let (ttl_ms, granted) =
+                match validate_ttl(lease.ttl(), min).and_then(|()| ttl_ms(lease.ttl())) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        out.push(Err(e));
+                        continue;
+                    }
+                };
+            let done = sqlx::query(sql::RENEW)
+                .bind(lease.key().as_str())
+                .bind(lease.owner().as_str())
+                .bind(lease.token().to_i64())
+                .bind(ttl_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(&map)?;
+            out.push(Ok(if done.rows_affected() == 1 {
+                tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed (batch)");
+                RenewOutcome::Renewed(lease.renewed(granted, sent))
+            } else {
+                tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renew refused: lease lost (batch)");
+                RenewOutcome::Lost
+            }));
+        }
+        tx.commit().await.map_err(&map)?;
+        Ok(out)
+    }
+
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let _turn = self.inner.gate.lock().await;
         let done = sqlx::query(sql::RELEASE)
