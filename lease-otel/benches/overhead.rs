@@ -100,6 +100,11 @@ fn main() {
         "acquire+release on the memory store ({} mode, {rounds} rounds x {n}, median):",
         if smoke { "smoke" } else { "full" }
     );
+    if cfg!(debug_assertions) {
+        println!(
+            "  (debug build: not meaningful, run `cargo bench -p lease-otel --bench overhead`)"
+        );
+    }
     println!("  plain                          {b:>9.0} ns");
     println!(
         "  InstrumentedStore              {d:>9.0} ns   ratio {:.2}   +{:.0} ns",
