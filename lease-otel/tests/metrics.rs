@@ -618,6 +618,60 @@ async fn renew_many_is_forwarded_and_measured_once_per_batch() -> TestResult {
     Ok(())
 }
 
+/// With renewal batching the supervisor renews through `renew_many`: the decorator sees one call
+/// per batch, the hook still one renewal per lease.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn batched_supervisor_renewals_are_one_call_and_one_renewal_per_lease() -> TestResult {
+    let h = Harness::new(OtelConfig::new());
+    let store = h.metrics.store(MemoryLeaseStore::new());
+    let sup = Supervisor::new(
+        store.clone(),
+        config().with_renewal_batching(Duration::from_millis(10)),
+    )
+    .with_hook(store.hook());
+    let g1 = sup
+        .acquire(&LeaseKey::new("one")?)
+        .await?
+        .guard()
+        .ok_or("free")?;
+    let g2 = sup
+        .acquire(&LeaseKey::new("two")?)
+        .await?
+        .guard()
+        .ok_or("free")?;
+    tokio::time::sleep(ms(1500)).await;
+    let points = h.snapshot();
+    Table::load().check(&points, false);
+    let get = |name: &str, op: Option<&str>, outcome: &str| -> Option<Value> {
+        points
+            .iter()
+            .find(|p| {
+                p.name == name
+                    && p.attrs.get("lease.operation").map(String::as_str) == op
+                    && p.attrs.get("lease.outcome").map(String::as_str) == Some(outcome)
+            })
+            .map(|p| p.value.clone())
+    };
+    assert_eq!(
+        get("lease.renewals", None, "confirmed"),
+        Some(Value::Sum(2))
+    );
+    assert!(
+        matches!(
+            get("lease.operation.duration", Some("renew_many"), "completed"),
+            Some(Value::Hist(1, _))
+        ),
+        "{points:#?}"
+    );
+    assert_eq!(
+        get("lease.operation.duration", Some("renew"), "renewed"),
+        None
+    );
+    assert_eq!(g1.release().await?, ReleaseOutcome::Released);
+    assert_eq!(g2.release().await?, ReleaseOutcome::Released);
+    Ok(())
+}
+
 /// The supervisor reports `acquired` before it installs the token in the fence; when the install
 /// is refused it releases and returns an error without ever reporting the end of that lease. The
 /// hook must not count it as held forever.
