@@ -1,6 +1,7 @@
 //! `lease elect`: join an election and print leadership changes.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use lease::election::{Election, ElectionEvent};
 use lease::supervisor::SupervisorConfig;
@@ -64,6 +65,23 @@ pub(crate) async fn main(args: ElectArgs) -> ExitCode {
             }
             _ = int.recv() => break,
             _ = term.recv() => break,
+        }
+    }
+    // Print what already happened before leaving (an election may have just been won).
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::ZERO, me.next_event()).await {
+        match event {
+            ElectionEvent::Elected { term, .. } => {
+                out.line("elected", Some(term.get()), None, None)
+            }
+            ElectionEvent::SteppedDown { term, reason } => {
+                out.line(
+                    "stepped_down",
+                    Some(term.get()),
+                    Some(&reason.to_string()),
+                    None,
+                );
+            }
+            _ => {}
         }
     }
     let was_leader = me.is_leader();

@@ -531,6 +531,7 @@ fn paused_runner_stops_its_command_postgres() {
 fn elect_prints_json_leadership_changes() {
     let s = sqlite();
     let name = unique_key("elect");
+    let limit = Duration::from_secs(20);
     let mut a = lease()
         .args([
             "elect", "--store", &s.url, "--name", &name, "--ttl", "1s", "--json", "--label", "a",
@@ -539,36 +540,120 @@ fn elect_prints_json_leadership_changes() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn elect");
-    wait_until("a to lead", Duration::from_secs(20), || {
-        is_held(&s.url, &name)
-    });
-    kill(
-        Pid::from_raw(i32::try_from(a.id()).expect("pid")),
-        Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let status = wait_exit(&mut a, Duration::from_secs(20));
-    assert_eq!(status.code(), Some(0));
-    let mut stdout = String::new();
-    std::io::Read::read_to_string(&mut a.stdout.take().expect("stdout"), &mut stdout)
-        .expect("read stdout");
-    let events: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect();
-    let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
-    assert_eq!(kinds.first(), Some(&"joined"), "{stdout}");
-    assert!(kinds.contains(&"elected"), "{stdout}");
-    assert_eq!(kinds.last(), Some(&"resigned"), "{stdout}");
-    let elected = events
-        .iter()
-        .find(|e| e["event"] == "elected")
-        .expect("elected");
+    let mut lines = Lines::of(&mut a);
+    let elected = lines.wait_for("elected", limit, |e| e["event"] == "elected");
     assert!(elected["term"].as_u64().is_some_and(|t| t > 0));
     assert!(
         elected["id"]
             .as_str()
             .is_some_and(|id| id.starts_with("a-"))
     );
+    assert_eq!(elected["name"], name.as_str());
+    assert!(is_held(&s.url, &name));
+    kill(
+        Pid::from_raw(i32::try_from(a.id()).expect("pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    assert_eq!(wait_exit(&mut a, limit).code(), Some(0));
+    lines.wait_for("resigned", limit, |e| e["event"] == "resigned");
+    assert_eq!(
+        lines.seen.first().map(|e| e["event"].clone()),
+        Some("joined".into())
+    );
     assert!(!is_held(&s.url, &name), "resigning releases the lease");
+}
+
+/// Reads a child's JSON lines on a thread, so a test can wait for a specific event.
+struct Lines {
+    rx: std::sync::mpsc::Receiver<serde_json::Value>,
+    seen: Vec<serde_json::Value>,
+}
+
+impl Lines {
+    fn of(child: &mut Child) -> Self {
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                let v = serde_json::from_str(&line).expect("a JSON line");
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (at most `limit`) for an event matching `pred` and returns it.
+    fn wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        if let Some(v) = self.seen.iter().find(|v| pred(v)) {
+            return v.clone();
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self
+                .rx
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what} within {limit:?}; saw {:?}", self.seen));
+            self.seen.push(v.clone());
+            if pred(&v) {
+                return v;
+            }
+        }
+    }
+}
+
+#[test]
+fn elect_hands_over_with_a_greater_term() {
+    let s = sqlite();
+    let name = unique_key("failover");
+    let candidate = |label: &str| {
+        lease()
+            .args([
+                "elect", "--store", &s.url, "--name", &name, "--ttl", "1s", "--json", "--label",
+                label,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn elect")
+    };
+    let limit = Duration::from_secs(20);
+    let mut a = candidate("a");
+    let mut a_lines = Lines::of(&mut a);
+    let a_term = a_lines.wait_for("a elected", limit, |e| e["event"] == "elected")["term"]
+        .as_u64()
+        .expect("term");
+    let mut b = candidate("b");
+    let mut b_lines = Lines::of(&mut b);
+    // b sees a lead, then a resigns (releasing), and b is elected with a greater term.
+    let seen = b_lines.wait_for("b to see a lead", limit, |e| {
+        e["event"] == "leader" && e["leader"].as_str().is_some_and(|l| l.starts_with("a-"))
+    });
+    assert_eq!(seen["term"].as_u64(), Some(a_term));
+    let pid = |c: &Child| Pid::from_raw(i32::try_from(c.id()).expect("pid"));
+    kill(pid(&a), Signal::SIGTERM).expect("SIGTERM a");
+    assert_eq!(wait_exit(&mut a, limit).code(), Some(0));
+    a_lines.wait_for("a resigned", limit, |e| e["event"] == "resigned");
+    let b_term = b_lines.wait_for("b elected", limit, |e| e["event"] == "elected")["term"]
+        .as_u64()
+        .expect("term");
+    assert!(
+        b_term > a_term,
+        "terms must increase: a {a_term}, b {b_term}"
+    );
+    kill(pid(&b), Signal::SIGTERM).expect("SIGTERM b");
+    assert_eq!(wait_exit(&mut b, limit).code(), Some(0));
+    b_lines.wait_for("b resigned", limit, |e| e["event"] == "resigned");
 }
