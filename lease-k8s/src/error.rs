@@ -26,7 +26,9 @@ impl KubeError {
             KubeError::Conflict | KubeError::AlreadyExists => {
                 Error::backend(BACKEND, format!("{operation}: unexpected conflict"), None)
             }
-            KubeError::NotFound(message) => Error::backend(BACKEND, format!("{operation}: {message}"), None),
+            KubeError::NotFound(message) => {
+                Error::backend(BACKEND, format!("{operation}: {message}"), None)
+            }
             KubeError::Other(e) => e,
         }
     }
@@ -46,7 +48,10 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> KubeError {
                 return KubeError::NotFound(status.message.clone());
             }
             let code = status.code;
-            let message = format!("{operation}: {} {} ({})", status.code, status.reason, status.message);
+            let message = format!(
+                "{operation}: {} {} ({})",
+                status.code, status.reason, status.message
+            );
             let source: Option<lease_core::BoxError> = Some(status);
             KubeError::Other(match code {
                 // Throttling and server-side failures (etcd down, apiserver overloaded) pass.
@@ -55,23 +60,37 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> KubeError {
                 _ => Error::backend(BACKEND, message, source),
             })
         }
-        kube::Error::HyperError(e) => {
-            KubeError::Other(Error::unavailable(BACKEND, format!("{operation}: {e}"), Some(Box::new(e).into())))
-        }
-        kube::Error::Service(e) => KubeError::Other(Error::unavailable(BACKEND, format!("{operation}: {e}"), Some(e))),
-        kube::Error::ReadEvents(e) => {
-            KubeError::Other(Error::unavailable(BACKEND, format!("{operation}: {e}"), Some(Box::new(e).into())))
-        }
+        kube::Error::HyperError(e) => KubeError::Other(Error::unavailable(
+            BACKEND,
+            format!("{operation}: {e}"),
+            Some(Box::new(e).into()),
+        )),
+        kube::Error::Service(e) => KubeError::Other(Error::unavailable(
+            BACKEND,
+            format!("{operation}: {e}"),
+            Some(e),
+        )),
+        kube::Error::ReadEvents(e) => KubeError::Other(Error::unavailable(
+            BACKEND,
+            format!("{operation}: {e}"),
+            Some(Box::new(e).into()),
+        )),
         e @ (kube::Error::InferConfig(_)
         | kube::Error::InferKubeconfig(_)
         | kube::Error::Auth(_)
         | kube::Error::RustlsTls(_)
         | kube::Error::TlsRequired
         | kube::Error::ProxyProtocolUnsupported { .. }
-        | kube::Error::ProxyProtocolDisabled { .. }) => {
-            KubeError::Other(Error::config(BACKEND, format!("{operation}: {e}"), Some(Box::new(e).into())))
-        }
-        e => KubeError::Other(Error::backend(BACKEND, format!("{operation}: {e}"), Some(Box::new(e).into()))),
+        | kube::Error::ProxyProtocolDisabled { .. }) => KubeError::Other(Error::config(
+            BACKEND,
+            format!("{operation}: {e}"),
+            Some(Box::new(e).into()),
+        )),
+        e => KubeError::Other(Error::backend(
+            BACKEND,
+            format!("{operation}: {e}"),
+            Some(Box::new(e).into()),
+        )),
     }
 }
 
@@ -84,7 +103,11 @@ pub(crate) async fn timed<T>(
     match tokio::time::timeout(after, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(classify(operation, e)),
-        Err(_) => Err(KubeError::Other(Error::Timeout { backend: BACKEND, operation, after })),
+        Err(_) => Err(KubeError::Other(Error::Timeout {
+            backend: BACKEND,
+            operation,
+            after,
+        })),
     }
 }
 

@@ -47,7 +47,9 @@ pub struct KubeFencedResource {
 
 impl fmt::Debug for KubeFencedResource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubeFencedResource").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("KubeFencedResource")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
     }
 }
 
@@ -63,13 +65,23 @@ impl KubeFencedResource {
     /// [`Error::Config`] if `namespace` is not a DNS-1123 label.
     pub fn new(client: kube::Client, namespace: &str) -> Result<Self> {
         validate_namespace(namespace)?;
-        Ok(KubeFencedResource { api: Api::namespaced(client, namespace), timeout: DEFAULT_REQUEST_TIMEOUT })
+        Ok(KubeFencedResource {
+            api: Api::namespaced(client, namespace),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+        })
     }
 
-    async fn apply(&self, key: &LeaseKey, token: FencingToken, op: Option<WriteOp>) -> Result<WriteOutcome> {
+    async fn apply(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: Option<WriteOp>,
+    ) -> Result<WriteOutcome> {
         let name = fence_object_name(key);
         for _ in 0..MAX_RACES {
-            let current = timed("get", self.timeout, self.api.get_opt(&name)).await.map_err(|e| e.into_error("get"))?;
+            let current = timed("get", self.timeout, self.api.get_opt(&name))
+                .await
+                .map_err(|e| e.into_error("get"))?;
             let mut state = match &current {
                 Some(cm) => parse(cm)?,
                 None => ResourceState::default(),
@@ -78,7 +90,10 @@ impl KubeFencedResource {
                 && token < high_water
             {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
-                return Ok(WriteOutcome::Rejected { presented: token, high_water });
+                return Ok(WriteOutcome::Rejected {
+                    presented: token,
+                    high_water,
+                });
             }
             state.high_water = Some(token);
             match &op {
@@ -96,64 +111,108 @@ impl KubeFencedResource {
             let result = match current {
                 Some(mut cm) => {
                     render(&mut cm, &state);
-                    timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &cm)).await
+                    timed(
+                        "replace",
+                        self.timeout,
+                        self.api.replace(&name, &PostParams::default(), &cm),
+                    )
+                    .await
                 }
                 None => {
                     let mut cm = ConfigMap {
-                        metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+                        metadata: ObjectMeta {
+                            name: Some(name.clone()),
+                            ..ObjectMeta::default()
+                        },
                         ..ConfigMap::default()
                     };
                     render(&mut cm, &state);
-                    timed("create", self.timeout, self.api.create(&PostParams::default(), &cm)).await
+                    timed(
+                        "create",
+                        self.timeout,
+                        self.api.create(&PostParams::default(), &cm),
+                    )
+                    .await
                 }
             };
             match result {
                 Ok(_) => return Ok(WriteOutcome::Accepted { high_water: token }),
                 Err(KubeError::Conflict | KubeError::AlreadyExists) => continue,
                 Err(KubeError::NotFound(m)) => {
-                    return Err(Error::config(BACKEND, format!("cannot write ConfigMap {name:?}: {m}"), None));
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("cannot write ConfigMap {name:?}: {m}"),
+                        None,
+                    ));
                 }
                 Err(e) => return Err(e.into_error("write")),
             }
         }
-        Err(Error::unavailable(BACKEND, format!("lost {MAX_RACES} consecutive write races on ConfigMap {name:?}"), None))
+        Err(Error::unavailable(
+            BACKEND,
+            format!("lost {MAX_RACES} consecutive write races on ConfigMap {name:?}"),
+            None,
+        ))
     }
 }
 
 fn parse(cm: &ConfigMap) -> Result<ResourceState> {
     let num = |field: &str| -> Result<Option<i64>> {
         match cm.data.as_ref().and_then(|d| d.get(field)) {
-            Some(v) => v.parse().map(Some).map_err(|_| corrupt(format!("ConfigMap field {field}: {v:?}"))),
+            Some(v) => v
+                .parse()
+                .map(Some)
+                .map_err(|_| corrupt(format!("ConfigMap field {field}: {v:?}"))),
             None => Ok(None),
         }
     };
-    let high_water = match cm.metadata.annotations.as_ref().and_then(|a| a.get(HIGH_WATER_ANNOTATION)) {
+    let high_water = match cm
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(HIGH_WATER_ANNOTATION))
+    {
         Some(t) => Some(t.parse::<FencingToken>()?),
         None => None,
     };
     Ok(ResourceState {
         high_water,
-        value: cm.binary_data.as_ref().and_then(|b| b.get("value")).map(|v| v.0.clone()),
+        value: cm
+            .binary_data
+            .as_ref()
+            .and_then(|b| b.get("value"))
+            .map(|v| v.0.clone()),
         counter: num("counter")?.unwrap_or(0),
-        accepted: u64::try_from(num("accepted")?.unwrap_or(0)).map_err(|_| corrupt("negative accepted count"))?,
+        accepted: u64::try_from(num("accepted")?.unwrap_or(0))
+            .map_err(|_| corrupt("negative accepted count"))?,
     })
 }
 
 fn render(cm: &mut ConfigMap, state: &ResourceState) {
     if let Some(t) = state.high_water {
-        cm.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(HIGH_WATER_ANNOTATION.into(), t.to_string());
+        cm.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(HIGH_WATER_ANNOTATION.into(), t.to_string());
     }
     let data = cm.data.get_or_insert_with(BTreeMap::new);
     data.insert("counter".into(), state.counter.to_string());
     data.insert("accepted".into(), state.accepted.to_string());
     if let Some(v) = &state.value {
-        cm.binary_data.get_or_insert_with(BTreeMap::new).insert("value".into(), ByteString(v.clone()));
+        cm.binary_data
+            .get_or_insert_with(BTreeMap::new)
+            .insert("value".into(), ByteString(v.clone()));
     }
 }
 
 #[async_trait]
 impl FencedResource for KubeFencedResource {
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp) -> Result<WriteOutcome> {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
         self.apply(key, token, Some(op)).await
     }
 
@@ -163,7 +222,10 @@ impl FencedResource for KubeFencedResource {
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         let name = fence_object_name(key);
-        match timed("get", self.timeout, self.api.get_opt(&name)).await.map_err(|e| e.into_error("get"))? {
+        match timed("get", self.timeout, self.api.get_opt(&name))
+            .await
+            .map_err(|e| e.into_error("get"))?
+        {
             Some(cm) => parse(&cm),
             None => Ok(ResourceState::default()),
         }

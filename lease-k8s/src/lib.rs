@@ -1,4 +1,149 @@
-//! The Kubernetes backend (docs to come).
+//! # lease-k8s
+//!
+//! Leases with fencing tokens on Kubernetes `coordination.k8s.io/v1` **Lease** objects,
+//! interoperable with client-go's `LeaseLock`, so that a Go controller and a Rust one can contend
+//! for the same Lease (during a migration, say) and never both lead while both follow their rules.
+//!
+//! - [`KubeLeaseStore`] implements [`lease_core::LeaseStore`]: use it directly, or through
+//!   `lease_core`'s supervisor and leader election.
+//! - [`KubeFencedResource`] implements [`lease_core::FencedResource`] on ConfigMaps, and shows how
+//!   a controller carries its term into the objects it writes.
+//!
+//! ## Quick start
+//! ```no_run
+//! use std::time::Duration;
+//! use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, RenewOutcome};
+//! use lease_k8s::KubeLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let client = lease_k8s::infer_client().await?; // KUBECONFIG, ~/.kube/config or in-cluster
+//! let store = KubeLeaseStore::builder(client).namespace("payments").build()?;
+//! let key = LeaseKey::new("invoice-controller")?;
+//! let req = AcquireRequest::new(key, OwnerId::with_label("pod-7"), Duration::from_secs(15));
+//! if let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? {
+//!     // Attach lease.token() to every protected write; renew well before lease.deadline().
+//!     if let RenewOutcome::Lost = store.renew(&lease).await? {
+//!         // Someone else wrote the Lease: stop leading at once.
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//! `k8s-openapi` needs exactly one `v1_xx` feature in the final build. This library does not pick
+//! one; your binary does (`k8s-openapi = { version = "0.29", features = ["v1_33"] }`). The Lease
+//! v1 wire format is the same on every server since 1.14 (tested against kube-apiserver 1.20).
+//!
+//! ## Keys and objects
+//! Key `k` is the Lease named `<prefix>k` in the store's namespace (no prefix by default, see
+//! [`KubeLeaseStoreBuilder::name_prefix`]). Keys are DNS-1123 subdomains of at most 200 bytes, so
+//! they are legal object names unchanged and two keys never share an object.
+//!
+//! ## Every change is conditional
+//! A grant is a `create` (409 `AlreadyExists`: another candidate won) or a `replace` carrying the
+//! `metadata.resourceVersion` that was read (409 `Conflict`: someone else wrote first). Renewals
+//! and releases are conditional replaces too. Nothing is ever patched unconditionally, so two
+//! writers can never both believe their write decided the holder. A renewal is conditioned on the
+//! version of the Lease's **own last write**: if anyone else wrote the object since (a takeover, a
+//! deletion, even a label), the renewal is a 409 and the lease is [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost) at once.
+//! Our writes keep every field they do not own (labels, other annotations, newer spec fields).
+//!
+//! ## The client-go rules (LeaseLock interoperability)
+//! | field | meaning (client-go and this crate) |
+//! |---|---|
+//! | `holderIdentity` | the holder; empty or absent = free |
+//! | `leaseDurationSeconds` | how long candidates wait after last *seeing a change* |
+//! | `acquireTime` | when the current holder acquired (kept while the same identity re-acquires or renews) |
+//! | `renewTime` | when the holder last renewed (informational: never compared with a local clock) |
+//! | `leaseTransitions` | incremented whenever the holder identity changes; kept on renew and release |
+//!
+//! The rules both sides follow:
+//! 1. A candidate takes a Lease when `holderIdentity` is empty, or when it has observed the same
+//!    record unchanged for `leaseDurationSeconds` on its own monotonic clock.
+//! 2. Every write is conditioned on the resourceVersion read (client-go's `Update` does this).
+//! 3. A holder renews (new `renewTime`, hence a new resourceVersion) well within the duration,
+//!    and stops acting as leader before its own deadline.
+//! 4. Release writes what client-go's `ReleaseOnCancel` writes: empty `holderIdentity`,
+//!    `leaseDurationSeconds: 1`, `acquireTime` and `renewTime` now, `leaseTransitions` unchanged.
+//!
+//! In a mixed deployment, configure the Go side's `LeaseDuration` equal to (or longer than) the
+//! TTL the Rust side requests: client-go judges expiry with its *configured* duration, while this
+//! crate uses the `leaseDurationSeconds` written by the holder. A `holderIdentity` that is not a
+//! legal [`OwnerId`](lease_core::OwnerId) (spaces, over 128 bytes) is reported with illegal
+//! characters replaced by `_`.
+//!
+//! ## Expiry without a server clock
+//! The Lease API has no server-side expiry, and the timestamps in a record come from another
+//! host's wall clock. So, as client-go does, a candidate treats a Lease as expired only after it
+//! has seen the **same record** (same resourceVersion) unchanged for its `leaseDurationSeconds`,
+//! measured on its own monotonic clock from the moment it first saw that version. Each store keeps
+//! these observations (Lease name -> resourceVersion and first-seen instant); keep **one store per
+//! process** and share it, or a fresh store starts its observations over (which is only slower,
+//! never unsafe). The holder's own deadline is computed from when its grant or renewal was
+//! *sent* ([`Lease::deadline`](lease_core::Lease::deadline)), minus the drift margin.
+//!
+//! **Clock-rate assumption.** A candidate's first observation of a version happens after the write
+//! that created it, which happened after the holder sent it. So the holder gives up first as long
+//! as the candidate's monotonic clock does not run faster than the holder's by more than the drift
+//! margin over one duration (2% by default, see
+//! [`AcquireRequest::drift_margin`](lease_core::AcquireRequest::drift_margin)). Clock *offsets*
+//! between hosts do not matter at all. Consequently [`Holder::remaining`](lease_core::Holder) is
+//! an estimate from this store's first observation: another process may see more or less time left.
+//!
+//! TTLs are whole seconds (`leaseDurationSeconds` is an integer): requests are rounded **up**, the
+//! granted TTL is reported in [`Lease::ttl`](lease_core::Lease::ttl), and
+//! [`Capabilities`](lease_core::Capabilities) says `min_ttl = ttl_granularity = 1 s`.
+//!
+//! ## Fencing tokens
+//! A grant's token is the etcd revision it is conditioned on: the resourceVersion of the record it
+//! replaces or, when the object does not exist, the current revision (from a consistent `list`),
+//! floored above the token annotation on the object ([`TOKEN_ANNOTATION`]). Revisions are
+//! cluster-wide and only increase, so tokens never go back, even when the Lease is deleted and
+//! recreated or the apiserver restarts. This assumes what every etcd3-backed apiserver does
+//! (resourceVersions are numeric etcd revisions) although the API calls them opaque; a
+//! non-numeric resourceVersion is an [`Error::Backend`](lease_core::Error::Backend). See
+//! `docs/adr/0040-k8s-fencing-token.md`. A holder that did not acquire through this crate (a Go
+//! controller) has no token of ours; [`Holder::token`](lease_core::Holder) then reports the
+//! record's resourceVersion, and [`KeyState::last_token`](lease_core::KeyState) still reports
+//! the last token this crate issued.
+//!
+//! ## Waiting
+//! [`LeaseStore::watch`](lease_core::LeaseStore::watch) opens a watch on the one Lease
+//! (field selector `metadata.name=<name>`) from a freshly listed revision; every change or
+//! deletion is a hint. When the watch breaks (410 Gone, a disconnect, an apiserver restart) the
+//! watcher is hinted, and the watch is reopened from a fresh list after a back-off that grows from
+//! 100 ms to at most 2 s; while the apiserver stays away, a waiter is hinted at that bounded
+//! interval (fallback polling).
+//!
+//! ## Carrying the term into the objects you write
+//! Fencing happens where the writes land. On Kubernetes, record the token in an annotation of the
+//! object you write and refuse, in the same conditional `replace`, a write whose token is below
+//! the annotation. [`KubeFencedResource`] does exactly this with [`HIGH_WATER_ANNOTATION`] on
+//! ConfigMaps; an admission webhook or the controller's own update path can do the same for any
+//! kind.
+//!
+//! ## RBAC
+//! The minimal Role for [`KubeLeaseStore`] (`list` is needed for the revision of a first grant and
+//! for the watch):
+//! ```yaml
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: Role
+//! metadata: {name: lease-k8s, namespace: payments}
+//! rules:
+//! - apiGroups: ["coordination.k8s.io"]
+//!   resources: ["leases"]
+//!   verbs: ["get", "list", "watch", "create", "update"]
+//! # only for KubeFencedResource:
+//! - apiGroups: [""]
+//!   resources: ["configmaps"]
+//!   verbs: ["get", "create", "update"]
+//! ```
+//!
+//! ## Errors
+//! Outcomes (held, lost, not held, stale token) are never errors. Failures map by kind: connection
+//! failures, 429 and 5xx are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable); a
+//! request exceeding [`KubeLeaseStoreBuilder::request_timeout`] is
+//! [`Error::Timeout`](lease_core::Error::Timeout); a missing or unusable kubeconfig, an illegal
+//! namespace or prefix, and a namespace that does not exist are
+//! [`Error::Config`](lease_core::Error::Config); 401/403, invalid objects and malformed records
+//! are [`Error::Backend`](lease_core::Error::Backend).
 
 mod error;
 mod fenced;
@@ -9,5 +154,6 @@ mod watch;
 pub use fenced::{HIGH_WATER_ANNOTATION, KubeFencedResource, fence_object_name};
 pub use record::{TOKEN_ANNOTATION, TOKEN_HOLDER_ANNOTATION};
 pub use store::{
-    DEFAULT_REQUEST_TIMEOUT, KubeLeaseStore, KubeLeaseStoreBuilder, MAX_PREFIX_LEN, client_from_kubeconfig, infer_client,
+    DEFAULT_REQUEST_TIMEOUT, KubeLeaseStore, KubeLeaseStoreBuilder, MAX_PREFIX_LEN,
+    client_from_kubeconfig, infer_client,
 };

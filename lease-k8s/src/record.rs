@@ -39,8 +39,11 @@ pub(crate) struct Record {
 /// etcd revision, a positive 64-bit integer (docs/adr/0040-k8s-fencing-token.md).
 pub(crate) fn parse_rv(rv: Option<&str>) -> Result<u64> {
     let rv = rv.ok_or_else(|| corrupt("object without metadata.resourceVersion"))?;
-    rv.parse::<u64>()
-        .map_err(|_| corrupt(format!("resourceVersion {rv:?} is not numeric; fencing tokens need etcd revisions")))
+    rv.parse::<u64>().map_err(|_| {
+        corrupt(format!(
+            "resourceVersion {rv:?} is not numeric; fencing tokens need etcd revisions"
+        ))
+    })
 }
 
 impl Record {
@@ -49,7 +52,10 @@ impl Record {
         let spec = obj.spec.clone().unwrap_or_default();
         let annotations = obj.metadata.annotations.as_ref();
         let token = match annotations.and_then(|a| a.get(TOKEN_ANNOTATION)) {
-            Some(t) => Some(t.parse::<FencingToken>().map_err(|e| corrupt(format!("annotation {TOKEN_ANNOTATION}: {e}")))?),
+            Some(t) => Some(
+                t.parse::<FencingToken>()
+                    .map_err(|e| corrupt(format!("annotation {TOKEN_ANNOTATION}: {e}")))?,
+            ),
             None => None,
         };
         let secs = spec.lease_duration_seconds.unwrap_or(1).max(1);
@@ -58,7 +64,9 @@ impl Record {
             holder: spec.holder_identity.filter(|h| !h.is_empty()),
             duration: Duration::from_secs(u64::try_from(secs).unwrap_or(1)),
             token,
-            token_holder: annotations.and_then(|a| a.get(TOKEN_HOLDER_ANNOTATION)).cloned(),
+            token_holder: annotations
+                .and_then(|a| a.get(TOKEN_HOLDER_ANNOTATION))
+                .cloned(),
             transitions: spec.lease_transitions.unwrap_or(0),
         })
     }
@@ -88,7 +96,8 @@ fn now() -> MicroTime {
 /// Seconds for `leaseDurationSeconds`: `ttl` rounded up to whole seconds (at least 1).
 pub(crate) fn duration_secs(ttl: Duration) -> Result<i32> {
     let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    i32::try_from(secs.max(1)).map_err(|_| corrupt(format!("ttl {ttl:?} does not fit leaseDurationSeconds")))
+    i32::try_from(secs.max(1))
+        .map_err(|_| corrupt(format!("ttl {ttl:?} does not fit leaseDurationSeconds")))
 }
 
 /// A new Lease object granting `name` to `owner`.
@@ -111,7 +120,11 @@ pub(crate) fn new_grant(name: &str, owner: &OwnerId, token: FencingToken, secs: 
     }
 }
 
-fn token_annotations(mut a: BTreeMap<String, String>, owner: &OwnerId, token: FencingToken) -> BTreeMap<String, String> {
+fn token_annotations(
+    mut a: BTreeMap<String, String>,
+    owner: &OwnerId,
+    token: FencingToken,
+) -> BTreeMap<String, String> {
     a.insert(TOKEN_ANNOTATION.to_string(), token.to_string());
     a.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
     a
@@ -120,7 +133,13 @@ fn token_annotations(mut a: BTreeMap<String, String>, owner: &OwnerId, token: Fe
 /// The next version of `current` (keeping its resourceVersion, labels and other fields) after a
 /// grant to `owner`. As client-go does: a holder re-acquiring keeps `acquireTime` and
 /// `leaseTransitions`; a new holder sets `acquireTime` and increments `leaseTransitions`.
-pub(crate) fn regrant(current: &KubeLease, rec: &Record, owner: &OwnerId, token: FencingToken, secs: i32) -> KubeLease {
+pub(crate) fn regrant(
+    current: &KubeLease,
+    rec: &Record,
+    owner: &OwnerId,
+    token: FencingToken,
+    secs: i32,
+) -> KubeLease {
     let mut next = current.clone();
     let annotations = next.metadata.annotations.take().unwrap_or_default();
     next.metadata.annotations = Some(token_annotations(annotations, owner, token));
@@ -163,4 +182,98 @@ pub(crate) fn released(current: &KubeLease) -> KubeLease {
     spec.renew_time = Some(t);
     next.spec = Some(spec);
     next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(s: &str) -> OwnerId {
+        OwnerId::new(s).unwrap()
+    }
+
+    fn with_rv(mut obj: KubeLease, rv: &str) -> KubeLease {
+        obj.metadata.resource_version = Some(rv.into());
+        obj
+    }
+
+    #[test]
+    fn ttl_rounds_up_to_whole_seconds() {
+        assert_eq!(duration_secs(Duration::from_millis(1)).unwrap(), 1);
+        assert_eq!(duration_secs(Duration::from_secs(1)).unwrap(), 1);
+        assert_eq!(duration_secs(Duration::from_millis(1001)).unwrap(), 2);
+        assert_eq!(duration_secs(Duration::from_secs(86_400)).unwrap(), 86_400);
+    }
+
+    #[test]
+    fn grant_regrant_and_release_follow_client_go() {
+        let t = FencingToken::new(10).unwrap();
+        let obj = with_rv(new_grant("k", &owner("a"), t, 5), "11");
+        let rec = Record::parse(&obj).unwrap();
+        assert_eq!(
+            (rec.rv, rec.holder.as_deref(), rec.duration, rec.transitions),
+            (11, Some("a"), Duration::from_secs(5), 0)
+        );
+        assert!(rec.is_held_by(&owner("a"), t));
+        assert!(!rec.is_held_by(&owner("b"), t));
+        assert_eq!(rec.holder_token().unwrap(), t);
+
+        // The same identity re-acquiring keeps acquireTime and transitions; a new one increments.
+        let acquired = obj.spec.as_ref().unwrap().acquire_time.clone();
+        let same = regrant(&obj, &rec, &owner("a"), FencingToken::new(11).unwrap(), 5);
+        assert_eq!(same.spec.as_ref().unwrap().acquire_time, acquired);
+        assert_eq!(same.spec.as_ref().unwrap().lease_transitions, Some(0));
+        let other = regrant(&obj, &rec, &owner("b"), FencingToken::new(11).unwrap(), 7);
+        let spec = other.spec.as_ref().unwrap();
+        assert_eq!(
+            (
+                spec.holder_identity.as_deref(),
+                spec.lease_transitions,
+                spec.lease_duration_seconds
+            ),
+            (Some("b"), Some(1), Some(7))
+        );
+        assert_eq!(
+            other.metadata.resource_version.as_deref(),
+            Some("11"),
+            "the replace must carry the version read"
+        );
+
+        let free = with_rv(released(&other), "12");
+        let rec = Record::parse(&free).unwrap();
+        assert_eq!(
+            (rec.holder, rec.duration, rec.transitions),
+            (None, Duration::from_secs(1), 1)
+        );
+        assert_eq!(
+            free.spec.as_ref().unwrap().holder_identity.as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            rec.token,
+            Some(FencingToken::new(11).unwrap()),
+            "release keeps the generation"
+        );
+    }
+
+    #[test]
+    fn a_foreign_holder_has_no_token_of_ours() {
+        let obj = with_rv(
+            new_grant("k", &owner("a"), FencingToken::new(10).unwrap(), 5),
+            "11",
+        );
+        let mut go = obj.clone();
+        go.spec.as_mut().unwrap().holder_identity = Some("go-controller".into());
+        let go = with_rv(go, "15");
+        let rec = Record::parse(&go).unwrap();
+        assert_eq!(rec.holder_token().unwrap(), FencingToken::new(15).unwrap());
+        assert!(!rec.is_held_by(&owner("go-controller"), FencingToken::new(10).unwrap()));
+    }
+
+    #[test]
+    fn opaque_resource_versions_are_rejected() {
+        assert!(parse_rv(Some("123")).is_ok());
+        assert!(parse_rv(Some("abc")).is_err());
+        assert!(parse_rv(None).is_err());
+    }
 }

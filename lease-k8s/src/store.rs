@@ -11,8 +11,9 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder, KeyState, KeyWatch,
-    Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result, TokenDurability, validate_ttl,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability, validate_ttl,
 };
 use tokio::time::Instant;
 
@@ -21,6 +22,8 @@ use crate::record::{self, Record, duration_secs, parse_rv};
 
 /// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
 const MAX_RACES: usize = 16;
+/// How many renewals of unknown outcome are remembered per Lease (see `adopt_pending`).
+const MAX_PENDING: usize = 64;
 /// The default timeout of one API request.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest name prefix: keys are at most 200 bytes, object names at most 253.
@@ -41,6 +44,9 @@ struct State {
     observed: HashMap<String, Observed>,
     /// The greatest token this store has issued or seen per object name: an extra floor.
     floor: HashMap<String, FencingToken>,
+    /// Renewals sent whose outcome is unknown (timeout, dropped connection), per object name.
+    /// All of them since the last confirmed write count: any one may be the one applied.
+    pending: HashMap<String, Vec<KubeLease>>,
 }
 
 /// A [`LeaseStore`] that keeps each key in a Kubernetes `coordination.k8s.io/v1` **Lease**
@@ -144,11 +150,17 @@ impl KubeLeaseStoreBuilder {
     /// [`Error::Config`] for a namespace that is not a DNS-1123 label, or a prefix that cannot
     /// start an object name.
     pub fn build(self) -> Result<KubeLeaseStore> {
-        let namespace = self.namespace.unwrap_or_else(|| self.client.default_namespace().to_string());
+        let namespace = self
+            .namespace
+            .unwrap_or_else(|| self.client.default_namespace().to_string());
         validate_namespace(&namespace)?;
         validate_prefix(&self.prefix)?;
         if self.timeout.is_zero() {
-            return Err(Error::config(BACKEND, "the request timeout must not be zero", None));
+            return Err(Error::config(
+                BACKEND,
+                "the request timeout must not be zero",
+                None,
+            ));
         }
         Ok(KubeLeaseStore {
             api: Api::namespaced(self.client, &namespace),
@@ -163,10 +175,20 @@ impl KubeLeaseStoreBuilder {
 pub(crate) fn validate_namespace(ns: &str) -> Result<()> {
     let ok = !ns.is_empty()
         && ns.len() <= 63
-        && ns.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && ns
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !ns.starts_with('-')
         && !ns.ends_with('-');
-    if ok { Ok(()) } else { Err(Error::config(BACKEND, format!("namespace {ns:?} is not a DNS-1123 label"), None)) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            BACKEND,
+            format!("namespace {ns:?} is not a DNS-1123 label"),
+            None,
+        ))
+    }
 }
 
 fn validate_prefix(prefix: &str) -> Result<()> {
@@ -176,7 +198,9 @@ fn validate_prefix(prefix: &str) -> Result<()> {
     if prefix.len() > MAX_PREFIX_LEN || LeaseKey::new(format!("{prefix}a")).is_err() {
         return Err(Error::config(
             BACKEND,
-            format!("name prefix {prefix:?} cannot start a DNS-1123 object name of at most 253 bytes"),
+            format!(
+                "name prefix {prefix:?} cannot start a DNS-1123 object name of at most 253 bytes"
+            ),
             None,
         ));
     }
@@ -192,11 +216,22 @@ fn validate_prefix(prefix: &str) -> Result<()> {
 /// Cancel safe: nothing is sent to the cluster.
 pub async fn client_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client> {
     let path = path.as_ref();
-    let kc = Kubeconfig::read_from(path)
-        .map_err(|e| Error::config(BACKEND, format!("kubeconfig {}: {e}", path.display()), Some(Box::new(e).into())))?;
+    let kc = Kubeconfig::read_from(path).map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("kubeconfig {}: {e}", path.display()),
+            Some(Box::new(e).into()),
+        )
+    })?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| Error::config(BACKEND, format!("kubeconfig {}: {e}", path.display()), Some(Box::new(e).into())))?;
+        .map_err(|e| {
+            Error::config(
+                BACKEND,
+                format!("kubeconfig {}: {e}", path.display()),
+                Some(Box::new(e).into()),
+            )
+        })?;
     client_from_config(config)
 }
 
@@ -209,14 +244,19 @@ pub async fn client_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Clie
 /// # Cancellation safety
 /// Cancel safe: nothing is sent to the cluster.
 pub async fn infer_client() -> Result<kube::Client> {
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| Error::config(BACKEND, format!("no usable Kubernetes configuration: {e}"), Some(Box::new(e).into())))?;
+    let config = kube::Config::infer().await.map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("no usable Kubernetes configuration: {e}"),
+            Some(Box::new(e).into()),
+        )
+    })?;
     client_from_config(config)
 }
 
 fn client_from_config(config: kube::Config) -> Result<kube::Client> {
-    kube::Client::try_from(config).map_err(|e| Error::config(BACKEND, format!("client: {e}"), Some(Box::new(e).into())))
+    kube::Client::try_from(config)
+        .map_err(|e| Error::config(BACKEND, format!("client: {e}"), Some(Box::new(e).into())))
 }
 
 impl KubeLeaseStore {
@@ -230,7 +270,12 @@ impl KubeLeaseStore {
 
     /// A builder over `client` (namespace, name prefix, request timeout).
     pub fn builder(client: kube::Client) -> KubeLeaseStoreBuilder {
-        KubeLeaseStoreBuilder { client, namespace: None, prefix: String::new(), timeout: DEFAULT_REQUEST_TIMEOUT }
+        KubeLeaseStoreBuilder {
+            client,
+            namespace: None,
+            prefix: String::new(),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
     }
 
     /// A store from the ambient configuration, in its default namespace.
@@ -300,14 +345,25 @@ impl KubeLeaseStore {
             // A read that raced with a newer one: do not regress, count it as seen just now.
             Some(o) if o.rv > rec.rv => now,
             _ => {
-                st.observed.insert(name.to_string(), Observed { rv: rec.rv, first_seen: now, object: obj.clone() });
+                st.observed.insert(
+                    name.to_string(),
+                    Observed {
+                        rv: rec.rv,
+                        first_seen: now,
+                        object: obj.clone(),
+                    },
+                );
                 now
             }
         }
     }
 
     fn cached(&self, name: &str, rv: u64) -> Option<(KubeLease, Instant)> {
-        self.lock().observed.get(name).filter(|o| o.rv == rv).map(|o| (o.object.clone(), o.first_seen))
+        self.lock()
+            .observed
+            .get(name)
+            .filter(|o| o.rv == rv)
+            .map(|o| (o.object.clone(), o.first_seen))
     }
 
     fn floor(&self, name: &str) -> Option<FencingToken> {
@@ -316,7 +372,10 @@ impl KubeLeaseStore {
 
     /// Reads the object and records the observation.
     async fn read(&self, name: &str) -> Result<Option<(KubeLease, Record, Instant)>> {
-        match timed("get", self.timeout, self.api.get_opt(name)).await.map_err(|e| e.into_error("get"))? {
+        match timed("get", self.timeout, self.api.get_opt(name))
+            .await
+            .map_err(|e| e.into_error("get"))?
+        {
             Some(obj) => {
                 let rec = Record::parse(&obj)?;
                 let first_seen = self.observe(name, &obj, &rec);
@@ -331,7 +390,11 @@ impl KubeLeaseStore {
 
     /// The object as of the lease's last write by this store (its handle), or `None` if someone
     /// else wrote since (or it is gone). Without a handle: the current object.
-    async fn base_for(&self, name: &str, lease: &Lease) -> Result<Option<(KubeLease, Record, Instant)>> {
+    async fn base_for(
+        &self,
+        name: &str,
+        lease: &Lease,
+    ) -> Result<Option<(KubeLease, Record, Instant)>> {
         let Some(rv) = lease.handle().and_then(|h| h.parse::<u64>().ok()) else {
             return self.read(name).await;
         };
@@ -342,17 +405,44 @@ impl KubeLeaseStore {
         Ok(self.read(name).await?.filter(|(_, rec, _)| rec.rv == rv))
     }
 
+    /// The current object, if it is exactly one of the renewals this store sent without learning
+    /// the outcome (same spec, annotations and labels: the renewTime makes each unique).
+    async fn adopt_pending(&self, name: &str) -> Result<Option<(KubeLease, Record, Instant)>> {
+        let Some(sent) = self.lock().pending.get(name).cloned() else {
+            return Ok(None);
+        };
+        let current = self.read(name).await?;
+        // Known either way now: ours (adopted) or someone else's (lost).
+        self.lock().pending.remove(name);
+        Ok(current.filter(|(obj, _, _)| {
+            sent.iter().any(|s| {
+                obj.spec == s.spec
+                    && obj.metadata.annotations == s.metadata.annotations
+                    && obj.metadata.labels == s.metadata.labels
+            })
+        }))
+    }
+
     /// The current etcd revision, from a consistent (quorum) list.
     async fn revision(&self) -> Result<u64> {
-        let list = timed("list", self.timeout, self.api.list(&ListParams::default().limit(1)))
-            .await
-            .map_err(|e| e.into_error("list"))?;
+        let list = timed(
+            "list",
+            self.timeout,
+            self.api.list(&ListParams::default().limit(1)),
+        )
+        .await
+        .map_err(|e| e.into_error("list"))?;
         parse_rv(list.metadata.resource_version.as_deref())
     }
 
     /// The token of a new grant: the revision the grant is conditioned on (or, for a create, the
     /// current revision), floored above every token this store knows for the name.
-    fn next_token(&self, name: &str, revision: u64, recorded: Option<FencingToken>) -> Result<FencingToken> {
+    fn next_token(
+        &self,
+        name: &str,
+        revision: u64,
+        recorded: Option<FencingToken>,
+    ) -> Result<FencingToken> {
         let mut t = revision;
         for known in [recorded, self.floor(name)].into_iter().flatten() {
             t = t.max(known.get().saturating_add(1));
@@ -360,12 +450,27 @@ impl KubeLeaseStore {
         FencingToken::new(t)
     }
 
-    fn granted(&self, req: &AcquireRequest, name: &str, obj: &KubeLease, token: FencingToken, ttl: Duration, sent: Instant) -> Result<Lease> {
+    fn granted(
+        &self,
+        req: &AcquireRequest,
+        name: &str,
+        obj: &KubeLease,
+        token: FencingToken,
+        ttl: Duration,
+        sent: Instant,
+    ) -> Result<Lease> {
         let rec = Record::parse(obj)?;
         self.observe(name, obj, &rec);
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, resource_version = rec.rv, "lease acquired");
-        Ok(Lease::granted(req.key.clone(), req.owner.clone(), token, ttl, req.drift_margin(), sent)
-            .with_handle(rec.rv.to_string()))
+        Ok(Lease::granted(
+            req.key.clone(),
+            req.owner.clone(),
+            token,
+            ttl,
+            req.drift_margin(),
+            sent,
+        )
+        .with_handle(rec.rv.to_string()))
     }
 }
 
@@ -413,13 +518,26 @@ impl LeaseStore for KubeLeaseStore {
                     let token = self.next_token(&name, self.revision().await?, None)?;
                     let obj = record::new_grant(&name, &req.owner, token, secs);
                     let sent = Instant::now();
-                    match timed("create", self.timeout, self.api.create(&PostParams::default(), &obj)).await {
-                        Ok(created) => return Ok(AcquireOutcome::Acquired(self.granted(req, &name, &created, token, ttl, sent)?)),
+                    match timed(
+                        "create",
+                        self.timeout,
+                        self.api.create(&PostParams::default(), &obj),
+                    )
+                    .await
+                    {
+                        Ok(created) => {
+                            return Ok(AcquireOutcome::Acquired(
+                                self.granted(req, &name, &created, token, ttl, sent)?,
+                            ));
+                        }
                         Err(KubeError::AlreadyExists) => continue,
                         Err(KubeError::NotFound(message)) => {
                             return Err(Error::config(
                                 BACKEND,
-                                format!("cannot create Lease {name:?} in namespace {:?}: {message}", self.namespace),
+                                format!(
+                                    "cannot create Lease {name:?} in namespace {:?}: {message}",
+                                    self.namespace
+                                ),
                                 None,
                             ));
                         }
@@ -442,49 +560,97 @@ impl LeaseStore for KubeLeaseStore {
                     let token = self.next_token(&name, rec.rv, rec.token)?;
                     let next = record::regrant(&obj, &rec, &req.owner, token, secs);
                     let sent = Instant::now();
-                    match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &next)).await {
-                        Ok(obj) => return Ok(AcquireOutcome::Acquired(self.granted(req, &name, &obj, token, ttl, sent)?)),
+                    match timed(
+                        "replace",
+                        self.timeout,
+                        self.api.replace(&name, &PostParams::default(), &next),
+                    )
+                    .await
+                    {
+                        Ok(obj) => {
+                            return Ok(AcquireOutcome::Acquired(
+                                self.granted(req, &name, &obj, token, ttl, sent)?,
+                            ));
+                        }
                         Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
                         Err(e) => return Err(e.into_error("replace")),
                     }
                 }
             }
         }
-        Err(Error::unavailable(BACKEND, format!("lost {MAX_RACES} consecutive write races on Lease {name:?}"), None))
+        Err(Error::unavailable(
+            BACKEND,
+            format!("lost {MAX_RACES} consecutive write races on Lease {name:?}"),
+            None,
+        ))
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
         let secs = duration_secs(lease.ttl())?;
         let name = self.object_name(lease.key());
-        let Some((base, rec, first_seen)) = self.base_for(&name, lease).await? else {
-            tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal lost: the Lease was changed or deleted by someone else");
-            return Ok(RenewOutcome::Lost);
+        let mut current = match self.base_for(&name, lease).await? {
+            Some(c) => Some(c),
+            None => self.adopt_pending(&name).await?,
         };
-        if !rec.is_held_by(lease.owner(), lease.token()) || expired(&rec, first_seen, Instant::now()) {
-            return Ok(RenewOutcome::Lost);
-        }
-        let next = record::renewal(&base, secs);
-        let sent = Instant::now();
-        match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &next)).await {
-            Ok(obj) => {
-                let rec = Record::parse(&obj)?;
-                self.observe(&name, &obj, &rec);
-                tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
-                Ok(RenewOutcome::Renewed(lease.renewed(secs_to_duration(secs), sent).with_handle(rec.rv.to_string())))
+        for _ in 0..2 {
+            let Some((base, rec, first_seen)) = current.take() else {
+                break;
+            };
+            if !rec.is_held_by(lease.owner(), lease.token())
+                || expired(&rec, first_seen, Instant::now())
+            {
+                return Ok(RenewOutcome::Lost);
             }
-            Err(KubeError::Conflict | KubeError::NotFound(_)) => {
-                tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal lost: someone else wrote or deleted the Lease");
-                Ok(RenewOutcome::Lost)
+            let next = record::renewal(&base, secs);
+            let sent = Instant::now();
+            match timed(
+                "replace",
+                self.timeout,
+                self.api.replace(&name, &PostParams::default(), &next),
+            )
+            .await
+            {
+                Ok(obj) => {
+                    let rec = Record::parse(&obj)?;
+                    self.observe(&name, &obj, &rec);
+                    self.lock().pending.remove(&name);
+                    tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+                    return Ok(RenewOutcome::Renewed(
+                        lease
+                            .renewed(secs_to_duration(secs), sent)
+                            .with_handle(rec.rv.to_string()),
+                    ));
+                }
+                // Someone else wrote, unless the write we find is our own earlier renewal whose
+                // answer was lost: then it is exactly what we sent, and we renew on top of it.
+                Err(KubeError::Conflict) => current = self.adopt_pending(&name).await?,
+                Err(KubeError::NotFound(_)) => break,
+                Err(e) => {
+                    let e = e.into_error("replace");
+                    if e.outcome_unknown() {
+                        let mut st = self.lock();
+                        let sent = st.pending.entry(name.clone()).or_default();
+                        if sent.len() < MAX_PENDING {
+                            sent.push(next);
+                        }
+                    }
+                    return Err(e);
+                }
             }
-            Err(e) => Err(e.into_error("replace")),
         }
+        tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renewal lost: someone else wrote or deleted the Lease");
+        Ok(RenewOutcome::Lost)
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let name = self.object_name(lease.key());
         for attempt in 0..2 {
-            let current = if attempt == 0 { self.base_for(&name, lease).await? } else { None };
+            let current = if attempt == 0 {
+                self.base_for(&name, lease).await?
+            } else {
+                None
+            };
             let current = match current {
                 Some(c) => Some(c),
                 None => self.read(&name).await?,
@@ -492,10 +658,19 @@ impl LeaseStore for KubeLeaseStore {
             let Some((obj, rec, first_seen)) = current else {
                 return Ok(ReleaseOutcome::NotHeld);
             };
-            if !rec.is_held_by(lease.owner(), lease.token()) || expired(&rec, first_seen, Instant::now()) {
+            if !rec.is_held_by(lease.owner(), lease.token())
+                || expired(&rec, first_seen, Instant::now())
+            {
                 return Ok(ReleaseOutcome::NotHeld);
             }
-            match timed("replace", self.timeout, self.api.replace(&name, &PostParams::default(), &record::released(&obj))).await {
+            match timed(
+                "replace",
+                self.timeout,
+                self.api
+                    .replace(&name, &PostParams::default(), &record::released(&obj)),
+            )
+            .await
+            {
                 Ok(obj) => {
                     let rec = Record::parse(&obj)?;
                     self.observe(&name, &obj, &rec);
@@ -513,7 +688,11 @@ impl LeaseStore for KubeLeaseStore {
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         let name = self.object_name(key);
         let Some((_, rec, first_seen)) = self.read(&name).await? else {
-            return Ok(KeyState { key: key.clone(), holder: None, last_token: self.floor(&name) });
+            return Ok(KeyState {
+                key: key.clone(),
+                holder: None,
+                last_token: self.floor(&name),
+            });
         };
         let now = Instant::now();
         let holder = match rec.holder.as_deref() {
@@ -526,10 +705,16 @@ impl LeaseStore for KubeLeaseStore {
             _ => None,
         };
         let last_token = [rec.token, self.floor(&name)].into_iter().flatten().max();
-        Ok(KeyState { key: key.clone(), holder, last_token })
+        Ok(KeyState {
+            key: key.clone(),
+            holder,
+            last_token,
+        })
     }
 
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
-        crate::watch::start(self, &self.object_name(key)).await.map(Some)
+        crate::watch::start(self, &self.object_name(key))
+            .await
+            .map(Some)
     }
 }

@@ -24,7 +24,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(crate) async fn start(store: &KubeLeaseStore, name: &str) -> Result<KeyWatch> {
     let rv = list_rv(store.api(), name, store.request_timeout()).await?;
     let (tx, mut rx) = mpsc::channel::<Result<()>>(1);
-    tokio::spawn(run(store.api().clone(), name.to_string(), rv, store.request_timeout(), tx));
+    tokio::spawn(run(
+        store.api().clone(),
+        name.to_string(),
+        rv,
+        store.request_timeout(),
+        tx,
+    ));
     let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Ok(KeyWatch::new(Box::pin(stream)))
 }
@@ -34,9 +40,13 @@ fn selector(name: &str) -> String {
 }
 
 async fn list_rv(api: &Api<KubeLease>, name: &str, timeout: Duration) -> Result<String> {
-    let list = timed("list", timeout, api.list(&ListParams::default().fields(&selector(name))))
-        .await
-        .map_err(|e| e.into_error("list"))?;
+    let list = timed(
+        "list",
+        timeout,
+        api.list(&ListParams::default().fields(&selector(name))),
+    )
+    .await
+    .map_err(|e| e.into_error("list"))?;
     let rv = list.metadata.resource_version.unwrap_or_default();
     parse_rv(Some(&rv))?;
     Ok(rv)
@@ -44,11 +54,22 @@ async fn list_rv(api: &Api<KubeLease>, name: &str, timeout: Duration) -> Result<
 
 /// A hint that coalesces with one already pending. `false` once the watcher is gone.
 fn hint(tx: &mpsc::Sender<Result<()>>) -> bool {
-    !matches!(tx.try_send(Ok(())), Err(mpsc::error::TrySendError::Closed(_)))
+    !matches!(
+        tx.try_send(Ok(())),
+        Err(mpsc::error::TrySendError::Closed(_))
+    )
 }
 
-async fn run(api: Api<KubeLease>, name: String, mut rv: String, timeout: Duration, tx: mpsc::Sender<Result<()>>) {
-    let params = WatchParams::default().fields(&selector(&name)).timeout(WATCH_SECS);
+async fn run(
+    api: Api<KubeLease>,
+    name: String,
+    mut rv: String,
+    timeout: Duration,
+    tx: mpsc::Sender<Result<()>>,
+) {
+    let params = WatchParams::default()
+        .fields(&selector(&name))
+        .timeout(WATCH_SECS);
     let mut backoff = MIN_BACKOFF;
     loop {
         let opened = tokio::select! {
@@ -64,7 +85,9 @@ async fn run(api: Api<KubeLease>, name: String, mut rv: String, timeout: Duratio
                     e = stream.next() => e,
                 };
                 match event {
-                    Some(Ok(WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o))) => {
+                    Some(Ok(
+                        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o),
+                    )) => {
                         if let Some(v) = o.metadata.resource_version {
                             rv = v;
                         }

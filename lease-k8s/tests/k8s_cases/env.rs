@@ -12,7 +12,8 @@ pub(crate) fn kubeconfig() -> PathBuf {
     match std::env::var_os("KUBECONFIG") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => {
-            let state = std::env::var("LEASE_STATE_DIR").unwrap_or_else(|_| "/tmp/lease-test".into());
+            let state =
+                std::env::var("LEASE_STATE_DIR").unwrap_or_else(|_| "/tmp/lease-test".into());
             PathBuf::from(state).join("k8s/kubeconfig")
         }
     }

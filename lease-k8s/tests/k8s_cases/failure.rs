@@ -3,7 +3,10 @@
 use std::time::Duration;
 
 use kube::api::{DeleteParams, PostParams};
-use lease_core::{AcquireOutcome, AcquireRequest, Error, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Error, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome,
+    RenewOutcome,
+};
 use lease_k8s::KubeLeaseStore;
 use lease_testkit::{CaseResult, Ctx};
 
@@ -11,24 +14,52 @@ use super::env;
 
 /// The Lease object is deleted under its holder: renewal is `Lost`, release is `NotHeld`, and the
 /// next grant (by a fresh client that never saw the old token) still gets a greater token.
-pub(crate) async fn lease_deleted_under_holder_is_lost_and_tokens_keep_increasing(ctx: Ctx) -> CaseResult {
+pub(crate) async fn lease_deleted_under_holder_is_lost_and_tokens_keep_increasing(
+    ctx: Ctx,
+) -> CaseResult {
     let key = ctx.key("deleted");
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let name = key.to_string();
-    env::leases().await?.delete(&name, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
-    assert_eq!(ctx.store().renew(&lease).await?, RenewOutcome::Lost, "renewed a deleted Lease");
+    env::leases()
+        .await?
+        .delete(&name, &DeleteParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(
+        ctx.store().renew(&lease).await?,
+        RenewOutcome::Lost,
+        "renewed a deleted Lease"
+    );
     assert_eq!(ctx.store().release(&lease).await?, ReleaseOutcome::NotHeld);
     assert!(ctx.store().inspect(&key).await?.holder.is_none());
 
     let fresh = env::store().await?;
-    let next = ctx.must_acquire_with(&fresh, &key, &b, ctx.long_ttl()).await?;
-    assert!(next.token() > lease.token(), "token went back after deletion: {} !> {}", next.token(), lease.token());
+    let next = ctx
+        .must_acquire_with(&fresh, &key, &b, ctx.long_ttl())
+        .await?;
+    assert!(
+        next.token() > lease.token(),
+        "token went back after deletion: {} !> {}",
+        next.token(),
+        lease.token()
+    );
     // Again, with the object deleted after a release (the generation annotation is gone too).
     assert_eq!(fresh.release(&next).await?, ReleaseOutcome::Released);
-    env::leases().await?.delete(&name, &DeleteParams::default()).await.map_err(|e| e.to_string())?;
-    let third = ctx.must_acquire_with(&env::store().await?, &key, &a, ctx.long_ttl()).await?;
-    assert!(third.token() > next.token(), "{} !> {}", third.token(), next.token());
+    env::leases()
+        .await?
+        .delete(&name, &DeleteParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let third = ctx
+        .must_acquire_with(&env::store().await?, &key, &a, ctx.long_ttl())
+        .await?;
+    assert!(
+        third.token() > next.token(),
+        "{} !> {}",
+        third.token(),
+        next.token()
+    );
     Ok(())
 }
 
@@ -40,21 +71,49 @@ pub(crate) async fn foreign_write_makes_renew_conflict_and_lose_at_once(ctx: Ctx
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let api = env::leases().await?;
     let mut obj = api.get(key.as_str()).await.map_err(|e| e.to_string())?;
-    obj.metadata.labels.get_or_insert_with(Default::default).insert("touched-by".into(), "someone-else".into());
-    api.replace(key.as_str(), &PostParams::default(), &obj).await.map_err(|e| e.to_string())?;
+    obj.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("touched-by".into(), "someone-else".into());
+    api.replace(key.as_str(), &PostParams::default(), &obj)
+        .await
+        .map_err(|e| e.to_string())?;
 
     let t0 = tokio::time::Instant::now();
-    assert_eq!(ctx.store().renew(&lease).await?, RenewOutcome::Lost, "renewed across a foreign write");
-    assert!(t0.elapsed() < Duration::from_secs(5), "loss took {:?}", t0.elapsed());
+    assert_eq!(
+        ctx.store().renew(&lease).await?,
+        RenewOutcome::Lost,
+        "renewed across a foreign write"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "loss took {:?}",
+        t0.elapsed()
+    );
     // The object still names the holder (the foreign write was harmless); nobody else gets it
     // before it expires, and the same owner gets a fresh grant with a greater token.
     let b = OwnerId::with_label("b");
     let other = ctx.other_client().await?;
-    assert!(matches!(other.acquire(&ctx.request(&key, &b, ctx.long_ttl())).await?, AcquireOutcome::Held(_)));
+    assert!(matches!(
+        other
+            .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+            .await?,
+        AcquireOutcome::Held(_)
+    ));
     let again = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     assert!(again.token() > lease.token());
-    let labels = api.get(key.as_str()).await.map_err(|e| e.to_string())?.metadata.labels.unwrap_or_default();
-    assert_eq!(labels.get("touched-by").map(String::as_str), Some("someone-else"), "our write dropped a foreign label");
+    let labels = api
+        .get(key.as_str())
+        .await
+        .map_err(|e| e.to_string())?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    assert_eq!(
+        labels.get("touched-by").map(String::as_str),
+        Some("someone-else"),
+        "our write dropped a foreign label"
+    );
     Ok(())
 }
 
@@ -65,13 +124,18 @@ pub(crate) async fn watch_wakes_on_deletion(ctx: Ctx) -> CaseResult {
     ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let other = ctx.other_client().await?;
     let mut watch = other.watch(&key).await?.ok_or("no watch")?;
-    env::leases().await?.delete(key.as_str(), &DeleteParams::default()).await.map_err(|e| e.to_string())?;
+    env::leases()
+        .await?
+        .delete(key.as_str(), &DeleteParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
     match tokio::time::timeout(Duration::from_secs(10), watch.changed()).await {
         Ok(Some(Ok(()))) => {}
         other => return Err(format!("no wake-up on deletion: {other:?}").into()),
     }
     let b = OwnerId::with_label("b");
-    ctx.must_acquire_with(&*other, &key, &b, ctx.long_ttl()).await?;
+    ctx.must_acquire_with(&*other, &key, &b, ctx.long_ttl())
+        .await?;
     Ok(())
 }
 
@@ -84,13 +148,23 @@ pub(crate) async fn bad_configuration_is_a_typed_error(_ctx: Ctx) -> CaseResult 
     }
     let client = env::client().await?;
     for ns in ["", "Upper", "under_score", "-lead", &"n".repeat(64)] {
-        assert!(matches!(KubeLeaseStore::new(client.clone(), ns), Err(Error::Config { .. })), "namespace {ns:?}");
+        assert!(
+            matches!(
+                KubeLeaseStore::new(client.clone(), ns),
+                Err(Error::Config { .. })
+            ),
+            "namespace {ns:?}"
+        );
     }
     for prefix in ["Upper-", "-lead", "a..", "a/b", &"p".repeat(54)] {
-        let r = KubeLeaseStore::builder(client.clone()).name_prefix(prefix).build();
+        let r = KubeLeaseStore::builder(client.clone())
+            .name_prefix(prefix)
+            .build();
         assert!(matches!(r, Err(Error::Config { .. })), "prefix {prefix:?}");
     }
-    let ok = KubeLeaseStore::builder(client).name_prefix("lease-").build()?;
+    let ok = KubeLeaseStore::builder(client)
+        .name_prefix("lease-")
+        .build()?;
     assert_eq!(ok.object_name(&LeaseKey::new("a.b")?), "lease-a.b");
     Ok(())
 }
@@ -100,12 +174,20 @@ pub(crate) async fn unreachable_server_is_unavailable(_ctx: Ctx) -> CaseResult {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     drop(listener);
-    let url = format!("https://127.0.0.1:{port}").parse().map_err(|e| format!("{e}"))?;
+    let url = format!("https://127.0.0.1:{port}")
+        .parse()
+        .map_err(|e| format!("{e}"))?;
     let client = kube::Client::try_from(kube::Config::new(url)).map_err(|e| e.to_string())?;
-    let store = KubeLeaseStore::builder(client).namespace("default").request_timeout(Duration::from_secs(5)).build()?;
+    let store = KubeLeaseStore::builder(client)
+        .namespace("default")
+        .request_timeout(Duration::from_secs(5))
+        .build()?;
     let key = LeaseKey::new("unreachable")?;
     let req = AcquireRequest::new(key.clone(), OwnerId::random(), Duration::from_secs(5));
-    for result in [store.acquire(&req).await.map(|_| ()), store.inspect(&key).await.map(|_| ())] {
+    for result in [
+        store.acquire(&req).await.map(|_| ()),
+        store.inspect(&key).await.map(|_| ()),
+    ] {
         match result {
             Err(e @ Error::Unavailable { .. }) => assert!(e.is_retryable()),
             other => return Err(format!("expected Unavailable, got {other:?}").into()),
@@ -133,10 +215,19 @@ pub(crate) async fn ttl_is_rounded_up_to_whole_seconds(ctx: Ctx) -> CaseResult {
     let key = ctx.key("rounding");
     let a = OwnerId::with_label("a");
     let caps = ctx.store().capabilities();
-    assert_eq!((caps.min_ttl, caps.ttl_granularity), (Duration::from_secs(1), Duration::from_secs(1)));
-    let lease = ctx.must_acquire(&key, &a, Duration::from_millis(1200)).await?;
+    assert_eq!(
+        (caps.min_ttl, caps.ttl_granularity),
+        (Duration::from_secs(1), Duration::from_secs(1))
+    );
+    let lease = ctx
+        .must_acquire(&key, &a, Duration::from_millis(1200))
+        .await?;
     assert_eq!(lease.ttl(), Duration::from_secs(2));
-    let obj = env::leases().await?.get(key.as_str()).await.map_err(|e| e.to_string())?;
+    let obj = env::leases()
+        .await?
+        .get(key.as_str())
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!(obj.spec.and_then(|s| s.lease_duration_seconds), Some(2));
     let h = ctx.store().inspect(&key).await?.holder.ok_or("not held")?;
     assert_eq!(h.ttl, Duration::from_secs(2));

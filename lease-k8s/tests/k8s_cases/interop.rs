@@ -14,9 +14,18 @@ use tokio::time::Instant;
 
 use super::env;
 
-fn go_record(name: &str, holder: &str, secs: i32, renew: jiff::Timestamp, transitions: i32) -> KubeLease {
+fn go_record(
+    name: &str,
+    holder: &str,
+    secs: i32,
+    renew: jiff::Timestamp,
+    transitions: i32,
+) -> KubeLease {
     KubeLease {
-        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
         spec: Some(LeaseSpec {
             holder_identity: Some(holder.into()),
             lease_duration_seconds: Some(secs),
@@ -40,7 +49,12 @@ pub(crate) async fn client_go_holder_is_respected_until_observed_expired(ctx: Ct
     let key = ctx.key("go-holder");
     let api = env::leases().await?;
     let start = jiff::Timestamp::now();
-    api.create(&PostParams::default(), &go_record(key.as_str(), "go-controller-0", 1, start, 3)).await.map_err(ks)?;
+    api.create(
+        &PostParams::default(),
+        &go_record(key.as_str(), "go-controller-0", 1, start, 3),
+    )
+    .await
+    .map_err(ks)?;
 
     let renewer = {
         let api = api.clone();
@@ -53,7 +67,9 @@ pub(crate) async fn client_go_holder_is_respected_until_observed_expired(ctx: Ct
                 if let Some(spec) = obj.spec.as_mut() {
                     spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
                 }
-                api.replace(&name, &PostParams::default(), &obj).await.map_err(ks)?;
+                api.replace(&name, &PostParams::default(), &obj)
+                    .await
+                    .map_err(ks)?;
             }
             Ok::<_, String>(())
         })
@@ -61,29 +77,53 @@ pub(crate) async fn client_go_holder_is_respected_until_observed_expired(ctx: Ct
     let a = OwnerId::with_label("rust");
     let mut refusals = 0;
     while !renewer.is_finished() {
-        match ctx.store().acquire(&ctx.request(&key, &a, ctx.long_ttl())).await? {
+        match ctx
+            .store()
+            .acquire(&ctx.request(&key, &a, ctx.long_ttl()))
+            .await?
+        {
             AcquireOutcome::Held(h) => {
                 assert_eq!(h.owner.as_str(), "go-controller-0");
                 assert_eq!(h.ttl, Duration::from_secs(1));
                 refusals += 1;
             }
-            AcquireOutcome::Acquired(l) => return Err(format!("took over a renewing Go holder (token {})", l.token()).into()),
+            AcquireOutcome::Acquired(l) => {
+                return Err(format!("took over a renewing Go holder (token {})", l.token()).into());
+            }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     renewer.await.map_err(|e| e.to_string())??;
     assert!(refusals > 5, "only {refusals} attempts");
 
-    let lease = ctx.acquire_within(&**ctx.store(), &key, &a, ctx.long_ttl(), Duration::from_secs(8)).await?;
+    let lease = ctx
+        .acquire_within(
+            &**ctx.store(),
+            &key,
+            &a,
+            ctx.long_ttl(),
+            Duration::from_secs(8),
+        )
+        .await?;
     let obj = api.get(key.as_str()).await.map_err(ks)?;
     let spec = obj.spec.ok_or("no spec")?;
     assert_eq!(spec.holder_identity.as_deref(), Some(a.as_str()));
-    assert_eq!(spec.lease_transitions, Some(4), "a new holder increments leaseTransitions");
+    assert_eq!(
+        spec.lease_transitions,
+        Some(4),
+        "a new holder increments leaseTransitions"
+    );
     assert_eq!(spec.lease_duration_seconds, Some(30));
-    assert!(spec.acquire_time.ok_or("no acquireTime")?.0 > start, "acquireTime not set by the new holder");
+    assert!(
+        spec.acquire_time.ok_or("no acquireTime")?.0 > start,
+        "acquireTime not set by the new holder"
+    );
     let ann = obj.metadata.annotations.unwrap_or_default();
     assert_eq!(ann.get(TOKEN_ANNOTATION), Some(&lease.token().to_string()));
-    assert_eq!(ann.get(TOKEN_HOLDER_ANNOTATION).map(String::as_str), Some(a.as_str()));
+    assert_eq!(
+        ann.get(TOKEN_HOLDER_ANNOTATION).map(String::as_str),
+        Some(a.as_str())
+    );
     Ok(())
 }
 
@@ -95,16 +135,46 @@ pub(crate) async fn expiry_ignores_the_timestamps_in_the_record(ctx: Ctx) -> Cas
     let (past, future) = (ctx.key("clock-behind"), ctx.key("clock-ahead"));
     let t_past: jiff::Timestamp = "2000-01-01T00:00:00Z".parse().map_err(|e| format!("{e}"))?;
     let t_future: jiff::Timestamp = "2100-01-01T00:00:00Z".parse().map_err(|e| format!("{e}"))?;
-    api.create(&PostParams::default(), &go_record(past.as_str(), "ghost", 2, t_past, 0)).await.map_err(ks)?;
-    api.create(&PostParams::default(), &go_record(future.as_str(), "ghost", 1, t_future, 0)).await.map_err(ks)?;
+    api.create(
+        &PostParams::default(),
+        &go_record(past.as_str(), "ghost", 2, t_past, 0),
+    )
+    .await
+    .map_err(ks)?;
+    api.create(
+        &PostParams::default(),
+        &go_record(future.as_str(), "ghost", 1, t_future, 0),
+    )
+    .await
+    .map_err(ks)?;
     let a = OwnerId::with_label("a");
-    match ctx.store().acquire(&ctx.request(&past, &a, ctx.long_ttl())).await? {
-        AcquireOutcome::Held(h) => assert!(h.remaining > Duration::from_secs(1), "remaining {:?}", h.remaining),
-        AcquireOutcome::Acquired(_) => return Err("took over at once because of an old renewTime".into()),
+    match ctx
+        .store()
+        .acquire(&ctx.request(&past, &a, ctx.long_ttl()))
+        .await?
+    {
+        AcquireOutcome::Held(h) => assert!(
+            h.remaining > Duration::from_secs(1),
+            "remaining {:?}",
+            h.remaining
+        ),
+        AcquireOutcome::Acquired(_) => {
+            return Err("took over at once because of an old renewTime".into());
+        }
     }
     let t0 = Instant::now();
-    ctx.acquire_within(&**ctx.store(), &future, &a, ctx.long_ttl(), Duration::from_secs(8)).await?;
-    assert!(t0.elapsed() >= Duration::from_millis(900), "took over before observing the duration");
+    ctx.acquire_within(
+        &**ctx.store(),
+        &future,
+        &a,
+        ctx.long_ttl(),
+        Duration::from_secs(8),
+    )
+    .await?;
+    assert!(
+        t0.elapsed() >= Duration::from_millis(900),
+        "took over before observing the duration"
+    );
     Ok(())
 }
 
@@ -123,7 +193,11 @@ pub(crate) async fn released_record_reads_as_client_go_release(ctx: Ctx) -> Case
     assert_eq!(spec.lease_duration_seconds, Some(1));
     assert_eq!(spec.lease_transitions, Some(0));
     let ann: BTreeMap<String, String> = obj.metadata.annotations.clone().unwrap_or_default();
-    assert_eq!(ann.get(TOKEN_ANNOTATION), Some(&lease.token().to_string()), "release must keep the generation");
+    assert_eq!(
+        ann.get(TOKEN_ANNOTATION),
+        Some(&lease.token().to_string()),
+        "release must keep the generation"
+    );
 
     // A Go controller takes the released Lease (client-go: empty holder = free) and keeps the
     // annotations it read.
@@ -132,24 +206,43 @@ pub(crate) async fn released_record_reads_as_client_go_release(ctx: Ctx) -> Case
     go_spec.lease_duration_seconds = Some(15);
     go_spec.lease_transitions = Some(1);
     obj.spec = Some(go_spec.clone());
-    let obj = api.replace(key.as_str(), &PostParams::default(), &obj).await.map_err(ks)?;
+    let obj = api
+        .replace(key.as_str(), &PostParams::default(), &obj)
+        .await
+        .map_err(ks)?;
     let state = ctx.store().inspect(&key).await?;
     let h = state.holder.ok_or("the Go holder is not seen")?;
     assert_eq!(h.owner.as_str(), "go-controller-1");
-    assert_ne!(h.token, lease.token(), "a foreign holder was given our token");
+    assert_ne!(
+        h.token,
+        lease.token(),
+        "a foreign holder was given our token"
+    );
     assert_eq!(state.last_token, Some(lease.token()));
     let b = OwnerId::with_label("b");
-    assert!(matches!(ctx.store().acquire(&ctx.request(&key, &b, ctx.long_ttl())).await?, AcquireOutcome::Held(_)));
+    assert!(matches!(
+        ctx.store()
+            .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+            .await?,
+        AcquireOutcome::Held(_)
+    ));
 
     // The Go controller releases; we acquire at once with a greater token.
     let mut obj = obj;
     go_spec.holder_identity = Some(String::new());
     go_spec.lease_duration_seconds = Some(1);
     obj.spec = Some(go_spec);
-    api.replace(key.as_str(), &PostParams::default(), &obj).await.map_err(ks)?;
+    api.replace(key.as_str(), &PostParams::default(), &obj)
+        .await
+        .map_err(ks)?;
     let next = ctx.must_acquire(&key, &b, ctx.long_ttl()).await?;
     assert!(next.token() > lease.token());
-    let spec = api.get(key.as_str()).await.map_err(ks)?.spec.ok_or("no spec")?;
+    let spec = api
+        .get(key.as_str())
+        .await
+        .map_err(ks)?
+        .spec
+        .ok_or("no spec")?;
     assert_eq!(spec.lease_transitions, Some(2));
     Ok(())
 }
@@ -171,12 +264,24 @@ pub(crate) async fn kubectl_reads_the_lease(ctx: Ctx) -> CaseResult {
     let out = tokio::process::Command::new(&kubectl)
         .arg("--kubeconfig")
         .arg(env::kubeconfig())
-        .args(["-n", &env::namespace(), "get", "lease", key.as_str(), "-o", "yaml"])
+        .args([
+            "-n",
+            &env::namespace(),
+            "get",
+            "lease",
+            key.as_str(),
+            "-o",
+            "yaml",
+        ])
         .output()
         .await
         .map_err(|e| format!("running kubectl: {e}"))?;
     let yaml = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "kubectl failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for expected in [
         "kind: Lease".to_string(),
         format!("holderIdentity: {a}"),
@@ -186,7 +291,10 @@ pub(crate) async fn kubectl_reads_the_lease(ctx: Ctx) -> CaseResult {
         "acquireTime: ".to_string(),
         "renewTime: ".to_string(),
     ] {
-        assert!(yaml.contains(&expected), "kubectl output lacks {expected:?}:\n{yaml}");
+        assert!(
+            yaml.contains(&expected),
+            "kubectl output lacks {expected:?}:\n{yaml}"
+        );
     }
     Ok(())
 }
