@@ -58,6 +58,30 @@ fn postgres() -> Option<String> {
     )
 }
 
+/// The etcd URL built from `LEASE_ETCD_ENDPOINTS` (default `http://127.0.0.1:2379`), or `None`.
+fn etcd() -> Option<String> {
+    let list = std::env::var("LEASE_ETCD_ENDPOINTS")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "http://127.0.0.1:2379".to_string());
+    let hosts: Vec<&str> = list
+        .split(',')
+        .map(|e| e.trim().trim_start_matches("http://"))
+        .collect();
+    let url = format!("etcd://{}", hosts.join(","));
+    service("etcd", "LEASE_CLI_ETCD_URL", &url)
+}
+
+/// The Kubernetes URL for `LEASE_K8S_NAMESPACE` (default `default`) with the ambient
+/// kubeconfig (`KUBECONFIG`), or `None`.
+fn k8s() -> Option<String> {
+    let ns = std::env::var("LEASE_K8S_NAMESPACE")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    service("Kubernetes", "LEASE_CLI_K8S_URL", &format!("k8s://{ns}"))
+}
+
 /// The URL from `env` (or `default`) if `lease status` can use it; otherwise a warning and
 /// `None`, or a panic under `CI=true` / `LEASE_TEST_REQUIRE=1`.
 fn service(name: &str, env: &str, default: &str) -> Option<String> {
@@ -377,6 +401,20 @@ fn not_acquired_and_signal_forwarding_sqlite() {
 #[test]
 fn not_acquired_and_signal_forwarding_redis() {
     if let Some(url) = redis() {
+        not_acquired_then_forwarded_signal(&url);
+    }
+}
+
+#[test]
+fn not_acquired_and_signal_forwarding_etcd() {
+    if let Some(url) = etcd() {
+        not_acquired_then_forwarded_signal(&url);
+    }
+}
+
+#[test]
+fn not_acquired_and_signal_forwarding_k8s() {
+    if let Some(url) = k8s() {
         not_acquired_then_forwarded_signal(&url);
     }
 }
