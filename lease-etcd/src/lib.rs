@@ -93,6 +93,8 @@
 mod config;
 mod error;
 mod fenced;
+mod keys;
+mod rpc;
 mod shared;
 mod store;
 

@@ -1,32 +1,27 @@
 //! [`EtcdLeaseStore`]: leases as etcd locks, one etcd lease per grant.
 
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, GetResponse, KeyValue,
-    LeaseGrantResponse, LeaseTimeToLiveResponse, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnResponse, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, WatchFilterType, WatchOptions,
 };
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, MAX_TTL, OwnerId, ReleaseOutcome,
-    RenewOutcome, Result, TokenDurability, validate_ttl,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability, validate_ttl,
 };
 use tokio::time::Instant;
 
 use crate::BACKEND;
 use crate::config::EtcdConfig;
 use crate::config::LeaseSharing;
-use crate::error::{map, not_sent, protocol};
+use crate::error::{map, protocol};
+use crate::keys::{Handle, encode_owner, owner_of, parse_handle, secs, token_of, whole_secs};
 use crate::shared::Shared;
-
-/// The tag that marks a lock key written by this crate; the owner id follows it. Keys written by
-/// `etcdctl lock` or Go's `concurrency.Mutex` have an empty value.
-const VALUE_TAG: &str = "lease-rs/1 ";
 
 /// How many renewals of one [`LeaseStore::renew_many`] batch are in flight at once.
 pub(crate) const BATCH_CONCURRENCY: usize = 64;
@@ -40,9 +35,10 @@ const MAX_ATTEMPTS: usize = 8;
 /// A lease on key `k` is the etcd lock named `<prefix>k` (see [`EtcdConfig::with_prefix`]): the
 /// holder is the key under `<prefix>k/` with the lowest create revision, exactly as for
 /// `etcdctl lock` and Go's `concurrency.Mutex`, so all three exclude each other. Each grant
-/// attaches its key to a fresh etcd lease with the granted TTL, so expiry is decided by etcd's
-/// clock, and the fencing token is the key's create revision (see the crate docs for why it never
-/// goes back). Every ownership change is one transaction that compares create revisions.
+/// attaches its key to an etcd lease with the granted TTL (its own, or one shared per TTL with
+/// [`LeaseSharing::PerTtl`]), so etcd's clock decides expiry, and the fencing token is the key's
+/// create revision (see the crate docs for why it never goes back). Every ownership change is one
+/// transaction that compares create revisions.
 ///
 /// Cloning is cheap; clones share the connection.
 ///
@@ -61,8 +57,8 @@ const MAX_ATTEMPTS: usize = 8;
 /// ```
 #[derive(Clone)]
 pub struct EtcdLeaseStore {
-    client: Client,
-    config: Arc<EtcdConfig>,
+    pub(crate) client: Client,
+    pub(crate) config: Arc<EtcdConfig>,
     min_ttl: Duration,
     /// Present with [`LeaseSharing::PerTtl`].
     shared: Option<Arc<Shared>>,
@@ -134,136 +130,6 @@ impl EtcdLeaseStore {
     /// cover.
     pub fn client(&self) -> Client {
         self.client.clone()
-    }
-
-    async fn probe_min_ttl(&self) -> Result<Duration> {
-        let grant = self.grant(1).await?;
-        self.revoke_quietly(grant.id()).await;
-        Ok(secs(grant.ttl().max(1)))
-    }
-
-    /// Runs one request under the request timeout and maps its error. A request that certainly
-    /// never left this process (connection refused, typically a dead member among several
-    /// endpoints) is sent again, to the next endpoint, while the timeout allows.
-    pub(crate) async fn call<T, F, Fut>(&self, op: &'static str, mut request: F) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
-    {
-        let after = self.config.request_timeout();
-        let deadline = Instant::now() + after;
-        let mut attempt: u32 = 0;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, request()).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(e)) if not_sent(&e) && attempt < self.retries() => {
-                    attempt += 1;
-                    let pause = Duration::from_millis(10 * u64::from(attempt));
-                    if Instant::now() + pause >= deadline {
-                        return Err(map(op, e, after));
-                    }
-                    tracing::debug!(backend = BACKEND, operation = op, attempt, error = %e, "request not sent; trying again");
-                    tokio::time::sleep(pause).await;
-                }
-                Ok(Err(e)) => return Err(map(op, e, after)),
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        backend: BACKEND,
-                        operation: op,
-                        after,
-                    });
-                }
-            }
-        }
-    }
-
-    fn retries(&self) -> u32 {
-        u32::try_from(self.config.endpoints().len() * 2).unwrap_or(u32::MAX)
-    }
-
-    pub(crate) async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<GetResponse> {
-        self.call("get", || {
-            let (mut kv, key, opts) = (self.client.kv_client(), key.clone(), opts.clone());
-            async move { kv.get(key, opts).await }
-        })
-        .await
-    }
-
-    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse> {
-        self.call("txn", || {
-            let (mut kv, txn) = (self.client.kv_client(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await
-    }
-
-    async fn grant(&self, ttl_secs: i64) -> Result<LeaseGrantResponse> {
-        self.call("lease_grant", || {
-            let mut lc = self.client.lease_client();
-            async move { lc.grant(ttl_secs, None).await }
-        })
-        .await
-    }
-
-    /// Grants an etcd lease of exactly `ttl_secs`, returning its id and the instant the grant was
-    /// sent. An etcd lease longer than asked (the server raised it to its minimum) is revoked and
-    /// reported as [`Error::InvalidTtl`]: the caller must never believe in a shorter lease than
-    /// the one that blocks everybody else.
-    async fn grant_exactly(&self, req: &AcquireRequest, ttl_secs: i64) -> Result<(i64, Instant)> {
-        let sent = Instant::now();
-        let grant = self.grant(ttl_secs).await?;
-        if grant.ttl() == ttl_secs {
-            return Ok((grant.id(), sent));
-        }
-        self.revoke_quietly(grant.id()).await;
-        if grant.ttl() > ttl_secs {
-            return Err(Error::InvalidTtl {
-                ttl: req.ttl,
-                reason: format!(
-                    "etcd raised it to its minimum of {} s; ask for at least that",
-                    grant.ttl()
-                ),
-            });
-        }
-        Err(protocol(format!(
-            "etcd granted {} s for a {ttl_secs} s lease",
-            grant.ttl()
-        )))
-    }
-
-    async fn time_to_live(&self, lease_id: i64) -> Result<LeaseTimeToLiveResponse> {
-        self.call("lease_time_to_live", || {
-            let mut lc = self.client.lease_client();
-            async move { lc.time_to_live(lease_id, None).await }
-        })
-        .await
-    }
-
-    /// One keepalive: `false` if etcd answered that the lease does not exist (TTL <= 0).
-    pub(crate) async fn keep_alive_once(&self, lease_id: i64) -> Result<bool> {
-        self.call("lease_keep_alive", || {
-            let mut lc = self.client.lease_client();
-            async move {
-                match lc.keep_alive(lease_id).await {
-                    Ok(_keeper_and_stream) => Ok(true),
-                    // The only error `keep_alive` reports after a successful exchange: TTL <= 0.
-                    Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-                    Err(e) => Err(e),
-                }
-            }
-        })
-        .await
-    }
-
-    async fn revoke_quietly(&self, lease_id: i64) {
-        let revoke = self.call("lease_revoke", || {
-            let mut lc = self.client.lease_client();
-            async move { lc.revoke(lease_id).await }
-        });
-        if let Err(e) = revoke.await {
-            tracing::debug!(backend = BACKEND, lease_id, error = %e, "revoking an etcd lease failed; it will expire");
-        }
     }
 
     fn mutex_prefix(&self, key: &LeaseKey) -> String {
@@ -641,119 +507,5 @@ impl LeaseStore for EtcdLeaseStore {
             }
         });
         Ok(Some(KeyWatch::new(Box::pin(hints))))
-    }
-}
-
-fn encode_owner(owner: &OwnerId) -> String {
-    format!("{VALUE_TAG}{owner}")
-}
-
-/// The owner named in a lock key: ours carry the owner id; a key of `etcdctl lock` or a Go mutex
-/// is reported as `etcd-lock:<lock key>` (shortened to a legal owner id).
-fn owner_of(kv: &KeyValue) -> OwnerId {
-    if let Some(owner) = std::str::from_utf8(kv.value())
-        .ok()
-        .and_then(|v| v.strip_prefix(VALUE_TAG))
-        && let Ok(owner) = OwnerId::new(owner)
-    {
-        return owner;
-    }
-    let key = String::from_utf8_lossy(kv.key());
-    let tail: String = key
-        .chars()
-        .rev()
-        .take(100)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    let text: String = format!("etcd-lock:{tail}")
-        .chars()
-        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
-        .collect();
-    OwnerId::new(text).unwrap_or_else(|_| OwnerId::with_label("etcd-lock"))
-}
-
-fn token_of(kv: &KeyValue) -> Result<FencingToken> {
-    FencingToken::try_from(kv.create_revision())
-        .map_err(|e| protocol(format!("lock key create revision: {e}")))
-}
-
-/// What a lease's handle records: its etcd lease, the granted TTL in seconds, and the nonce of
-/// its lock key when the etcd lease is shared. Written as hex fields separated by `/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Handle {
-    lease_id: i64,
-    ttl_secs: i64,
-    nonce: Option<u64>,
-}
-
-impl fmt::Display for Handle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:x}/{:x}", self.lease_id, self.ttl_secs)?;
-        match self.nonce {
-            Some(n) => write!(f, "/{n:x}"),
-            None => Ok(()),
-        }
-    }
-}
-
-fn parse_handle(handle: Option<&str>) -> Option<Handle> {
-    let mut parts = handle?.split('/');
-    let lease_id = i64::from_str_radix(parts.next()?, 16).ok()?;
-    let ttl_secs = i64::from_str_radix(parts.next()?, 16).ok()?;
-    let nonce = match parts.next() {
-        Some(n) => Some(u64::from_str_radix(n, 16).ok()?),
-        None => None,
-    };
-    if parts.next().is_some() {
-        return None;
-    }
-    Some(Handle {
-        lease_id,
-        ttl_secs,
-        nonce,
-    })
-}
-
-/// A TTL in whole seconds, rounded up. TTLs are at most a day, so this always fits.
-fn whole_secs(ttl: Duration) -> i64 {
-    let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-    i64::try_from(s).unwrap_or(i64::MAX)
-}
-
-fn secs(s: i64) -> Duration {
-    Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls_round_up_to_whole_seconds() {
-        assert_eq!(whole_secs(Duration::from_millis(600)), 1);
-        assert_eq!(whole_secs(Duration::from_secs(2)), 2);
-        assert_eq!(whole_secs(Duration::from_millis(2001)), 3);
-    }
-
-    #[test]
-    fn handles_round_trip() {
-        for h in [
-            Handle {
-                lease_id: 0x694d_7b1a_22f3,
-                ttl_secs: 30,
-                nonce: None,
-            },
-            Handle {
-                lease_id: 7,
-                ttl_secs: 2,
-                nonce: Some(0x1f),
-            },
-        ] {
-            assert_eq!(parse_handle(Some(&h.to_string())), Some(h));
-        }
-        assert_eq!(parse_handle(Some("nonsense")), None);
-        assert_eq!(parse_handle(None), None);
     }
 }
