@@ -107,7 +107,10 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
         }
         sqlx::Error::PoolTimedOut => Error::unavailable(
             BACKEND,
-            format!("{op}: no pooled connection became free within the pool's acquire timeout"),
+            format!(
+                "{op}: no connection within the pool's acquire timeout \
+                 (every pooled connection busy, or the server unreachable)"
+            ),
             Some(Box::new(e) as _),
         ),
         _ => Error::backend(
