@@ -27,12 +27,14 @@ macro_rules! now_ms {
     };
 }
 
-pub(crate) const SELECT_NOW: &str = concat!("SELECT ", now_ms!());
-
-pub(crate) const SELECT_HOLDER: &str =
-    "SELECT owner, token, ttl_ms, expires_ms FROM lease_holder WHERE key = ?1";
-
-pub(crate) const SELECT_GENERATION: &str = "SELECT last_token FROM lease_generation WHERE key = ?1";
+/// Acquire's one read, inside its immediate transaction: SQLite's `now`, the key's generation,
+/// and its holder row (expired or not), as one row.
+pub(crate) const ACQUIRE_READ: &str = concat!(
+    "SELECT ",
+    now_ms!(),
+    ", (SELECT last_token FROM lease_generation WHERE key = ?1), ",
+    "h.owner, h.token, h.ttl_ms, h.expires_ms FROM (SELECT 1) LEFT JOIN lease_holder h ON h.key = ?1"
+);
 
 pub(crate) const UPSERT_GENERATION: &str = "INSERT INTO lease_generation (key, last_token) VALUES (?1, ?2) \
      ON CONFLICT (key) DO UPDATE SET last_token = excluded.last_token";

@@ -260,15 +260,26 @@ impl LeaseStore for SqliteLeaseStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(&map)?;
-        let now: i64 = sqlx::query_scalar(sql::SELECT_NOW)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(&map)?;
-        let holder: Option<(String, i64, i64, i64)> = sqlx::query_as(sql::SELECT_HOLDER)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(&map)?;
+        type Row = (
+            i64,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+        );
+        let (now, generation, owner, token, held_ttl, expires): Row =
+            sqlx::query_as(sql::ACQUIRE_READ)
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(&map)?;
+        let holder = match (owner, token, held_ttl, expires) {
+            (Some(owner), Some(token), Some(ttl), Some(expires)) => {
+                Some((owner, token, ttl, expires))
+            }
+            _ => None,
+        };
         if let Some((owner, token, held_ttl, expires)) = &holder
             && *expires > now
             && owner.as_str() != req.owner.as_str()
@@ -283,11 +294,6 @@ impl LeaseStore for SqliteLeaseStore {
             tracing::trace!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %holder.token, holder = %holder.owner, "lease held by another owner");
             return Ok(AcquireOutcome::Held(holder));
         }
-        let generation: Option<i64> = sqlx::query_scalar(sql::SELECT_GENERATION)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(&map)?;
         // The next token is above the generation and above any holder row (should someone have
         // deleted generation rows by hand).
         let last = generation.max(holder.as_ref().map(|h| h.1));
