@@ -55,3 +55,55 @@ pub(crate) fn status_of(err: &Error) -> u8 {
 pub(crate) fn signalled(signal: i32) -> u8 {
     u8::try_from(128 + signal.clamp(0, 127)).unwrap_or(u8::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn errors_map_by_kind() {
+        assert_eq!(
+            status_of(&Error::unavailable("redis", "refused", None)),
+            UNAVAILABLE
+        );
+        let timeout = Error::Timeout {
+            backend: "etcd",
+            operation: "acquire",
+            after: Duration::from_secs(1),
+        };
+        assert_eq!(status_of(&timeout), UNAVAILABLE);
+        assert_eq!(status_of(&Error::config("lease", "bad url", None)), CONFIG);
+        assert_eq!(status_of(&Error::InvalidInput("x".into())), CONFIG);
+        assert_eq!(
+            status_of(&Error::backend("postgres", "corrupt row", None)),
+            SOFTWARE
+        );
+    }
+
+    #[test]
+    fn signals_are_128_plus_n() {
+        assert_eq!(signalled(2), 130);
+        assert_eq!(signalled(15), 143);
+        assert_eq!(signalled(9), 137);
+    }
+
+    #[test]
+    fn statuses_are_distinct() {
+        let all = [
+            USAGE,
+            UNAVAILABLE,
+            SOFTWARE,
+            NOT_ACQUIRED,
+            LOST,
+            CONFIG,
+            CANNOT_EXECUTE,
+            NOT_FOUND,
+        ];
+        let mut sorted = all.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), all.len());
+    }
+}

@@ -100,7 +100,7 @@ async fn acquire(
                 cancel.cancel();
             }
             () = sleep(Duration::from_millis(500)), if progress => {
-                if let Ok(state) = store.inspect(key).await
+                if let Ok(Ok(state)) = timeout(Duration::from_secs(1), store.inspect(key)).await
                     && let Some(h) = state.holder
                 {
                     eprint!(
