@@ -24,6 +24,8 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// | `k8s://NAMESPACE`, `k8s://` (the kubeconfig's namespace), `kubernetes://NAMESPACE` | Kubernetes Leases | `k8s` |
 /// | `sqlite://PATH`, `sqlite:///ABSOLUTE/PATH` | SQLite file | `sqlite` |
 ///
+/// `sqlite::memory:` parses, but the SQLite backend refuses it (other processes could not share
+/// it): use `memory:` for an in-process store.
 /// ```
 /// use lease::StoreUrl;
 /// let url: StoreUrl = "etcd://10.0.0.1:2379,10.0.0.2:2379".parse()?;
