@@ -129,70 +129,6 @@ impl PostgresLeaseStore {
         HighWaterTable::new(self.pool.clone(), self.table(), self.options.op_timeout())
     }
 
-    /// Renews many leases in **one** statement (one round trip, one transaction). Each lease is
-    /// renewed under the same rule as [`LeaseStore::renew`]; the outcomes are in input order.
-    ///
-    /// # Errors
-    /// [`Error::InvalidTtl`] if any lease's TTL is out of range (nothing is sent); otherwise as
-    /// [`LeaseStore::renew`].
-    ///
-    /// # Cancellation safety
-    /// As [`LeaseStore::renew`]: a dropped call may or may not have extended the leases, and the
-    /// previous local deadlines stay correct either way.
-    pub async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<RenewOutcome>> {
-        let mut keys = Vec::with_capacity(leases.len());
-        let mut owners = Vec::with_capacity(leases.len());
-        let mut tokens = Vec::with_capacity(leases.len());
-        let mut ttls = Vec::with_capacity(leases.len());
-        let mut granted = Vec::with_capacity(leases.len());
-        for lease in leases {
-            validate_ttl(lease.ttl(), MIN_TTL)?;
-            let (ms, g) = ttl_millis(lease.ttl())?;
-            keys.push(lease.key().as_str().to_string());
-            owners.push(lease.owner().as_str().to_string());
-            tokens.push(lease.token().to_i64());
-            ttls.push(ms);
-            granted.push(g);
-        }
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let sent = Instant::now();
-        let rows = self
-            .bounded("renew", async {
-                sqlx::query(AssertSqlSafe(self.sql.renew_many.as_str()))
-                    .bind(&keys)
-                    .bind(&owners)
-                    .bind(&tokens)
-                    .bind(&ttls)
-                    .fetch_all(&self.pool)
-                    .await
-            })
-            .await
-            .map_err(|e| e.into_error(self.cx("renew")))?;
-        let mut renewed = std::collections::HashSet::with_capacity(rows.len());
-        for row in rows {
-            let key: String = row
-                .try_get(0)
-                .map_err(|e| error::map(e, self.cx("renew")))?;
-            let token: i64 = row
-                .try_get(1)
-                .map_err(|e| error::map(e, self.cx("renew")))?;
-            renewed.insert((key, token));
-        }
-        Ok(leases
-            .iter()
-            .zip(granted)
-            .map(|(lease, ttl)| {
-                if renewed.contains(&(lease.key().as_str().to_string(), lease.token().to_i64())) {
-                    RenewOutcome::Renewed(lease.renewed(ttl, sent))
-                } else {
-                    RenewOutcome::Lost
-                }
-            })
-            .collect())
-    }
-
     /// Deletes every lease row and high-water-mark row whose key starts with `prefix`. Tokens
     /// still never go back for those keys. Meant for tests and tooling.
     ///
@@ -469,6 +405,70 @@ impl LeaseStore for PostgresLeaseStore {
         } else {
             Ok(ReleaseOutcome::NotHeld)
         }
+    }
+
+    /// One statement (`UPDATE .. FROM unnest(..)`) renews the whole batch: one round trip, one
+    /// transaction. Leases with an invalid TTL get their error in their slot and are not sent.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        let mut slots: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(leases.len());
+        let (mut keys, mut owners, mut tokens, mut ttls) = (vec![], vec![], vec![], vec![]);
+        let mut granted = Vec::with_capacity(leases.len());
+        for lease in leases {
+            match validate_ttl(lease.ttl(), MIN_TTL).and_then(|()| ttl_millis(lease.ttl())) {
+                Ok((ms, g)) => {
+                    keys.push(lease.key().as_str().to_string());
+                    owners.push(lease.owner().as_str().to_string());
+                    tokens.push(lease.token().to_i64());
+                    ttls.push(ms);
+                    granted.push(g);
+                    slots.push(None);
+                }
+                Err(e) => {
+                    granted.push(Duration::ZERO);
+                    slots.push(Some(Err(e)));
+                }
+            }
+        }
+        if keys.is_empty() {
+            return Ok(slots.into_iter().flatten().collect());
+        }
+        let sent = Instant::now();
+        let rows = self
+            .bounded("renew", async {
+                sqlx::query(AssertSqlSafe(self.sql.renew_many.as_str()))
+                    .bind(&keys)
+                    .bind(&owners)
+                    .bind(&tokens)
+                    .bind(&ttls)
+                    .fetch_all(&self.pool)
+                    .await
+            })
+            .await
+            .map_err(|e| e.into_error(self.cx("renew")))?;
+        let mut renewed = std::collections::HashSet::with_capacity(rows.len());
+        for row in rows {
+            let cx = self.cx("renew");
+            let key: String = row.try_get(0).map_err(|e| error::map(e, cx))?;
+            let token: i64 = row.try_get(1).map_err(|e| error::map(e, cx))?;
+            renewed.insert((key, token));
+        }
+        Ok(leases
+            .iter()
+            .zip(granted)
+            .zip(slots)
+            .map(|((lease, ttl), slot)| {
+                slot.unwrap_or_else(|| {
+                    let id = (lease.key().as_str().to_string(), lease.token().to_i64());
+                    if renewed.contains(&id) {
+                        tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+                        Ok(RenewOutcome::Renewed(lease.renewed(ttl, sent)))
+                    } else {
+                        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renew refused: lease lost");
+                        Ok(RenewOutcome::Lost)
+                    }
+                })
+            })
+            .collect())
     }
 
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {

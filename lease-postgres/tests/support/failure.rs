@@ -328,8 +328,8 @@ pub(crate) async fn migrate_is_idempotent_and_concurrent_safe(_ctx: Ctx) -> Case
     Ok(())
 }
 
-/// `renew_many` renews, in one statement, exactly the leases that are still held by their
-/// owner and token, and reports the others lost.
+/// `renew_many` (one `UPDATE .. FROM unnest(..)` here) renews exactly the leases that are still
+/// held by their owner and token, reports the others lost, and the renewal really extends.
 pub(crate) async fn renew_many_renews_exactly_the_held_leases(ctx: Ctx) -> CaseResult {
     let store = store().await?;
     let a = OwnerId::with_label("a");
@@ -351,7 +351,7 @@ pub(crate) async fn renew_many_renews_exactly_the_held_leases(ctx: Ctx) -> CaseR
     let out = store.renew_many(&[l0.clone(), l1, l2, stale, l3]).await?;
     let kinds: Vec<bool> = out
         .iter()
-        .map(|o| matches!(o, RenewOutcome::Renewed(_)))
+        .map(|o| matches!(o, Ok(RenewOutcome::Renewed(_))))
         .collect();
     assert_eq!(kinds, vec![true, false, true, false, true]);
     let after = store
