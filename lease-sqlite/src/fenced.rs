@@ -47,7 +47,7 @@ impl SqliteFencedResource {
         } else {
             "fenced install"
         });
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.ordinary().await;
         let mut tx = self
             .inner
             .pool

@@ -183,7 +183,7 @@ impl SqliteLeaseStore {
     /// # Cancellation safety
     /// Cancel safe: one transaction that commits or rolls back.
     pub async fn migrate(&self) -> Result<()> {
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.ordinary().await;
         sql::migrate(&self.inner.pool, self.inner.busy_timeout).await
     }
 
@@ -253,7 +253,7 @@ impl LeaseStore for SqliteLeaseStore {
         let sent = Instant::now();
         // One immediate transaction: the write lock is taken at BEGIN, so the read, the decision
         // and the writes see no other writer, and `now` is read after the lock was obtained.
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.ordinary().await;
         let mut tx = self
             .inner
             .pool
@@ -332,7 +332,7 @@ impl LeaseStore for SqliteLeaseStore {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
         let (ttl_ms, granted) = ttl_ms(lease.ttl())?;
         let sent = Instant::now();
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.urgent().await;
         let done = sqlx::query(sql::RENEW)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())
@@ -360,7 +360,7 @@ impl LeaseStore for SqliteLeaseStore {
         let min = self.capabilities().min_ttl;
         let map = self.tx_map("renew_many");
         let sent = Instant::now();
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.urgent().await;
         let mut tx = self
             .inner
             .pool
@@ -398,7 +398,7 @@ impl LeaseStore for SqliteLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let _turn = self.inner.gate.lock().await;
+        let _turn = self.inner.gate.urgent().await;
         let done = sqlx::query(sql::RELEASE)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())
