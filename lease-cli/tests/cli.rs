@@ -241,6 +241,9 @@ fn bad_input_has_documented_statuses() {
     assert_eq!(code(&out), CONFIG);
     let out = output(lease().args(["status", "--store", &s.url, "Bad/Key"]));
     assert_eq!(code(&out), CONFIG);
+    // An unreachable store: 69 (retry later).
+    let out = output(lease().args(["status", "--store", "redis://127.0.0.1:1", "k"]));
+    assert_eq!(code(&out), 69, "{}", String::from_utf8_lossy(&out.stderr));
     // Missing command, unparsable duration: usage errors.
     let out = output(lease().args(["run", "--store", &s.url, "--key", "k"]));
     assert_eq!(code(&out), USAGE);
