@@ -15,9 +15,7 @@ use redis::Script;
 /// never deleted and has no TTL), and the hash is replaced and given `PEXPIRE ttl`:
 /// `{"granted", token}`. `TIME` is allowed before writes because Redis 7 replicates script
 /// effects, not scripts.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+pub(crate) const ACQUIRE_LUA: &str = r"
 local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
 if cur[1] and cur[1] ~= ARGV[1] then
   return {'held', cur[1], cur[2], tostring(redis.call('PTTL', KEYS[1])), cur[3]}
@@ -34,9 +32,10 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'ttl', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {'granted', tok}
-",
-    )
-});
+";
+
+/// [`ACQUIRE_LUA`] as a script (`EVALSHA`, falling back to `EVAL`).
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
 /// Renew. `KEYS[1]` lease hash; `ARGV[1]` owner, `ARGV[2]` token, `ARGV[3]` TTL ms. Extends only
 /// a live hash with the same owner and token (an expired hash is gone, so it is never revived).

@@ -100,7 +100,9 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// After each grant, run `WAIT replicas timeout` and fail the acquire with
+    /// After each grant, run `WAIT replicas timeout` (pipelined right after the acquire script on
+    /// the same connection, since `WAIT` counts only that connection's writes) and fail the
+    /// acquire with
     /// [`Error::Unavailable`] (after releasing the grant, best effort) unless at least `replicas`
     /// replicas acknowledged it.
     ///
@@ -326,14 +328,42 @@ impl LeaseStore for RedisLeaseStore {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
-        let reply: Vec<String> = scripts::ACQUIRE
-            .key(layout.lease(&req.key))
-            .key(layout.generation(&req.key))
-            .arg(req.owner.as_str())
-            .arg(ms)
-            .invoke_async(&mut con)
-            .await
-            .map_err(self.map("acquire"))?;
+        let (reply, acked): (Vec<String>, Option<i64>) = match self.inner.replica_wait {
+            None => {
+                let reply = scripts::ACQUIRE
+                    .key(layout.lease(&req.key))
+                    .key(layout.generation(&req.key))
+                    .arg(req.owner.as_str())
+                    .arg(ms)
+                    .invoke_async(&mut con)
+                    .await
+                    .map_err(self.map("acquire"))?;
+                (reply, None)
+            }
+            // One pipeline, so that `WAIT` runs on the connection that made the grant, right
+            // after it (on a connection without writes `WAIT` would succeed vacuously).
+            Some(wait) => {
+                let (reply, acked): (Vec<String>, i64) = redis::pipe()
+                    .cmd("EVAL")
+                    .arg(scripts::ACQUIRE_LUA)
+                    .arg(2)
+                    .arg(layout.lease(&req.key))
+                    .arg(layout.generation(&req.key))
+                    .arg(req.owner.as_str())
+                    .arg(ms)
+                    .cmd("WAIT")
+                    .arg(wait.replicas)
+                    .arg(
+                        u64::try_from(wait.timeout.as_millis())
+                            .unwrap_or(u64::MAX)
+                            .max(1),
+                    )
+                    .query_async(&mut con)
+                    .await
+                    .map_err(self.map("acquire"))?;
+                (reply, Some(acked))
+            }
+        };
         match reply.as_slice() {
             [tag, owner, token, pttl, ttl] if tag == "held" => {
                 let holder = parse_holder("acquire", owner, token, pttl, ttl)?;
@@ -352,8 +382,8 @@ impl LeaseStore for RedisLeaseStore {
                     req.drift_margin(),
                     sent,
                 );
-                if let Some(wait) = self.inner.replica_wait {
-                    self.wait_for_replicas(&lease, wait).await?;
+                if let (Some(wait), Some(acked)) = (self.inner.replica_wait, acked) {
+                    self.check_replicas(&lease, wait, acked).await?;
                 }
                 Ok(AcquireOutcome::Acquired(lease))
             }
@@ -441,17 +471,9 @@ impl LeaseStore for RedisLeaseStore {
 }
 
 impl RedisLeaseStore {
-    async fn wait_for_replicas(&self, lease: &Lease, wait: ReplicaWait) -> Result<()> {
-        let mut con = self.inner.con.clone();
-        let ms = u64::try_from(wait.timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(wait.replicas)
-            .arg(ms)
-            .query_async(&mut con)
-            .await
-            .map_err(self.map("wait"))?;
+    /// Fails the acquire (after releasing the grant, best effort) unless `WAIT` saw enough
+    /// replicas.
+    async fn check_replicas(&self, lease: &Lease, wait: ReplicaWait, acked: i64) -> Result<()> {
         if acked >= i64::from(wait.replicas) {
             return Ok(());
         }

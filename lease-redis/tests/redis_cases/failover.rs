@@ -19,7 +19,8 @@ const TTL: Duration = Duration::from_millis(2500);
 
 /// A primary and a replica that has completed its initial sync.
 async fn pair() -> Result<(RedisServer, RedisServer), Failed> {
-    let primary = RedisServer::start(&[]).await?;
+    // No 5 s diskless-sync delay before the replica's initial sync.
+    let primary = RedisServer::start(&["--repl-diskless-sync-delay", "0"]).await?;
     let port = primary.port().to_string();
     let replica = RedisServer::start(&["--replicaof", "127.0.0.1", &port]).await?;
     replica
@@ -28,8 +29,10 @@ async fn pair() -> Result<(RedisServer, RedisServer), Failed> {
     Ok((primary, replica))
 }
 
-async fn wait_one_replica(primary: &RedisServer) -> Result<i64, Failed> {
-    let mut con = primary.admin().await?;
+/// `WAIT 1 5000` on the store's own connection: waits for the replica to acknowledge the writes
+/// made through it (`WAIT` counts only the calling connection's writes).
+async fn wait_one_replica(store: &RedisLeaseStore) -> Result<i64, Failed> {
+    let mut con = store.connection();
     Ok(redis::cmd("WAIT")
         .arg(1)
         .arg(5000)
@@ -73,7 +76,7 @@ pub(crate) async fn failover_to_a_lagging_replica_is_fenced(ctx: Ctx) -> CaseRes
         ReleaseOutcome::Released
     );
     assert_eq!(
-        wait_one_replica(&primary).await?,
+        wait_one_replica(&on_primary).await?,
         1,
         "the replica did not acknowledge"
     );
@@ -200,8 +203,8 @@ pub(crate) async fn wait_for_replicas_fails_and_releases_without_acks(ctx: Ctx) 
     let (primary, replica) = pair().await?;
     let store = RedisLeaseStore::builder(primary.url())
         .prefix("wait")
-        .response_timeout(Duration::from_secs(3))
-        .wait_for_replicas(1, Duration::from_millis(300))
+        .response_timeout(Duration::from_secs(5))
+        .wait_for_replicas(1, Duration::from_secs(2))
         .connect()
         .await?;
     let on_replica = store_at(&replica.url(), "wait").await?;
