@@ -75,10 +75,10 @@
 //! | feature | module | URL | tokens | expiry judged by | notes |
 //! |---------|--------|-----|--------|------------------|-------|
 //! | (none) | [`memory`] | `memory:` | per process | local monotonic clock | tests, demos |
-//! | `postgres` | `lease::postgres` | `postgres://user@host:5432/db` | durable (table) | the database server's clock | fenced transactions in the same database |
+//! | `postgres` | `lease::postgres` | `postgres://user@host:5432/db` | durable (sequence) | the database server's clock | fenced transactions in the same database |
 //! | `redis` | `lease::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock | the Redis server's clock | asynchronous replication: fence your writes |
-//! | `etcd` | `lease::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable (revisions) | etcd leases | needs `protoc` to build |
-//! | `k8s` | `lease::k8s` | `k8s://NAMESPACE`, `k8s://` | durable (annotation) | see the backend | ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
+//! | `etcd` | `lease::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable (revisions) | etcd's lease expiry | TTLs in whole seconds; needs `protoc` to build |
+//! | `k8s` | `lease::k8s` | `k8s://NAMESPACE`, `k8s://` | durable (annotation) | observed locally (client-go rules) | TTLs in whole seconds; ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
 //! | `sqlite` | `lease::sqlite` | `sqlite://PATH`, `sqlite:///ABS/PATH` | durable (file) | the host's clock | many processes on **one host** |
 //!
 //! Each backend states its promises at run time in [`LeaseStore::capabilities`]; the backend
