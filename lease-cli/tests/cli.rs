@@ -1,7 +1,8 @@
-//! Runs the real `lease` binary against SQLite (a temporary file) and Redis
-//! (`LEASE_REDIS_URL`, default `redis://127.0.0.1:6379`).
+//! Runs the real `lease` binary against SQLite (a temporary file), Redis (`LEASE_REDIS_URL`,
+//! default `redis://127.0.0.1:6379`) and PostgreSQL (`LEASE_POSTGRES_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/test`).
 //!
-//! Redis cases follow the project's skip rule: when Redis is unreachable they print a warning and
+//! Redis and PostgreSQL cases follow the project's skip rule: when Redis is unreachable they print a warning and
 //! pass, except under `CI=true` / `LEASE_TEST_REQUIRE=1`, where they fail.
 
 use std::path::{Path, PathBuf};
@@ -45,10 +46,25 @@ fn sqlite() -> Sqlite {
 
 /// The Redis URL, or `None` (after a warning) when Redis is unreachable outside CI.
 fn redis() -> Option<String> {
-    let url = std::env::var("LEASE_REDIS_URL")
+    service("Redis", "LEASE_REDIS_URL", "redis://127.0.0.1:6379")
+}
+
+/// The PostgreSQL URL, or `None` (after a warning) when PostgreSQL is unreachable outside CI.
+fn postgres() -> Option<String> {
+    service(
+        "PostgreSQL",
+        "LEASE_POSTGRES_URL",
+        "postgres://postgres@127.0.0.1:5432/test",
+    )
+}
+
+/// The URL from `env` (or `default`) if `lease status` can use it; otherwise a warning and
+/// `None`, or a panic under `CI=true` / `LEASE_TEST_REQUIRE=1`.
+fn service(name: &str, env: &str, default: &str) -> Option<String> {
+    let url = std::env::var(env)
         .ok()
         .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string());
+        .unwrap_or_else(|| default.to_string());
     let out = lease()
         .args(["status", "--store", &url, "cli-probe"])
         .output()
@@ -58,10 +74,10 @@ fn redis() -> Option<String> {
     }
     let why = String::from_utf8_lossy(&out.stderr);
     if lease_testkit::require_services() {
-        panic!("Redis at {url} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {why}");
+        panic!("{name} at {url} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {why}");
     }
     eprintln!(
-        "WARNING: Redis at {url} unavailable, skipping (set LEASE_TEST_REQUIRE=1 to fail): {why}"
+        "WARNING: {name} at {url} unavailable, skipping (set LEASE_TEST_REQUIRE=1 to fail): {why}"
     );
     None
 }
@@ -251,6 +267,55 @@ fn default_store_is_sqlite_under_the_state_dir() {
     );
 }
 
+#[test]
+fn status_shows_holder_token_and_time_left() {
+    let s = sqlite();
+    let key = unique_key("show");
+    let free = unique_key("free");
+    let mut holder = lease()
+        .args([
+            "run", "--store", &s.url, "--key", &key, "--ttl", "2s", "--label", "shower", "--",
+            "sleep", "30",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn holder");
+    wait_until("the holder to acquire", Duration::from_secs(20), || {
+        is_held(&s.url, &key)
+    });
+    let out = output(lease().args(["status", "--json", "--store", &s.url, &key, &free]));
+    assert_eq!(code(&out), 0);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["key"], key.as_str());
+    assert!(
+        lines[0]["owner"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("shower-"))
+    );
+    assert!(lines[0]["token"].as_u64().is_some_and(|t| t >= 1));
+    let left = lines[0]["remaining_ms"].as_u64().expect("remaining_ms");
+    assert!(left > 0 && left <= 2000, "{left}");
+    assert_eq!(lines[0]["ttl_ms"], 2000);
+    assert_eq!(lines[1]["held"], false);
+    let text = output(lease().args(["status", "--store", &s.url, &key]));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("held by shower-"));
+    kill(
+        Pid::from_raw(i32::try_from(holder.id()).expect("pid")),
+        Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = wait_exit(&mut holder, Duration::from_secs(20));
+    assert_eq!(
+        status.code(),
+        Some(128 + 2),
+        "SIGINT is forwarded: {status:?}"
+    );
+}
+
 /// A held key: `--no-wait` and a short `--wait` give 75; SIGTERM to the holder's `lease run`
 /// is forwarded to its command (128 + 15).
 fn not_acquired_then_forwarded_signal(store: &str) {
@@ -386,6 +451,13 @@ fn runs_never_overlap_redis() {
     }
 }
 
+#[test]
+fn runs_never_overlap_postgres() {
+    if let Some(url) = postgres() {
+        never_overlap(&url);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // A paused `lease run` loses its lease; its command is stopped
 
@@ -441,6 +513,13 @@ fn paused_runner_stops_its_command_sqlite() {
 #[test]
 fn paused_runner_stops_its_command_redis() {
     if let Some(url) = redis() {
+        paused_runner_stops_its_command(&url);
+    }
+}
+
+#[test]
+fn paused_runner_stops_its_command_postgres() {
+    if let Some(url) = postgres() {
         paused_runner_stops_its_command(&url);
     }
 }

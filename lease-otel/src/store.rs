@@ -78,6 +78,7 @@ impl<S: LeaseStore> InstrumentedStore<S> {
 enum Op {
     Acquire,
     Renew,
+    RenewMany,
     Release,
     Inspect,
     Watch,
@@ -88,6 +89,7 @@ impl Op {
         match self {
             Op::Acquire => "acquire",
             Op::Renew => "renew",
+            Op::RenewMany => "renew_many",
             Op::Release => "release",
             Op::Inspect => "inspect",
             Op::Watch => "watch",
@@ -100,13 +102,19 @@ struct Call<'a> {
     metrics: &'a Instruments,
     backend: &'static str,
     op: Op,
-    key: &'a LeaseKey,
+    /// `None` for a batch (several keys): never a `lease.key` attribute then.
+    key: Option<&'a LeaseKey>,
     started: Instant,
     done: bool,
 }
 
 impl<'a> Call<'a> {
-    fn start(metrics: &'a Instruments, backend: &'static str, op: Op, key: &'a LeaseKey) -> Self {
+    fn start(
+        metrics: &'a Instruments,
+        backend: &'static str,
+        op: Op,
+        key: Option<&'a LeaseKey>,
+    ) -> Self {
         Call {
             metrics,
             backend,
@@ -128,7 +136,7 @@ impl<'a> Call<'a> {
         let backend = KeyValue::new(names::ATTR_BACKEND, self.backend);
         let op = KeyValue::new(names::ATTR_OPERATION, self.op.name());
         let out = KeyValue::new(names::ATTR_OUTCOME, outcome);
-        let key = Some(self.key);
+        let key = self.key;
         match error {
             None => {
                 if self.op == Op::Acquire {
@@ -160,7 +168,7 @@ impl Drop for Call<'_> {
         if !self.done {
             self.done = true;
             self.record("error", Some("cancelled"));
-            tracing::debug!(backend = self.backend, key = %self.key, operation = self.op.name(), "store call cancelled before it finished");
+            tracing::debug!(backend = self.backend, key = ?self.key.map(LeaseKey::as_str), operation = self.op.name(), "store call cancelled before it finished");
         }
     }
 }
@@ -185,7 +193,7 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let backend = self.inner.backend();
         let span = tracing::debug_span!("lease.acquire", backend, key = %req.key, owner = %req.owner, token = Empty, outcome = Empty);
-        let call = Call::start(&self.metrics.inner, backend, Op::Acquire, &req.key);
+        let call = Call::start(&self.metrics.inner, backend, Op::Acquire, Some(&req.key));
         let result = self.inner.acquire(req).instrument(span.clone()).await;
         match &result {
             Ok(AcquireOutcome::Acquired(lease)) => {
@@ -207,7 +215,7 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         let backend = self.inner.backend();
         let span = tracing::debug_span!("lease.renew", backend, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), outcome = Empty);
-        let call = Call::start(&self.metrics.inner, backend, Op::Renew, lease.key());
+        let call = Call::start(&self.metrics.inner, backend, Op::Renew, Some(lease.key()));
         let result = self.inner.renew(lease).instrument(span.clone()).await;
         match &result {
             Ok(RenewOutcome::Renewed(l)) => {
@@ -225,10 +233,54 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
         result
     }
 
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        let backend = self.inner.backend();
+        let span = tracing::debug_span!(
+            "lease.renew_many",
+            backend,
+            count = leases.len(),
+            renewed = Empty,
+            lost = Empty,
+            failed = Empty,
+            outcome = Empty
+        );
+        let call = Call::start(&self.metrics.inner, backend, Op::RenewMany, None);
+        let result = self.inner.renew_many(leases).instrument(span.clone()).await;
+        match &result {
+            Ok(outcomes) => {
+                let (mut renewed, mut lost, mut failed) = (0usize, 0usize, 0usize);
+                for (lease, outcome) in leases.iter().zip(outcomes) {
+                    let what = match outcome {
+                        Ok(RenewOutcome::Renewed(_)) => {
+                            renewed += 1;
+                            "renewed"
+                        }
+                        Ok(RenewOutcome::Lost) => {
+                            lost += 1;
+                            "lost"
+                        }
+                        Err(_) => {
+                            failed += 1;
+                            "error"
+                        }
+                    };
+                    tracing::trace!(parent: &span, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), outcome = what, "batched renewal");
+                }
+                span.record("renewed", renewed);
+                span.record("lost", lost);
+                span.record("failed", failed);
+                span.record("outcome", "completed");
+                call.finish("completed", None);
+            }
+            Err(e) => failed(call, &span, e),
+        }
+        result
+    }
+
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let backend = self.inner.backend();
         let span = tracing::debug_span!("lease.release", backend, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), outcome = Empty);
-        let call = Call::start(&self.metrics.inner, backend, Op::Release, lease.key());
+        let call = Call::start(&self.metrics.inner, backend, Op::Release, Some(lease.key()));
         let result = self.inner.release(lease).instrument(span.clone()).await;
         match &result {
             Ok(ReleaseOutcome::Released) => {
@@ -249,7 +301,7 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         let backend = self.inner.backend();
         let span = tracing::debug_span!("lease.inspect", backend, key = %key, owner = Empty, token = Empty, outcome = Empty);
-        let call = Call::start(&self.metrics.inner, backend, Op::Inspect, key);
+        let call = Call::start(&self.metrics.inner, backend, Op::Inspect, Some(key));
         let result = self.inner.inspect(key).instrument(span.clone()).await;
         match &result {
             Ok(state) => {
@@ -272,7 +324,7 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         let backend = self.inner.backend();
         let span = tracing::debug_span!("lease.watch", backend, key = %key, outcome = Empty);
-        let call = Call::start(&self.metrics.inner, backend, Op::Watch, key);
+        let call = Call::start(&self.metrics.inner, backend, Op::Watch, Some(key));
         let result = self.inner.watch(key).instrument(span.clone()).await;
         match &result {
             Ok(w) => {
@@ -287,12 +339,5 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
             Err(e) => failed(call, &span, e),
         }
         result
-    }
-
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        // One span for the batch; per-lease renewal outcomes are counted by the supervisor hook.
-        let backend = self.inner.backend();
-        let span = tracing::debug_span!("lease.renew_many", backend, leases = leases.len());
-        self.inner.renew_many(leases).instrument(span).await
     }
 }

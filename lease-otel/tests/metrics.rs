@@ -200,9 +200,11 @@ impl Table {
                 let allowed = keys.contains(k) || (with_key && k == "lease.key");
                 assert!(allowed, "{} has undocumented attribute {k}", p.name);
             }
+            // A batch concerns several keys: never `lease.key` there.
+            let batch = p.attrs.get("lease.operation").map(String::as_str) == Some("renew_many");
             assert_eq!(
                 p.attrs.contains_key("lease.key"),
-                with_key,
+                with_key && !batch,
                 "lease.key on {p:?}"
             );
         }
@@ -575,6 +577,44 @@ async fn key_attribute_is_opt_in_and_then_on_every_point() -> TestResult {
     ] {
         assert!(names.contains(n), "{n} missing from {names:?}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn renew_many_is_forwarded_and_measured_once_per_batch() -> TestResult {
+    let h = Harness::new(OtelConfig::new().with_key_attribute());
+    let store = h.metrics.store(MemoryLeaseStore::new());
+    let owner = OwnerId::new("batcher")?;
+    let mut leases = Vec::new();
+    for name in ["b1", "b2"] {
+        let req = AcquireRequest::new(LeaseKey::new(name)?, owner.clone(), Duration::from_secs(3));
+        leases.push(store.acquire(&req).await?.lease().ok_or("free")?);
+    }
+    assert_eq!(store.release(&leases[1]).await?, ReleaseOutcome::Released);
+    let outcomes = store.renew_many(&leases).await?;
+    assert!(matches!(
+        outcomes[0],
+        Ok(lease_core::RenewOutcome::Renewed(_))
+    ));
+    assert!(matches!(outcomes[1], Ok(lease_core::RenewOutcome::Lost)));
+    let points = h.snapshot();
+    Table::load().check(&points, true);
+    let batch: Vec<_> = points
+        .iter()
+        .filter(|p| p.attrs.get("lease.operation").map(String::as_str) == Some("renew_many"))
+        .collect();
+    assert_eq!(batch.len(), 1, "{batch:?}");
+    assert_eq!(batch[0].value, Value::Hist(1, 0.0));
+    assert_eq!(
+        batch[0].attrs.get("lease.outcome").map(String::as_str),
+        Some("completed")
+    );
+    assert!(
+        !points
+            .iter()
+            .any(|p| p.attrs.get("lease.operation").map(String::as_str) == Some("renew")),
+        "the batch is one call, not one per lease"
+    );
     Ok(())
 }
 

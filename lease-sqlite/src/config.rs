@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use crate::error::BACKEND;
 
 /// Tuning for [`SqliteLeaseStore`](crate::SqliteLeaseStore): how long to wait for another
-/// process's write lock, and how many connections one store keeps.
+/// process's write lock, how many connections one store keeps, and when commits reach the disk.
 ///
 /// ```
 /// use std::time::Duration;
@@ -22,6 +22,7 @@ use crate::error::BACKEND;
 pub struct SqliteOptions {
     busy_timeout: Duration,
     max_connections: u32,
+    commit_sync: CommitSync,
 }
 
 impl Default for SqliteOptions {
@@ -29,12 +30,44 @@ impl Default for SqliteOptions {
         SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             max_connections: 4,
+            commit_sync: CommitSync::default(),
         }
     }
 }
 
+/// When a commit (a grant, renewal, release or fenced write) is forced to disk. Both keep the
+/// file consistent and tokens increasing across crashes and restarts of any process; they differ
+/// only for a crash of the **host** (kernel panic, power loss).
+///
+/// See `docs/adr/0050-sqlite-one-host-one-clock.md`.
+///
+/// ```
+/// use lease_sqlite::{CommitSync, SqliteOptions};
+/// let opts = SqliteOptions::new().commit_sync(CommitSync::Full);
+/// assert_eq!(opts.get_commit_sync(), CommitSync::Full);
+/// assert_eq!(SqliteOptions::new().get_commit_sync(), CommitSync::Normal);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitSync {
+    /// WAL with `synchronous = NORMAL` (the default): a commit is in the file as soon as it
+    /// returns and survives any process crash; the WAL is fsynced at checkpoints. A host crash may
+    /// roll back the last commits, and with them the last grants; every holder of those grants
+    /// died with the host (one host), so no live process holds a token that is issued again. A
+    /// fenced resource in the same file rolls back with them; one *outside* the file may reject
+    /// the first grants after the reboot until tokens pass its high-water mark (safe, briefly
+    /// unavailable). Operations never wait for an fsync of their own.
+    #[default]
+    Normal,
+    /// WAL with `synchronous = FULL`: every commit is fsynced before it returns, so grants survive
+    /// power loss too. Every operation, renewals included, then waits for an fsync, and queues
+    /// behind other processes' fsyncs; on a busy disk that was measured at 200 ms and more, up
+    /// to seconds, so use TTLs of several seconds.
+    Full,
+}
+
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout and up to 4 connections.
+    /// The defaults: a 5 s busy timeout, up to 4 connections, [`CommitSync::Normal`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -50,6 +83,17 @@ impl SqliteOptions {
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
+    }
+
+    /// When commits are forced to disk (default [`CommitSync::Normal`]).
+    pub fn commit_sync(mut self, sync: CommitSync) -> Self {
+        self.commit_sync = sync;
+        self
+    }
+
+    /// The configured commit durability.
+    pub fn get_commit_sync(&self) -> CommitSync {
+        self.commit_sync
     }
 
     /// The configured busy timeout.
@@ -135,11 +179,15 @@ pub(crate) fn check_path(path: &Path) -> Result<()> {
 }
 
 /// Applies what every connection of a store needs: create the file if missing, WAL journal,
-/// `synchronous = FULL` (a committed token survives power loss), and the busy timeout.
+/// the commit durability, and the busy timeout.
 pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> SqliteConnectOptions {
+    let sync = match options.commit_sync {
+        CommitSync::Normal => SqliteSynchronous::Normal,
+        CommitSync::Full => SqliteSynchronous::Full,
+    };
     opts.create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
-        .synchronous(SqliteSynchronous::Full)
+        .synchronous(sync)
         .busy_timeout(options.busy_timeout)
 }
 

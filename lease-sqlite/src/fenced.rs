@@ -47,6 +47,7 @@ impl SqliteFencedResource {
         } else {
             "fenced install"
         });
+        let _turn = self.inner.gate.lock().await;
         let mut tx = self
             .inner
             .pool

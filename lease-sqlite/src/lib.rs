@@ -32,10 +32,13 @@
 //!   forward can expire a lease before its holder's local deadline. Fencing tokens keep the
 //!   protected resource safe even then; keep the clock slewed (NTP, chrony), not stepped.
 //! - **Tokens never go back.** The highest token per key is kept in its own table
-//!   (`lease_generation`) that is only ever increased, in a WAL-mode file with
-//!   `synchronous = FULL`, so a committed token survives process crashes, power loss, release,
-//!   expiry and even deleted lease rows ([`TokenDurability::Durable`](lease_core::TokenDurability)).
-//!   Deleting the file (or restoring an old copy) resets them: treat the file as state.
+//!   (`lease_generation`) that is only ever increased, in a WAL-mode file, so tokens survive
+//!   release, expiry, deleted lease rows, and crashes and restarts of any process
+//!   ([`TokenDurability::Durable`](lease_core::TokenDurability)). By default
+//!   ([`CommitSync::Normal`]) a crash of the whole *host* may roll back the last grants, whose
+//!   holders all died with it; [`CommitSync::Full`] fsyncs every commit to survive that too, at
+//!   the price of an fsync per operation. Deleting the file (or restoring an old copy) resets
+//!   tokens: treat the file as state.
 //! - **Atomic operations.** Acquire is one `BEGIN IMMEDIATE` transaction; renew, release and
 //!   inspect are one statement each. Writers wait for each other up to the busy timeout
 //!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
@@ -50,7 +53,7 @@
 //!   create the file if it is missing and create the schema (idempotently; several processes may
 //!   do it at once). A directory that does not exist, a path that is a directory, a URL that is
 //!   not `sqlite:` or an in-memory database is an [`Error::Config`](lease_core::Error::Config).
-//! - [`SqliteOptions`] sets the busy timeout and the connection limit.
+//! - [`SqliteOptions`] sets the busy timeout, the connection limit and [`CommitSync`].
 //!
 //! ## Tables
 //! `lease_meta` (schema version), `lease_generation`, `lease_holder`, `lease_fenced`; they live
@@ -59,9 +62,10 @@
 mod config;
 mod error;
 mod fenced;
+mod gate;
 mod sql;
 mod store;
 
-pub use config::SqliteOptions;
+pub use config::{CommitSync, SqliteOptions};
 pub use fenced::SqliteFencedResource;
 pub use store::SqliteLeaseStore;

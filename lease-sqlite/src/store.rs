@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::config::{self, SqliteOptions};
 use crate::error::{self, BACKEND, corrupt};
 use crate::fenced::SqliteFencedResource;
+use crate::gate::{self, Gate};
 use crate::sql;
 
 /// A [`LeaseStore`] on one SQLite database file, shared by any number of processes **on one
@@ -24,8 +25,8 @@ use crate::sql;
 ///
 /// - Every operation is one atomic statement (renew, release, inspect) or one
 ///   `BEGIN IMMEDIATE` transaction (acquire), so processes never interleave inside one.
-/// - The file is in WAL mode with `synchronous = FULL` and a busy timeout, so concurrent
-///   processes wait for each other instead of failing with `SQLITE_BUSY`.
+/// - The file is in WAL mode with a busy timeout, so concurrent processes wait for each other
+///   instead of failing with `SQLITE_BUSY`.
 /// - Tokens live in their own table that only grows: they are [durable](TokenDurability::Durable)
 ///   across restarts, releases, expiry and deleted lease rows.
 /// - Expiry is judged by SQLite's clock (the host's wall clock) inside each statement.
@@ -56,6 +57,8 @@ pub(crate) struct Inner {
     pub(crate) pool: SqlitePool,
     pub(crate) path: PathBuf,
     pub(crate) busy_timeout: Duration,
+    /// This process's FIFO queue of writers to the file (see `gate.rs`).
+    pub(crate) gate: Gate,
 }
 
 impl Inner {
@@ -156,11 +159,13 @@ impl SqliteLeaseStore {
                 Err(e) => return Err(error::map("open", busy, e)),
             }
         };
+        let gate = gate::for_file(&path);
         let store = SqliteLeaseStore {
             inner: Arc::new(Inner {
                 pool,
                 path,
                 busy_timeout: busy,
+                gate,
             }),
         };
         store.migrate().await?;
@@ -178,6 +183,7 @@ impl SqliteLeaseStore {
     /// # Cancellation safety
     /// Cancel safe: one transaction that commits or rolls back.
     pub async fn migrate(&self) -> Result<()> {
+        let _turn = self.inner.gate.lock().await;
         sql::migrate(&self.inner.pool, self.inner.busy_timeout).await
     }
 
@@ -247,6 +253,7 @@ impl LeaseStore for SqliteLeaseStore {
         let sent = Instant::now();
         // One immediate transaction: the write lock is taken at BEGIN, so the read, the decision
         // and the writes see no other writer, and `now` is read after the lock was obtained.
+        let _turn = self.inner.gate.lock().await;
         let mut tx = self
             .inner
             .pool
@@ -319,6 +326,7 @@ impl LeaseStore for SqliteLeaseStore {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
         let (ttl_ms, granted) = ttl_ms(lease.ttl())?;
         let sent = Instant::now();
+        let _turn = self.inner.gate.lock().await;
         let done = sqlx::query(sql::RENEW)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())
@@ -337,6 +345,7 @@ impl LeaseStore for SqliteLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let _turn = self.inner.gate.lock().await;
         let done = sqlx::query(sql::RELEASE)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())

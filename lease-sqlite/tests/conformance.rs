@@ -13,7 +13,7 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, Error, FencedResource, FencingToken, LeaseKey, LeaseStore,
     OwnerId, ReleaseOutcome, WriteOp,
 };
-use lease_sqlite::{SqliteLeaseStore, SqliteOptions};
+use lease_sqlite::{CommitSync, SqliteLeaseStore, SqliteOptions};
 use lease_testkit::{BoxFuture, CaseResult, Ctx, case};
 use sqlx::Connection;
 
@@ -283,9 +283,10 @@ async fn busy_file_is_a_retryable_timeout(ctx: Ctx) -> CaseResult {
             },
         ) => assert!(e.is_retryable()),
         other => {
-            return Err(
-                format!("acquire on a locked file: expected Error::Timeout, got {other:?}").into(),
-            );
+            return Err(format!(
+                "acquire on a locked file: expected Error::Timeout, got {other:?}"
+            )
+            .into());
         }
     }
     assert!(
@@ -341,6 +342,37 @@ async fn busy_file_is_a_retryable_timeout(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// Stores with either commit durability share one file: a grant made with `CommitSync::Full`
+/// is seen by a default store, and tokens keep increasing across both.
+async fn commit_sync_modes_share_one_file(ctx: Ctx) -> CaseResult {
+    let path = fresh_file(&ctx, "sync");
+    let full =
+        SqliteLeaseStore::open_with(&path, SqliteOptions::new().commit_sync(CommitSync::Full))
+            .await?;
+    let normal = SqliteLeaseStore::open(&path).await?;
+    let key = LeaseKey::new("sync")?;
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let la = must_acquire(&full, &key, &a).await?;
+    match normal.acquire(&req(&key, &b)).await? {
+        AcquireOutcome::Held(h) => assert_eq!((h.owner, h.token), (a.clone(), la.token())),
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("granted {} over a held key", l.token()).into());
+        }
+    }
+    assert!(matches!(
+        full.renew(&la).await?,
+        lease_core::RenewOutcome::Renewed(_)
+    ));
+    assert_eq!(normal.release(&la).await?, ReleaseOutcome::Released);
+    let lb = must_acquire(&normal, &key, &b).await?;
+    assert!(lb.token() > la.token());
+    assert_eq!(
+        full.inspect(&key).await?.holder.map(|h| h.token),
+        Some(lb.token())
+    );
+    Ok(())
+}
+
 /// The store itself is a fenced resource over the same table as `fenced_resource()`.
 async fn store_and_fenced_resource_share_the_table(ctx: Ctx) -> CaseResult {
     let path = fresh_file(&ctx, "fenced");
@@ -362,6 +394,16 @@ fn main() {
     let backend = Sqlite {
         path: dir().join("conformance.db"),
     };
+    // SQLite needs no service, so the suite must never be reported as skipped: if the store
+    // cannot be opened here, fail the whole run instead of letting the testkit ignore the cases.
+    let opened = lease_testkit::env::runtime().block_on(SqliteLeaseStore::open(&backend.path));
+    if let Err(e) = opened {
+        eprintln!(
+            "ERROR: cannot open the SQLite test database {}: {e}",
+            backend.path.display()
+        );
+        std::process::exit(101);
+    }
     lease_testkit::run_with(
         backend,
         vec![
@@ -372,6 +414,7 @@ fn main() {
             case!("sqlite", missing_table_is_a_config_error),
             case!("sqlite", busy_file_is_a_retryable_timeout),
             case!("sqlite", store_and_fenced_resource_share_the_table),
+            case!("sqlite", commit_sync_modes_share_one_file),
         ],
     );
 }

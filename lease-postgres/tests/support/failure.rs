@@ -367,3 +367,72 @@ pub(crate) async fn renew_many_renews_exactly_the_held_leases(ctx: Ctx) -> CaseR
     assert!(store.renew_many(&[]).await?.is_empty());
     Ok(())
 }
+
+/// The renewal supervisor over a one-connection pool whose connection is killed three times.
+/// The lease lives in a row, so the supervisor recovers on a fresh connection and keeps its
+/// token; if reconnecting is too slow (a loaded machine), it must go `AtRisk` and then
+/// `Lost(DeadlineReached)`, never stay `Held` past its local deadline.
+pub(crate) async fn supervisor_recovers_from_killed_connections(ctx: Ctx) -> CaseResult {
+    use lease_core::supervisor::{Health, LossReason, Supervisor, SupervisorConfig};
+    let store = PostgresLeaseStore::connect(&url(), options().with_max_connections(1)).await?;
+    let admin = super::store().await?;
+    let key = ctx.key("sup-killed");
+    let ttl = Duration::from_millis(2400);
+    let guard = Supervisor::new(store.clone(), SupervisorConfig::new(ttl))
+        .acquire(&key)
+        .await?
+        .guard()
+        .ok_or("not acquired")?;
+    let token = guard.token();
+    let mut seen = vec![guard.health()];
+    'kills: for _ in 0..3 {
+        let mine: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(store.pool())
+            .await?;
+        let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(mine)
+            .fetch_one(admin.pool())
+            .await?;
+        let end = Instant::now() + ttl;
+        while Instant::now() < end {
+            let h = guard.health();
+            if seen.last() != Some(&h) {
+                seen.push(h);
+            }
+            if h == Health::Held {
+                assert!(
+                    guard.lease().deadline() + Duration::from_millis(20) > Instant::now(),
+                    "Held past the local deadline: {seen:?}"
+                );
+            }
+            if h.is_final() {
+                break 'kills;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    match guard.health() {
+        Health::Lost(reason) => {
+            // Too slow to reconnect: the loss must have been announced by AtRisk and be due to
+            // the deadline, not a refusal (nobody else touched the key).
+            assert_eq!(reason, LossReason::DeadlineReached, "{seen:?}");
+            assert!(
+                seen.contains(&Health::AtRisk),
+                "lost without AtRisk: {seen:?}"
+            );
+            eprintln!("supervisor lost the lease while reconnecting (allowed): {seen:?}");
+        }
+        _ => {
+            eventually(
+                Duration::from_secs(5),
+                "the supervisor to be Held again",
+                || async { guard.health() == Health::Held },
+            )
+            .await?;
+            let h = admin.inspect(&key).await?.holder.ok_or("not held")?;
+            assert_eq!(h.token, token, "{seen:?}");
+            assert_eq!(guard.release().await?, ReleaseOutcome::Released);
+        }
+    }
+    Ok(())
+}
