@@ -308,7 +308,11 @@ async fn campaign(
                 };
                 role.send_replace(Role::Follower);
                 sup.hook().leadership(&key, sup.owner(), None);
-                tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
+                if reason == StepDownReason::Resigned {
+                    tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
+                } else {
+                    tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
+                }
                 let _ = events.send(ElectionEvent::SteppedDown { term, reason });
             }
             Ok(Acquisition::NotAcquired { .. }) => {}

@@ -3,24 +3,35 @@
 //! fencing token; the paused replica wakes up and its late write is rejected by the resource.
 //!
 //! ```text
-//! cargo run -p lease-examples --bin demo
+//! cargo run -p lease-examples --bin demo                      # in-memory store
+//! cargo run -p lease-examples --features redis --bin demo -- --store redis://127.0.0.1:6379
 //! ```
+//! Any store URL works (`postgres://`, `redis://`, `etcd://`, `k8s://`, `sqlite://`) with the
+//! matching cargo feature; the fenced resource is then the backend's own.
 
 use std::time::Duration;
 
-use lease_core::{
-    AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource,
-    MemoryLeaseStore, OwnerId, WriteOp, WriteOutcome,
-};
+use lease::{AcquireOutcome, AcquireRequest, LeaseKey, OwnerId, WriteOp, WriteOutcome};
+use lease_examples::{Backend, store_url};
 use tokio::time::{Instant, sleep};
-
-const TTL: Duration = Duration::from_millis(800);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = MemoryLeaseStore::new();
-    let ledger = MemoryFencedResource::new();
-    let key = LeaseKey::new("tenant-42.reconcile")?;
+    let url = store_url();
+    let backend = Backend::connect(&url).await?;
+    // Stores without a server clock (Kubernetes) judge expiry by observation: give them longer.
+    let wanted = match backend.store.capabilities().expiry_clock {
+        lease::ExpiryClock::ObservedLocally => Duration::from_secs(3),
+        _ => Duration::from_millis(800),
+    };
+    let ttl = backend.ttl(wanted);
+    let (store, ledger) = (backend.store.clone(), backend.resource.clone());
+    let other = backend.client().await?;
+    let key = if url.starts_with("memory") {
+        LeaseKey::new("tenant-42.reconcile")?
+    } else {
+        LeaseKey::derive(&format!("tenant-42.reconcile {}", OwnerId::random()))
+    };
     let t0 = Instant::now();
     let say = |who: &str, what: String| {
         println!(
@@ -33,16 +44,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|n| OwnerId::new(*n))
         .collect::<Result<_, _>>()?;
-    let (a, b, c) = (&replicas[0], &replicas[1], &replicas[2]);
     println!(
-        "three replicas contend for {key} (ttl {TTL:?}); the resource keeps the highest token it accepted\n"
+        "three replicas contend for {key} on {} (ttl {ttl:?}); the resource keeps the highest token it accepted\n",
+        store.backend()
     );
 
     // All three try at once: exactly one wins.
     let mut lease_a = None;
     for r in &replicas {
         match store
-            .acquire(&AcquireRequest::new(key.clone(), r.clone(), TTL))
+            .acquire(&AcquireRequest::new(key.clone(), r.clone(), ttl))
             .await?
         {
             AcquireOutcome::Acquired(l) => {
@@ -62,7 +73,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let lease_a = lease_a.ok_or("nobody acquired")?;
-    assert_eq!(lease_a.owner(), a);
+    // The winner ("a") gets paused; the others are "b" and "c".
+    let a = lease_a.owner();
+    let mut others = replicas.iter().filter(|r| *r != a);
+    let (b, c) = (others.next().ok_or("b")?, others.next().ok_or("c")?);
     let out = ledger
         .write(
             &key,
@@ -79,17 +93,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.as_str(),
         format!(
             "is PAUSED (stop-the-world GC) for {:?}, longer than its ttl",
-            TTL * 2
+            ttl * 2
         ),
     );
     // While a is paused, b and c keep trying; the store lets one of them in once a's lease expired.
+    let give_up = Instant::now() + ttl * 5 + Duration::from_secs(10);
     let lease_b = loop {
-        match store
-            .acquire(&AcquireRequest::new(key.clone(), b.clone(), TTL))
+        match other
+            .acquire(&AcquireRequest::new(key.clone(), b.clone(), ttl * 10))
             .await?
         {
             AcquireOutcome::Acquired(l) => break l,
-            AcquireOutcome::Held(h) => sleep(h.remaining + Duration::from_millis(5)).await,
+            AcquireOutcome::Held(h) if Instant::now() < give_up => {
+                sleep(h.remaining.min(Duration::from_millis(200)) + Duration::from_millis(5)).await;
+            }
+            AcquireOutcome::Held(h) => {
+                return Err(format!("{} still holds the key", h.owner).into());
+            }
         }
     };
     say(
@@ -120,8 +140,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         b.as_str(),
         format!("writes with token {}: {}", lease_b.token(), verdict(&out)),
     );
-    if let AcquireOutcome::Held(h) = store
-        .acquire(&AcquireRequest::new(key.clone(), c.clone(), TTL))
+    if let AcquireOutcome::Held(h) = other
+        .acquire(&AcquireRequest::new(key.clone(), c.clone(), ttl))
         .await?
     {
         say(
@@ -131,8 +151,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // a wakes up, still believing it holds the lease, and finishes its work.
-    let paused_until = t0 + TTL * 2 + Duration::from_millis(100);
-    tokio::time::sleep_until(paused_until).await;
+    let paused_until = t0 + ttl * 2 + Duration::from_millis(100);
+    tokio::time::sleep_until(paused_until.max(Instant::now())).await; // (a is "paused" until here; b already holds the key)
     say(
         a.as_str(),
         format!("wakes up and writes with its old token {}", lease_a.token()),

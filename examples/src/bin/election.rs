@@ -5,22 +5,19 @@
 //!
 //! ```text
 //! cargo run -p lease-examples --bin election
+//! cargo run -p lease-examples --features etcd --bin election -- --store etcd://127.0.0.1:2379
 //! ```
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use lease_core::election::{Election, ElectionEvent};
 use lease_core::supervisor::SupervisorConfig;
-use lease_core::{
-    FencedResource, FencingToken, LeaseKey, MemoryFencedResource, MemoryLeaseStore, OwnerId,
-    WriteOp, WriteOutcome,
-};
+use lease::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
+use lease_examples::{Backend, store_url};
 use lease_testkit::faulty::{Fault, FaultyStore};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
-
-const TTL: Duration = Duration::from_millis(900);
 
 #[derive(Debug)]
 enum Note {
@@ -30,23 +27,37 @@ enum Note {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store = MemoryLeaseStore::new();
-    let heartbeat = Arc::new(MemoryFencedResource::new());
-    let key = LeaseKey::new("scheduler.leader")?;
-    let cfg = SupervisorConfig::new(TTL).with_acquire_wait(TTL);
+    let url = store_url();
+    let backend = Backend::connect(&url).await?;
+    let wanted = match backend.store.capabilities().expiry_clock {
+        lease::ExpiryClock::ObservedLocally => Duration::from_secs(3),
+        _ => Duration::from_millis(900),
+    };
+    let ttl = backend.ttl(wanted);
+    let heartbeat = backend.resource.clone();
+    let key = if url.starts_with("memory") {
+        LeaseKey::new("scheduler.leader")?
+    } else {
+        LeaseKey::derive(&format!("scheduler.leader {}", OwnerId::random()))
+    };
+    println!("three candidates elect a leader for {key} on {} (ttl {ttl:?})\n", backend.store.backend());
+    let cfg = SupervisorConfig::new(ttl).with_acquire_wait(ttl);
     let t0 = Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let names = ["node-1", "node-2", "node-3"];
     let mut networks = Vec::new();
+    // The first term to be elected is the one whose leader freezes.
+    let first_term: Arc<OnceLock<FencingToken>> = Arc::new(OnceLock::new());
     for (i, name) in names.iter().enumerate() {
         // Each node reaches the store through its own "network", which we can freeze.
-        let net = FaultyStore::new(store.clone());
+        let net = FaultyStore::new(backend.client().await?);
         networks.push(net.clone());
         let mut node = Election::new(net, key.clone(), cfg.clone()).join(OwnerId::new(*name)?);
-        let (tx, heartbeat, key) = (tx.clone(), heartbeat.clone(), key.clone());
+        let (tx, heartbeat, key, first) = (tx.clone(), heartbeat.clone(), key.clone(), first_term.clone());
         tokio::spawn(async move {
             while let Some(ev) = node.next_event().await {
                 if let ElectionEvent::Elected { term, work } = &ev {
+                    let frozen = *first.get_or_init(|| *term) == *term;
                     // Leader-only work: a heartbeat every 200 ms, carrying the term.
                     let (term, work, tx, heartbeat, key) = (
                         *term,
@@ -59,16 +70,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let mut beats = 0;
                         loop {
                             beats += 1;
-                            if term == FencingToken::MIN && beats == 3 {
+                            if frozen && beats == 3 {
                                 // The first leader freezes mid-work for 3 TTLs (it already decided to write).
-                                sleep(TTL * 3).await;
+                                sleep(ttl * 3).await;
                             } else if work.is_cancelled() {
                                 return;
                             }
-                            let out = heartbeat
-                                .write(&key, term, WriteOp::Add(1))
-                                .await
-                                .expect("memory resource");
+                            let out = match heartbeat.write(&key, term, WriteOp::Add(1)).await {
+                                Ok(out) => out,
+                                Err(e) => {
+                                    // The resource is unreachable: nothing was written; retry.
+                                    eprintln!("heartbeat failed: {e}");
+                                    sleep(Duration::from_millis(200)).await;
+                                    continue;
+                                }
+                            };
                             let _ = tx.send(Note::Wrote(i, term, out));
                             if !out.is_accepted() {
                                 return;
@@ -85,14 +101,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rejected = false;
     let mut shown = 0;
     let mut terms = Vec::new();
-    let deadline = t0 + Duration::from_secs(15);
+    let deadline = t0 + ttl * 10 + Duration::from_secs(20);
     while let Ok(Some(note)) = tokio::time::timeout_at(deadline, rx.recv()).await {
         let at = t0.elapsed().as_secs_f64() * 1e3;
         match note {
             Note::Event(i, ElectionEvent::Elected { term, .. }) => {
                 println!("[{at:>6.0} ms] {} is elected leader, term {term}", names[i]);
                 terms.push(term);
-                if term == FencingToken::MIN {
+                if first_term.get() == Some(&term) {
                     println!(
                         "[{at:>6.0} ms] {} will freeze after its second heartbeat (network and worker stall)",
                         names[i]
@@ -116,7 +132,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 } else if shown == 5 {
                     println!("[{at:>6.0} ms] ... (heartbeats continue)");
                 }
-                if term == FencingToken::MIN {
+                if first_term.get() == Some(&term) {
                     // freeze the first leader's network after its first heartbeat
                     networks[i].set_all(Fault::Hang);
                 }
@@ -140,7 +156,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         state.high_water.map(|t| t.to_string()).unwrap_or_default()
     );
     if rejected && terms.windows(2).all(|w| w[1] > w[0]) {
-        println!("a frozen leader's late write was rejected; terms only went up: {terms:?}");
+        let terms: Vec<String> = terms.iter().map(ToString::to_string).collect();
+        println!("a frozen leader's late write was rejected; terms only went up: {}", terms.join(" < "));
         Ok(())
     } else {
         Err("the story did not unfold as expected".into())

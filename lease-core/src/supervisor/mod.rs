@@ -313,7 +313,10 @@ impl Supervisor {
             match out {
                 Ok(o) if o.is_accepted() => {}
                 other => {
-                    let _ = timeout(self.config.op_timeout(), self.store.release(&lease)).await;
+                    let released =
+                        timeout(self.config.op_timeout(), self.store.release(&lease)).await;
+                    self.hook
+                        .ended(&lease, Duration::ZERO, released.ok().and_then(|r| r.ok()));
                     return Err(match other {
                         Err(e) => e,
                         Ok(o) => Error::InvalidInput(format!(

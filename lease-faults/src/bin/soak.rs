@@ -55,6 +55,10 @@ async fn main() {
             rep.add(&r);
             if seed % 10 == 9 {
                 eprintln!("{}: {} storms, {} failed", t.name, seed + 1, rep.failures);
+                if let Some(path) = &out {
+                    let partial = format!("{}\n{}\n\n(partial: {} of {storms} storms so far)\n", BackendReport::header(), rep.row(), seed + 1);
+                    let _ = std::fs::write(format!("{path}.partial"), partial);
+                }
             }
         }
         println!("{}", rep.row());
