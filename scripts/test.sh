@@ -32,7 +32,10 @@ done
 
 export LEASE_TEST_REQUIRE=1
 export RUST_BACKTRACE=1
-log "cargo test --workspace $*"
-cargo test --workspace --all-targets "$@"
+log "cargo test --workspace --all-targets $*"
+cargo test --workspace --all-targets --exclude lease-examples "$@"
+# The examples crate with every backend feature, so each example runs against each backend it names.
+log "cargo test -p lease-examples --all-features"
+cargo test -p lease-examples --all-features --all-targets "$@"
 log "cargo test --workspace --doc"
 cargo test --workspace --doc "$@"
