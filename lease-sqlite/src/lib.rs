@@ -40,7 +40,9 @@
 //!   the price of an fsync per operation. Deleting the file (or restoring an old copy) resets
 //!   tokens: treat the file as state.
 //! - **Atomic operations.** Acquire is one `BEGIN IMMEDIATE` transaction; renew, release and
-//!   inspect are one statement each. Writers wait for each other up to the busy timeout
+//!   inspect are one statement each. Within a process, writers to one file take turns in a fair
+//!   queue in which renewals and releases go before acquires; across processes they wait for
+//!   each other in SQLite's busy handler. Writers wait up to the busy timeout
 //!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
 //!   [`Error::Timeout`](lease_core::Error::Timeout), which is retryable.
 //! - **No watch.** SQLite cannot notify other processes, so waiters poll
