@@ -41,8 +41,11 @@
 //! `metadata.resourceVersion` that was read (409 `Conflict`: someone else wrote first). Renewals
 //! and releases are conditional replaces too. Nothing is ever patched unconditionally, so two
 //! writers can never both believe their write decided the holder. A renewal is conditioned on the
-//! version of the Lease's **own last write**: if anyone else wrote the object since (a takeover, a
-//! deletion, even a label), the renewal is a 409 and the lease is [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost) at once.
+//! **last version this store wrote** for the Lease: if anyone else wrote the object since (a
+//! takeover, a deletion, even a label), the renewal is a 409 and the lease is
+//! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost) at once. (A renewal whose answer was
+//! lost, a timeout or a dropped connection, may have been applied; the next renewal recognises
+//! that write as its own by its exact content and continues.)
 //! Our writes keep every field they do not own (labels, other annotations, newer spec fields).
 //!
 //! ## The client-go rules (LeaseLock interoperability)

@@ -47,6 +47,8 @@ struct State {
     /// Renewals sent whose outcome is unknown (timeout, dropped connection), per object name.
     /// All of them since the last confirmed write count: any one may be the one applied.
     pending: HashMap<String, Vec<KubeLease>>,
+    /// The last version this store wrote, per object name.
+    written: HashMap<String, u64>,
 }
 
 /// A [`LeaseStore`] that keeps each key in a Kubernetes `coordination.k8s.io/v1` **Lease**
@@ -358,12 +360,14 @@ impl KubeLeaseStore {
         }
     }
 
-    fn cached(&self, name: &str, rv: u64) -> Option<(KubeLease, Instant)> {
-        self.lock()
-            .observed
-            .get(name)
-            .filter(|o| o.rv == rv)
-            .map(|o| (o.object.clone(), o.first_seen))
+    /// Records an object this store just wrote.
+    fn wrote(&self, name: &str, obj: &KubeLease) -> Result<Record> {
+        let rec = Record::parse(obj)?;
+        self.observe(name, obj, &rec);
+        let mut st = self.lock();
+        st.written.insert(name.to_string(), rec.rv);
+        st.pending.remove(name);
+        Ok(rec)
     }
 
     fn floor(&self, name: &str) -> Option<FencingToken> {
@@ -388,21 +392,30 @@ impl KubeLeaseStore {
         }
     }
 
-    /// The object as of the lease's last write by this store (its handle), or `None` if someone
-    /// else wrote since (or it is gone). Without a handle: the current object.
+    /// The object as of the last write of this lease's grant by this store, or `None` if anyone
+    /// else wrote since (or it is gone): the version must be the lease's handle or the last
+    /// version this store wrote. Without a handle (a resumed lease): the current object.
     async fn base_for(
         &self,
         name: &str,
         lease: &Lease,
     ) -> Result<Option<(KubeLease, Record, Instant)>> {
-        let Some(rv) = lease.handle().and_then(|h| h.parse::<u64>().ok()) else {
+        let Some(handle) = lease.handle().and_then(|h| h.parse::<u64>().ok()) else {
             return self.read(name).await;
         };
-        if let Some((obj, first_seen)) = self.cached(name, rv) {
-            let rec = Record::parse(&obj)?;
-            return Ok(Some((obj, rec, first_seen)));
+        let (latest, own) = {
+            let st = self.lock();
+            (
+                st.observed.get(name).cloned(),
+                st.written.get(name).copied(),
+            )
+        };
+        let ours = |rv: u64| rv == handle || Some(rv) == own;
+        if let Some(o) = latest.filter(|o| ours(o.rv)) {
+            let rec = Record::parse(&o.object)?;
+            return Ok(Some((o.object, rec, o.first_seen)));
         }
-        Ok(self.read(name).await?.filter(|(_, rec, _)| rec.rv == rv))
+        Ok(self.read(name).await?.filter(|(_, rec, _)| ours(rec.rv)))
     }
 
     /// The current object, if it is exactly one of the renewals this store sent without learning
@@ -459,8 +472,7 @@ impl KubeLeaseStore {
         ttl: Duration,
         sent: Instant,
     ) -> Result<Lease> {
-        let rec = Record::parse(obj)?;
-        self.observe(name, obj, &rec);
+        let rec = self.wrote(name, obj)?;
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, resource_version = rec.rv, "lease acquired");
         Ok(Lease::granted(
             req.key.clone(),
@@ -612,9 +624,7 @@ impl LeaseStore for KubeLeaseStore {
             .await
             {
                 Ok(obj) => {
-                    let rec = Record::parse(&obj)?;
-                    self.observe(&name, &obj, &rec);
-                    self.lock().pending.remove(&name);
+                    let rec = self.wrote(&name, &obj)?;
                     tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
                     return Ok(RenewOutcome::Renewed(
                         lease
@@ -672,8 +682,7 @@ impl LeaseStore for KubeLeaseStore {
             .await
             {
                 Ok(obj) => {
-                    let rec = Record::parse(&obj)?;
-                    self.observe(&name, &obj, &rec);
+                    self.wrote(&name, &obj)?;
                     tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
                     return Ok(ReleaseOutcome::Released);
                 }
