@@ -101,6 +101,7 @@
 
 pub mod advisory;
 mod config;
+mod conn;
 mod error;
 mod fenced;
 mod row_fence;

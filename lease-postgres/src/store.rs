@@ -142,10 +142,13 @@ impl PostgresLeaseStore {
         for stmt in &self.sql.delete_prefix {
             n += self
                 .bounded("delete", async {
-                    sqlx::query(AssertSqlSafe(stmt.as_str()))
+                    let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                    let r = sqlx::query(AssertSqlSafe(stmt.as_str()))
                         .bind(prefix)
-                        .execute(&self.pool)
-                        .await
+                        .execute(conn.get())
+                        .await;
+                    conn.finish();
+                    r
                 })
                 .await
                 .map_err(|e| e.into_error(self.cx("delete")))?
@@ -179,10 +182,13 @@ impl PostgresLeaseStore {
     async fn holder(&self, key: &LeaseKey) -> Result<(Option<Holder>, Option<FencingToken>)> {
         let row = self
             .bounded("inspect", async {
-                sqlx::query(AssertSqlSafe(self.sql.inspect.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(self.sql.inspect.as_str()))
                     .bind(key.as_str())
-                    .fetch_optional(&self.pool)
-                    .await
+                    .fetch_optional(conn.get())
+                    .await;
+                conn.finish();
+                r
             })
             .await
             .map_err(|e| e.into_error(self.cx("inspect")))?;
@@ -328,12 +334,15 @@ impl LeaseStore for PostgresLeaseStore {
         let sent = Instant::now();
         let row = self
             .bounded("acquire", async {
-                sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
                     .bind(req.key.as_str())
                     .bind(req.owner.as_str())
                     .bind(ms)
-                    .fetch_one(&self.pool)
-                    .await
+                    .fetch_one(conn.get())
+                    .await;
+                conn.finish();
+                r
             })
             .await
             .map_err(|e| e.into_error(self.cx("acquire")))?;
@@ -368,13 +377,16 @@ impl LeaseStore for PostgresLeaseStore {
         let sent = Instant::now();
         let done = self
             .bounded("renew", async {
-                sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
                     .bind(ms)
-                    .execute(&self.pool)
-                    .await
+                    .execute(conn.get())
+                    .await;
+                conn.finish();
+                r
             })
             .await
             .map_err(|e| e.into_error(self.cx("renew")))?;
@@ -390,12 +402,15 @@ impl LeaseStore for PostgresLeaseStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let done = self
             .bounded("release", async {
-                sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
-                    .execute(&self.pool)
-                    .await
+                    .execute(conn.get())
+                    .await;
+                conn.finish();
+                r
             })
             .await
             .map_err(|e| e.into_error(self.cx("release")))?;
@@ -435,13 +450,16 @@ impl LeaseStore for PostgresLeaseStore {
         let sent = Instant::now();
         let rows = self
             .bounded("renew", async {
-                sqlx::query(AssertSqlSafe(self.sql.renew_many.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(self.sql.renew_many.as_str()))
                     .bind(&keys)
                     .bind(&owners)
                     .bind(&tokens)
                     .bind(&ttls)
-                    .fetch_all(&self.pool)
-                    .await
+                    .fetch_all(conn.get())
+                    .await;
+                conn.finish();
+                r
             })
             .await
             .map_err(|e| e.into_error(self.cx("renew")))?;
