@@ -25,6 +25,17 @@ where
         .unwrap_or_else(|_| Err("timeout".to_string()))
 }
 
+fn scenario(
+    rep: &mut BackendReport,
+    name: &str,
+    r: Result<lease_faults::scenarios::Measured, String>,
+) {
+    if let Err(e) = &r {
+        eprintln!("{} scenario {name} FAILED: {e}", rep.backend);
+    }
+    rep.add(&r);
+}
+
 #[tokio::main]
 async fn main() {
     let storms: u64 = arg("--storms").and_then(|s| s.parse().ok()).unwrap_or(10);
@@ -41,12 +52,32 @@ async fn main() {
             continue;
         }
         let mut rep = BackendReport::new(t.name);
-        rep.add(&run(scenarios::paused_process(&t)).await);
-        rep.add(&run(scenarios::killed_process(&t)).await);
-        rep.add(&run(scenarios::blackhole(&t)).await);
-        rep.add(&run(scenarios::lost_renewal_responses(&t)).await);
-        rep.add(&run(scenarios::ghost_grant(&t)).await);
-        rep.add(&run(scenarios::latency_near_ttl(&t)).await);
+        scenario(
+            &mut rep,
+            "paused_process",
+            run(scenarios::paused_process(&t)).await,
+        );
+        scenario(
+            &mut rep,
+            "killed_process",
+            run(scenarios::killed_process(&t)).await,
+        );
+        scenario(&mut rep, "blackhole", run(scenarios::blackhole(&t)).await);
+        scenario(
+            &mut rep,
+            "lost_renewal_responses",
+            run(scenarios::lost_renewal_responses(&t)).await,
+        );
+        scenario(
+            &mut rep,
+            "ghost_grant",
+            run(scenarios::ghost_grant(&t)).await,
+        );
+        scenario(
+            &mut rep,
+            "latency_near_ttl",
+            run(scenarios::latency_near_ttl(&t)).await,
+        );
         for seed in 0..storms {
             let r = run(scenarios::storm(&t, seed, contenders, rounds)).await;
             if let Err(e) = &r {
@@ -56,7 +87,12 @@ async fn main() {
             if seed % 10 == 9 {
                 eprintln!("{}: {} storms, {} failed", t.name, seed + 1, rep.failures);
                 if let Some(path) = &out {
-                    let partial = format!("{}\n{}\n\n(partial: {} of {storms} storms so far)\n", BackendReport::header(), rep.row(), seed + 1);
+                    let partial = format!(
+                        "{}\n{}\n\n(partial: {} of {storms} storms so far)\n",
+                        BackendReport::header(),
+                        rep.row(),
+                        seed + 1
+                    );
                     let _ = std::fs::write(format!("{path}.partial"), partial);
                 }
             }
