@@ -20,12 +20,16 @@ start)
     --heartbeat-interval 50 --election-timeout 500 \
     >"$D/etcd.log" 2>&1 </dev/null &
   echo $! > "$D/pid"
+  touch "$STATE_DIR/etcd.started"
   wait_until 30 sh -c "curl -sf http://127.0.0.1:$CPORT/health | grep -q true" \
     || { tail -n 20 "$D/etcd.log" >&2; die "etcd did not become healthy"; }
   echo "export LEASE_ETCD_ENDPOINTS=http://127.0.0.1:$CPORT" > "$STATE_DIR/etcd.env"
   log "etcd ready on 127.0.0.1:$CPORT"
   ;;
 stop)
+  # stop only what this script started (not a member that was already running)
+  [ -f "$STATE_DIR/etcd.started" ] || exit 0
+  rm -f "$STATE_DIR/etcd.started"
   if alive; then kill "$(cat "$D/pid")"; wait_until 20 sh -c "! kill -0 $(cat "$D/pid")" || kill -9 "$(cat "$D/pid")" || true; log "stopped etcd"; fi
   rm -f "$D/pid" "$STATE_DIR/etcd.env"
   ;;

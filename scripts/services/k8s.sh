@@ -180,6 +180,7 @@ contexts:
 current-context: lease-test
 EOF
   KUBECTL=""; [ -x "$BIN_DIR/kubectl" ] && KUBECTL=$BIN_DIR/kubectl
+  touch "$STATE_DIR/k8s.started"
   cat > "$STATE_DIR/k8s.env" <<EOF
 export KUBECONFIG=$D/kubeconfig
 export LEASE_K8S_NAMESPACE=default
@@ -193,6 +194,9 @@ restart-apiserver)
   start_apiserver || die "kube-apiserver did not come back"
   ;;
 stop)
+  # stop only what this script started (not an apiserver that was already running)
+  [ -f "$STATE_DIR/k8s.started" ] || exit 0
+  rm -f "$STATE_DIR/k8s.started"
   stop_one apiserver "$PKI/tokens.csv"
   stop_one etcd "$D/etcd-data"
   rm -f "$STATE_DIR/k8s.env"
