@@ -26,6 +26,10 @@
 //!   renew extends only for the same owner *and* token; release deletes only for the same owner
 //!   and token (a plain `DEL` would remove a successor's lease) and publishes on the key's
 //!   release channel. Expiry is judged by the Redis server's clock, never the client's.
+//!   [`renew_many`](lease_core::LeaseStore::renew_many) renews any number of leases in **one**
+//!   script (one round trip), with the same per-lease check, so a supervisor with renewal
+//!   batching renews thousands of leases in a handful of round trips. (All keys go to the one
+//!   server of the store's connection; the store does not speak Redis Cluster.)
 //! - **Key layout** (see [`KeyLayout`]): `prefix:{key}:lease`, `prefix:{key}:gen`,
 //!   `prefix:{key}:fence` and the channel `prefix:{key}:released`. The `{key}` hash tag keeps a
 //!   lease, its counter and its fenced resource in one Redis Cluster slot; a prefix containing `{`

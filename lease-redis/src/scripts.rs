@@ -53,6 +53,30 @@ return 0
     )
 });
 
+/// Renew many. `KEYS[i]` lease hash of the i-th lease; `ARGV[3i-2..3i]` its owner, token and
+/// TTL ms. The same check as [`RENEW`] for each key, in one script (one round trip, atomic):
+/// returns one `1` (renewed) or `0` (lost) per key, in order. All keys must live on one server
+/// (the store uses one non-cluster connection).
+pub(crate) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = (i - 1) * 3
+  local cur = redis.call('HMGET', key, 'owner', 'token')
+  if cur[1] == ARGV[a + 1] and cur[2] == ARGV[a + 2] then
+    redis.call('HSET', key, 'ttl', ARGV[a + 3])
+    redis.call('PEXPIRE', key, ARGV[a + 3])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+",
+    )
+});
+
 /// Release. `KEYS[1]` lease hash; `ARGV[1]` owner, `ARGV[2]` token, `ARGV[3]` release channel.
 /// Deletes only the same owner's and token's hash (never a successor's), keeps the counter, and
 /// publishes the token on the release channel to wake waiters.

@@ -413,6 +413,50 @@ impl LeaseStore for RedisLeaseStore {
         }
     }
 
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        // Invalid TTLs are reported in their slot and not sent; the rest go in one script.
+        let mut out: Vec<Result<RenewOutcome>> = Vec::with_capacity(leases.len());
+        let mut sendable: Vec<(usize, Duration)> = Vec::with_capacity(leases.len());
+        let mut invocation = scripts::RENEW_MANY.prepare_invoke();
+        for (i, lease) in leases.iter().enumerate() {
+            match validate_ttl(lease.ttl(), MIN_TTL).and_then(|()| ttl_millis(lease.ttl())) {
+                Ok((ms, granted_ttl)) => {
+                    invocation
+                        .key(self.inner.layout.lease(lease.key()))
+                        .arg(lease.owner().as_str())
+                        .arg(lease.token().get())
+                        .arg(ms);
+                    sendable.push((i, granted_ttl));
+                    out.push(Ok(RenewOutcome::Lost)); // overwritten below
+                }
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        if sendable.is_empty() {
+            return Ok(out);
+        }
+        let mut con = self.inner.con.clone();
+        let sent = Instant::now();
+        let renewed: Vec<i64> = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(self.map("renew_many"))?;
+        if renewed.len() != sendable.len() {
+            return Err(unexpected("renew_many", &renewed));
+        }
+        for ((i, granted_ttl), flag) in sendable.into_iter().zip(renewed) {
+            let lease = &leases[i];
+            out[i] = if flag == 1 {
+                tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+                Ok(RenewOutcome::Renewed(lease.renewed(granted_ttl, sent)))
+            } else {
+                tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease lost");
+                Ok(RenewOutcome::Lost)
+            };
+        }
+        Ok(out)
+    }
+
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
