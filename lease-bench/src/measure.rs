@@ -1,0 +1,445 @@
+//! The five measurements, over any [`LeaseStore`] (library side) and a [`Raw`] protocol.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use lease_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, KeyState, KeyWatch, Lease, LeaseKey, LeaseStore,
+    OwnerId, ReleaseOutcome, RenewOutcome, Result,
+};
+use lease_testkit::faulty::{FaultyStore, Operation};
+use tokio::time::Instant;
+
+use crate::raw::Raw;
+use crate::sys;
+
+type Failure = String;
+
+fn key(ns: &str, name: &str) -> LeaseKey {
+    LeaseKey::new(format!("{ns}-{name}")).expect("bench keys are legal")
+}
+
+/// Rounds `d` up to the backend's granularity and minimum.
+pub(crate) fn legal_ttl(caps: &Capabilities, d: Duration) -> Duration {
+    let d = d.max(caps.min_ttl);
+    let g = caps.ttl_granularity.as_nanos().max(1);
+    let n = d.as_nanos().div_ceil(g) * g;
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+/// A forwarding store that can hide its watch (the supervisor then waits by bounded polling)
+/// and its batched renewal (`renew_many` then renews one by one through [`LeaseStore::renew`],
+/// as the trait's default does, so a counting store below sees every request).
+#[derive(Debug)]
+pub(crate) struct Wrapped {
+    pub(crate) inner: Arc<dyn LeaseStore>,
+    pub(crate) watch: bool,
+    pub(crate) batch: bool,
+}
+
+impl Wrapped {
+    pub(crate) fn no_watch(inner: Arc<dyn LeaseStore>) -> Self {
+        Wrapped {
+            inner,
+            watch: false,
+            batch: true,
+        }
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Wrapped {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        let caps = self.inner.capabilities();
+        caps.with_watch(caps.watch && self.watch)
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        self.inner.acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+        self.inner.inspect(key).await
+    }
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        if self.batch {
+            return self.inner.renew_many(leases).await;
+        }
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            match self.inner.renew(lease).await {
+                Err(e) if !e.is_invalid_input() => return Err(e),
+                r => out.push(r),
+            }
+        }
+        Ok(out)
+    }
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        if self.watch {
+            self.inner.watch(key).await
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+// ---- 1. throughput -------------------------------------------------------------------------
+
+/// Acquire+release pairs per second through the library, `clients` tasks on their own keys.
+pub(crate) async fn throughput_lib(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    clients: usize,
+    run_for: Duration,
+) -> std::result::Result<f64, Failure> {
+    let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + run_for;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (store, done) = (store.clone(), done.clone());
+        let req = AcquireRequest::new(key(ns, &format!("tl{c}")), OwnerId::random(), ttl);
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let lease = match store.acquire(&req).await.map_err(|e| e.to_string())? {
+                    AcquireOutcome::Acquired(l) => l,
+                    AcquireOutcome::Held(h) => return Err(format!("held by {}", h.owner)),
+                };
+                let _ = store.release(&lease).await.map_err(|e| e.to_string())?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(rate(done.load(Ordering::Relaxed), start.elapsed()))
+}
+
+/// Acquire+release pairs per second through the raw protocol.
+pub(crate) async fn throughput_raw(
+    raw: &Arc<dyn Raw>,
+    caps: &Capabilities,
+    ns: &str,
+    clients: usize,
+    run_for: Duration,
+) -> std::result::Result<f64, Failure> {
+    let ttl = legal_ttl(caps, Duration::from_secs(10));
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let deadline = start + run_for;
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (raw, done) = (raw.clone(), done.clone());
+        let k = key(ns, &format!("tr{c}"));
+        let owner = OwnerId::random().to_string();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < deadline {
+                let g = raw
+                    .acquire(&k, &owner, ttl)
+                    .await?
+                    .ok_or_else(|| format!("raw acquire of {k} refused"))?;
+                raw.release(&g).await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), Failure>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| e.to_string())??;
+    }
+    Ok(rate(done.load(Ordering::Relaxed), start.elapsed()))
+}
+
+fn rate(n: u64, d: Duration) -> f64 {
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    f64::from(n) / d.as_secs_f64().max(1e-9)
+}
+
+// ---- 2. latency ----------------------------------------------------------------------------
+
+/// Acquire latencies (the release after each is not timed).
+pub(crate) async fn latency_lib(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    samples: usize,
+) -> std::result::Result<Vec<Duration>, Failure> {
+    let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
+    let req = AcquireRequest::new(key(ns, "ll"), OwnerId::random(), ttl);
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let r = store.acquire(&req).await.map_err(|e| e.to_string())?;
+        out.push(t.elapsed());
+        let lease = r.lease().ok_or("latency key held")?;
+        let _ = store.release(&lease).await.map_err(|e| e.to_string())?;
+    }
+    Ok(out)
+}
+
+/// Raw acquire latencies.
+pub(crate) async fn latency_raw(
+    raw: &Arc<dyn Raw>,
+    caps: &Capabilities,
+    ns: &str,
+    samples: usize,
+) -> std::result::Result<Vec<Duration>, Failure> {
+    let ttl = legal_ttl(caps, Duration::from_secs(10));
+    let k = key(ns, "lr");
+    let owner = OwnerId::random().to_string();
+    let mut out = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let g = raw.acquire(&k, &owner, ttl).await?;
+        out.push(t.elapsed());
+        raw.release(&g.ok_or("raw latency key held")?).await?;
+    }
+    Ok(out)
+}
+
+/// The `q` quantile (0..=1) of `v`, in milliseconds.
+pub(crate) fn quantile_ms(v: &[Duration], q: f64) -> f64 {
+    let mut v: Vec<Duration> = v.to_vec();
+    v.sort();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let last = u32::try_from(v.len() - 1).unwrap_or(u32::MAX);
+    let idx = (f64::from(last) * q).round();
+    let idx = (0..v.len())
+        .find(|i| f64::from(u32::try_from(*i).unwrap_or(u32::MAX)) >= idx)
+        .unwrap_or(v.len() - 1);
+    v[idx].as_secs_f64() * 1000.0
+}
+
+// ---- RTT -----------------------------------------------------------------------------------
+
+/// The median of `n` pings (raw), or of `n` inspects of a free key (library, when no raw).
+pub(crate) async fn rtt(
+    raw: Option<&Arc<dyn Raw>>,
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    n: usize,
+) -> std::result::Result<f64, Failure> {
+    let mut v = Vec::with_capacity(n);
+    let k = key(ns, "rtt");
+    for _ in 0..n {
+        let t = Instant::now();
+        match raw {
+            Some(raw) => raw.ping().await?,
+            None => {
+                store.inspect(&k).await.map_err(|e| e.to_string())?;
+            }
+        }
+        v.push(t.elapsed());
+    }
+    Ok(quantile_ms(&v, 0.5))
+}
+
+// ---- 3. takeover ---------------------------------------------------------------------------
+
+/// Milliseconds from the holder's store-side expiry (estimated as the midpoint of its acquire
+/// round trip plus the TTL) to the waiter's grant; the waiter is a supervisor waiting with the
+/// store's watch (`watch`) or by bounded polling.
+pub(crate) async fn takeover(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    rep: usize,
+    watch: bool,
+    ttl: Duration,
+) -> std::result::Result<f64, Failure> {
+    let k = key(ns, &format!("to{rep}{}", if watch { "w" } else { "p" }));
+    let waiter_store: Arc<dyn LeaseStore> = if watch {
+        store.clone()
+    } else {
+        Arc::new(Wrapped::no_watch(store.clone()))
+    };
+    let sup = Supervisor::from_arc(
+        waiter_store,
+        SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
+    );
+    let sent = Instant::now();
+    let holder = store
+        .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
+        .await
+        .map_err(|e| e.to_string())?
+        .lease()
+        .ok_or("takeover key held")?;
+    let received = Instant::now();
+    // The holder "dies": it neither renews nor releases.
+    drop(holder);
+    let expiry = sent + (received - sent) / 2 + ttl;
+    let guard = match sup.acquire(&k).await.map_err(|e| e.to_string())? {
+        Acquisition::Acquired(g) => g,
+        other => return Err(format!("the waiter did not take over: {other:?}")),
+    };
+    let granted = Instant::now();
+    let _ = guard.release().await;
+    Ok(signed_ms(granted, expiry))
+}
+
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        (later - earlier).as_secs_f64() * 1000.0
+    } else {
+        -(earlier - later).as_secs_f64() * 1000.0
+    }
+}
+
+// ---- 4. handoff ----------------------------------------------------------------------------
+
+/// Milliseconds from the holder's release call to the waiting supervisor's grant.
+pub(crate) async fn handoff(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    rep: usize,
+    watch: bool,
+) -> std::result::Result<f64, Failure> {
+    let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
+    let k = key(ns, &format!("ho{rep}{}", if watch { "w" } else { "p" }));
+    let holder = store
+        .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
+        .await
+        .map_err(|e| e.to_string())?
+        .lease()
+        .ok_or("handoff key held")?;
+    let inner: Arc<dyn LeaseStore> = if watch {
+        store.clone()
+    } else {
+        Arc::new(Wrapped::no_watch(store.clone()))
+    };
+    let counted = FaultyStore::new(inner);
+    let sup = Supervisor::from_arc(
+        Arc::new(counted.clone()),
+        SupervisorConfig::new(ttl).with_acquire_wait(ttl * 2),
+    );
+    let waiter = tokio::spawn(async move {
+        let r = sup.acquire(&k).await;
+        let at = Instant::now();
+        (r, at)
+    });
+    // Let the waiter make its first attempt and settle into waiting.
+    let settle = Instant::now() + Duration::from_secs(10);
+    while counted.calls(Operation::Acquire) == 0 && Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t0 = Instant::now();
+    let _ = store.release(&holder).await.map_err(|e| e.to_string())?;
+    let (r, at) = waiter.await.map_err(|e| e.to_string())?;
+    match r.map_err(|e| e.to_string())? {
+        Acquisition::Acquired(g) => {
+            let _ = g.release().await;
+        }
+        other => return Err(format!("the waiter was not granted: {other:?}")),
+    }
+    Ok(signed_ms(at, t0))
+}
+
+// ---- 5. renewal load -----------------------------------------------------------------------
+
+/// What the renewal-load run measured.
+#[derive(Debug, Clone)]
+pub(crate) struct RenewalLoad {
+    pub(crate) leases: usize,
+    pub(crate) ttl: Duration,
+    pub(crate) window: Duration,
+    pub(crate) acquire_spread: Duration,
+    pub(crate) intervals: u32,
+    pub(crate) round_trips_per_interval: f64,
+    pub(crate) cpu_ms_per_interval: f64,
+    pub(crate) rss_bytes_per_lease: f64,
+    pub(crate) still_held: usize,
+}
+
+/// Holds `n` leases through one supervisor with renewal batching and counts `renew_many` calls
+/// (one call = one round trip where the store batches) over `intervals` renewal intervals.
+pub(crate) async fn renewal_load(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    n: usize,
+    ttl: Duration,
+    intervals: u32,
+    batch: bool,
+) -> std::result::Result<RenewalLoad, Failure> {
+    let ttl = legal_ttl(&store.capabilities(), ttl);
+    let interval = ttl / 3;
+    let window = interval / 20;
+    let counted = FaultyStore::new(store.clone());
+    let sup = Supervisor::from_arc(
+        Arc::new(Wrapped {
+            inner: Arc::new(counted.clone()),
+            watch: true,
+            batch,
+        }),
+        SupervisorConfig::new(ttl)
+            .with_renewal_batching(window)
+            .with_acquire_wait(Duration::from_secs(5)),
+    );
+    let rss0 = sys::rss_bytes();
+    let start = Instant::now();
+    let keys: Vec<LeaseKey> = (0..n).map(|i| key(ns, &format!("rn{i}"))).collect();
+    let results: Vec<_> = futures::stream::iter(keys.iter().map(|k| sup.acquire(k)))
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let acquire_spread = start.elapsed();
+    let mut guards = Vec::with_capacity(n);
+    let mut first_err = None;
+    for r in results {
+        match r {
+            Ok(Acquisition::Acquired(g)) => guards.push(g),
+            Ok(other) => first_err = first_err.or(Some(format!("{other:?}"))),
+            Err(e) => first_err = first_err.or(Some(e.to_string())),
+        }
+    }
+    let rss1 = sys::rss_bytes();
+    if let Some(e) = first_err {
+        release_all(guards).await;
+        return Err(format!("acquiring {n} leases: {e}"));
+    }
+    // Warm up one interval (the first renewals), then count.
+    tokio::time::sleep(interval + window * 2).await;
+    let calls0 = counted.calls(Operation::Renew);
+    let cpu0 = sys::cpu_time();
+    tokio::time::sleep(interval * intervals).await;
+    let calls1 = counted.calls(Operation::Renew);
+    let cpu1 = sys::cpu_time();
+    let still_held = guards.iter().filter(|g| g.may_act()).count();
+    release_all(guards).await;
+    let calls = u32::try_from(calls1 - calls0).unwrap_or(u32::MAX);
+    let leases_f = f64::from(u32::try_from(n.max(1)).unwrap_or(u32::MAX));
+    let grown = rss1.saturating_sub(rss0);
+    Ok(RenewalLoad {
+        leases: n,
+        ttl,
+        window,
+        acquire_spread,
+        intervals,
+        round_trips_per_interval: f64::from(calls) / f64::from(intervals),
+        cpu_ms_per_interval: cpu1.saturating_sub(cpu0).as_secs_f64() * 1000.0
+            / f64::from(intervals),
+        rss_bytes_per_lease: f64::from(u32::try_from(grown).unwrap_or(u32::MAX)) / leases_f,
+        still_held,
+    })
+}
+
+async fn release_all(guards: Vec<lease_core::supervisor::LeaseGuard>) {
+    futures::stream::iter(guards.into_iter().map(|g| g.release()))
+        .buffer_unordered(64)
+        .collect::<Vec<_>>()
+        .await;
+}

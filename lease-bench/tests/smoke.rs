@@ -1,0 +1,69 @@
+//! Runs the built benchmark once in smoke mode and checks that its report has every section for
+//! every backend it could reach. Under `CI=true` or `LEASE_TEST_REQUIRE=1` every backend must have
+//! been reached (the skip rule of `lease_testkit::require_services`).
+
+use std::process::Command;
+
+const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
+const SECTIONS: [&str; 5] = [
+    "## 1. Acquire+release throughput",
+    "## 2. Acquire latency",
+    "## 3. Takeover after a holder dies",
+    "## 4. Graceful handoff",
+    "## 5. Renewal load",
+];
+
+/// The rows of the section starting with `heading` (up to the next `## `).
+fn section<'a>(report: &'a str, heading: &str) -> &'a str {
+    let start = report
+        .find(heading)
+        .unwrap_or_else(|| panic!("section {heading:?} missing:\n{report}"));
+    let rest = &report[start + heading.len()..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn smoke_run_reports_every_section_for_every_reachable_backend() {
+    let out = std::env::temp_dir().join(format!("lease-bench-smoke-{}.md", std::process::id()));
+    let status = Command::new(env!("CARGO_BIN_EXE_lease-bench"))
+        .args(["--smoke", "--out"])
+        .arg(&out)
+        .status()
+        .expect("the benchmark binary runs");
+    assert!(status.success(), "lease-bench --smoke failed: {status}");
+    let report = std::fs::read_to_string(&out).expect("the report was written");
+    let _ = std::fs::remove_file(&out);
+
+    let mut measured = Vec::new();
+    for b in BACKENDS {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("- `{b}`: ")))
+            .unwrap_or_else(|| panic!("backend {b} is not listed:\n{report}"));
+        if line.starts_with(&format!("- `{b}`: measured")) {
+            measured.push(b);
+        } else {
+            assert!(
+                !lease_testkit::require_services(),
+                "backend {b} is required (CI or LEASE_TEST_REQUIRE) but was not measured: {line}"
+            );
+            eprintln!("WARNING: {line}");
+        }
+    }
+    for heading in SECTIONS {
+        let rows = section(&report, heading);
+        for b in &measured {
+            let prefix = format!("| {b} |");
+            let row = rows
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("no row for {b} in {heading:?}:\n{rows}"));
+            assert!(
+                !row.contains("error:"),
+                "{b} failed a measurement in {heading:?}: {row}"
+            );
+        }
+    }
+    assert!(report.contains("## Notes"), "the notes are missing");
+}
