@@ -121,5 +121,38 @@ fn main() {
         z / b,
         z - b
     );
+    // The same comparison on a real backend (Redis, when reachable), where the decorator's cost
+    // has to be measured against a network round trip.
+    let url = std::env::var("LEASE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let real = rt.block_on(async {
+        let plain = lease_redis::RedisLeaseStore::connect(&url).await.ok()?;
+        let deco = LeaseMetrics::new(&meter).store(lease_redis::RedisLeaseStore::connect(&url).await.ok()?);
+        let n = if smoke { 50 } else { 2_000 };
+        let req = AcquireRequest::new(
+            LeaseKey::new(format!("otel-bench-{}", std::process::id())).expect("key"),
+            OwnerId::new("bench-owner").expect("owner"),
+            Duration::from_secs(30),
+        );
+        run(&plain, &req, n / 10).await;
+        run(&deco, &req, n / 10).await;
+        let (mut p, mut d) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            p.push(per_op(run(&plain, &req, n).await, n));
+            d.push(per_op(run(&deco, &req, n).await, n));
+        }
+        Some((median(&mut p), median(&mut d), n))
+    });
+    match real {
+        Some((p, d, n)) => {
+            println!("acquire+release on Redis at {url} ({rounds} rounds x {n}, median):");
+            println!("  plain                          {p:>9.0} ns");
+            println!(
+                "  InstrumentedStore              {d:>9.0} ns   ratio {:.3}   +{:.0} ns",
+                d / p,
+                d - p
+            );
+        }
+        None => println!("Redis at {url} not reachable: real-backend comparison skipped"),
+    }
     let _ = provider.shutdown();
 }
