@@ -115,7 +115,7 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
         ),
         _ => Error::backend(
             BACKEND,
-            format!("{op}: unexpected driver error"),
+            format!("{op}: unexpected driver error: {e}"),
             Some(Box::new(e) as _),
         ),
     }

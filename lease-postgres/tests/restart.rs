@@ -104,6 +104,11 @@ async fn restart_while_held_never_held_past_deadline_and_tokens_increase() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // A new store in the same process (new pool) connects and migrates after the restart.
+    let fresh = PostgresLeaseStore::connect(&url(), PostgresOptions::default())
+        .await
+        .expect("connect after the restart");
+    fresh.migrate().await.expect("migrate after the restart");
     let settle = Instant::now() + Duration::from_secs(5);
     while Instant::now() < settle && guard.health() != Health::Held && !guard.health().is_final() {
         tokio::time::sleep(Duration::from_millis(100)).await;
