@@ -57,13 +57,13 @@ impl Plan {
             smoke: false,
             throughput_for: Duration::from_secs(3),
             throughput_rounds: 2,
-            latency_samples: 1000,
+            latency_samples: 500,
             rtt_samples: 50,
             takeover_reps: 5,
             handoff_reps: 5,
             renewal_leases: 10_000,
             renewal_leases_k8s: 200,
-            renewal_ttl: Duration::from_secs(15),
+            renewal_ttl: Duration::from_secs(30),
             renewal_intervals: 2,
         }
     }
@@ -99,6 +99,7 @@ enum Cleanup {
     Postgres(sqlx::PgPool),
     Redis(lease_redis::RedisLeaseStore),
     File(PathBuf),
+    Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -191,18 +192,22 @@ async fn connect(name: &str) -> Result<Target, String> {
                 .await
                 .map(|v| format!("kube-apiserver {}", v.git_version))
                 .map_err(|e| e.to_string())?;
-            let store: Arc<dyn LeaseStore> = Arc::new(
-                lease_k8s::KubeLeaseStore::builder(client)
-                    .namespace(namespace)
-                    .build()
-                    .map_err(e)?,
-            );
+            let kube_store = lease_k8s::KubeLeaseStore::builder(client.clone())
+                .namespace(namespace.clone())
+                .build()
+                .map_err(e)?;
+            let raw = raw::KubeRaw {
+                api: kube::Api::namespaced(client, &namespace),
+                store: kube_store.clone(),
+            };
+            let api = raw.api.clone();
+            let store: Arc<dyn LeaseStore> = Arc::new(kube_store);
             Ok(Target {
                 renewal_store: store.clone(),
                 store,
-                raw: None,
+                raw: Some(Arc::new(raw)),
                 version,
-                cleanup: Cleanup::None,
+                cleanup: Cleanup::Kube(Box::new(api)),
             })
         }
         "sqlite" => {
@@ -263,6 +268,17 @@ async fn cleanup(c: Cleanup, ns: &str) {
                     break;
                 }
                 cursor = next;
+            }
+        }
+        Cleanup::Kube(api) => {
+            if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
+                for obj in list.items {
+                    if let Some(name) = obj.metadata.name
+                        && name.contains(ns)
+                    {
+                        let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
+                    }
+                }
             }
         }
         Cleanup::File(path) => {

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Api, PostParams};
 use lease_core::LeaseKey;
+use lease_k8s::{TOKEN_ANNOTATION, TOKEN_HOLDER_ANNOTATION};
 use sqlx::Row;
 
 /// One grant made through a raw protocol.
@@ -17,6 +21,8 @@ pub(crate) struct RawGrant {
     token: i64,
     /// etcd: the lock key and its etcd lease.
     lock: Option<(String, i64)>,
+    /// Kubernetes: the Lease object as written by the grant.
+    object: Option<Box<KubeLease>>,
 }
 
 type R<T> = Result<T, String>;
@@ -85,6 +91,7 @@ impl Raw for PgRaw {
             owner: owner.to_string(),
             token,
             lock: None,
+            object: None,
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
@@ -183,6 +190,7 @@ impl Raw for RedisRaw {
                 owner: owner.to_string(),
                 token: token.parse().map_err(s)?,
                 lock: None,
+                object: None,
             })),
             _ => Ok(None),
         }
@@ -271,6 +279,7 @@ impl Raw for EtcdRaw {
             owner: owner.to_string(),
             token,
             lock: Some((lock_key, lease_id)),
+            object: None,
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
@@ -409,6 +418,7 @@ impl Raw for SqliteRaw {
             owner: owner.to_string(),
             token: next,
             lock: None,
+            object: None,
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
@@ -434,5 +444,134 @@ impl Raw for SqliteRaw {
             .await
             .map(|v| format!("SQLite {v}"))
             .map_err(s)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kubernetes: the requests of lease-k8s/src/store.rs and the object edits of record.rs, on the
+// store's client. Acquire reads the Lease and replaces it conditioned on its resourceVersion
+// (or creates it); release replaces the granted object with an empty holder.
+
+/// Kubernetes over a client configured like the library's.
+pub(crate) struct KubeRaw {
+    pub(crate) api: Api<KubeLease>,
+    pub(crate) store: lease_k8s::KubeLeaseStore,
+}
+
+fn micro_now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
+
+#[async_trait]
+impl Raw for KubeRaw {
+    fn ping_name(&self) -> &'static str {
+        "GET of an absent Lease"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let name = self.store.object_name(key);
+        let secs = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
+        let t = micro_now();
+        let written = match self.api.get_opt(&name).await.map_err(s)? {
+            None => {
+                let mut annotations = std::collections::BTreeMap::new();
+                annotations.insert(TOKEN_ANNOTATION.to_string(), "1".to_string());
+                annotations.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
+                let obj = KubeLease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        annotations: Some(annotations),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec {
+                        holder_identity: Some(owner.to_string()),
+                        lease_duration_seconds: Some(secs),
+                        acquire_time: Some(t.clone()),
+                        renew_time: Some(t),
+                        lease_transitions: Some(0),
+                        ..LeaseSpec::default()
+                    }),
+                };
+                match self.api.create(&PostParams::default(), &obj).await {
+                    Ok(o) => o,
+                    Err(_) => return Ok(None),
+                }
+            }
+            Some(mut obj) => {
+                let mut spec = obj.spec.take().unwrap_or_default();
+                let holder = spec.holder_identity.clone().unwrap_or_default();
+                if !holder.is_empty() && holder != owner {
+                    return Ok(None);
+                }
+                let rv: u64 = obj
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .unwrap_or("0")
+                    .parse()
+                    .map_err(s)?;
+                let mut annotations = obj.metadata.annotations.take().unwrap_or_default();
+                let recorded: u64 = annotations
+                    .get(TOKEN_ANNOTATION)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let token = rv.max(recorded.saturating_add(1));
+                annotations.insert(TOKEN_ANNOTATION.to_string(), token.to_string());
+                annotations.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
+                obj.metadata.annotations = Some(annotations);
+                if holder != owner {
+                    spec.acquire_time = Some(t.clone());
+                    spec.lease_transitions =
+                        Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+                }
+                spec.holder_identity = Some(owner.to_string());
+                spec.lease_duration_seconds = Some(secs);
+                spec.renew_time = Some(t);
+                obj.spec = Some(spec);
+                match self.api.replace(&name, &PostParams::default(), &obj).await {
+                    Ok(o) => o,
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        let token = written
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(TOKEN_ANNOTATION))
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        Ok(Some(RawGrant {
+            key: key.clone(),
+            owner: owner.to_string(),
+            token,
+            lock: None,
+            object: Some(Box::new(written)),
+        }))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        let mut obj = *g.object.clone().ok_or("not a Kubernetes grant")?;
+        let name = self.store.object_name(&g.key);
+        let mut spec = obj.spec.take().unwrap_or_default();
+        let t = micro_now();
+        spec.holder_identity = Some(String::new());
+        spec.lease_duration_seconds = Some(1);
+        spec.acquire_time = Some(t.clone());
+        spec.renew_time = Some(t);
+        obj.spec = Some(spec);
+        self.api
+            .replace(&name, &PostParams::default(), &obj)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        self.api
+            .get_opt("lease-bench-absent-rtt-probe")
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
     }
 }

@@ -462,9 +462,10 @@ impl Report {
              release: range of the lock key, txn on its create revision and lease, lease revoke) \
              on its client. SQLite: the store's immediate transaction (one read, two upserts) and \
              release `DELETE` on a pool with the store's settings; the library adds its in-process \
-             FIFO write queue. Kubernetes: no raw client is implemented here (the library's \
-             protocol is a GET then a CREATE or a resourceVersion-guarded REPLACE); its ratios \
-             are not reported."
+             FIFO write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
+             the Lease, then a resourceVersion-guarded REPLACE with the holder and token \
+             annotations, or a CREATE; release: REPLACE of the granted object with an empty \
+             holder); the library adds its observation bookkeeping."
         );
         for r in self.measured() {
             for (clients, lib, raw) in &r.throughput {
