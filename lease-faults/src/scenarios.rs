@@ -132,12 +132,27 @@ async fn partition(t: &Target, mode: Mode) -> Outcome {
     if !matches!(health, Health::Lost(_)) {
         return Err(format!("holder ended {health:?}, expected Lost"));
     }
-    if lost_at >= guard.lease().deadline() {
-        return Err("holder reported the loss at or after its local deadline".into());
+    // Safety: the store may grant the key to someone else only after the holder's own local
+    // deadline, from which on the holder no longer acts (`may_act()` checks it on the spot).
+    let deadline = guard.lease().deadline();
+    if granted_at <= deadline {
+        return Err(format!(
+            "SAFETY: the store granted the key {:?} before the holder's local deadline",
+            deadline - granted_at
+        ));
+    }
+    // Timeliness: the supervisor publishes `Lost` before its deadline and before anyone else is
+    // granted the key. On a CPU-starved host its timer can fire late; that is reported as a
+    // failure of its own kind, not as a safety violation.
+    if lost_at >= deadline {
+        return Err(format!(
+            "late loss report: Lost published {:?} after the holder's local deadline",
+            lost_at - deadline
+        ));
     }
     if granted_at <= lost_at {
         return Err(format!(
-            "SAFETY: the store granted the key {:?} before the holder reported the loss",
+            "late loss report: Lost published {:?} after the store granted the key",
             lost_at - granted_at
         ));
     }
