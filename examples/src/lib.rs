@@ -34,7 +34,11 @@ impl Backend {
     /// As `lease::connect_with_resource`.
     pub async fn connect(url: &str) -> lease::Result<Self> {
         let (store, resource) = lease::connect_with_resource(url).await?;
-        Ok(Backend { url: url.to_string(), store, resource })
+        Ok(Backend {
+            url: url.to_string(),
+            store,
+            resource,
+        })
     }
 
     /// Another client (another connection) of the same store.

@@ -8,9 +8,16 @@ use std::time::Duration;
 
 fn run(bin: &str, store: &str, extra: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(bin);
-    cmd.arg("--store").arg(store).args(extra).env("RUST_BACKTRACE", "0");
+    cmd.arg("--store")
+        .arg(store)
+        .args(extra)
+        .env("RUST_BACKTRACE", "0");
     let out = cmd.output().expect("run example");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
@@ -24,11 +31,19 @@ fn stores() -> Vec<(&'static str, Option<String>)> {
         (
             "etcd",
             std::env::var("LEASE_ETCD_ENDPOINTS").ok().map(|e| {
-                let hosts: Vec<String> = e.split(',').map(|h| h.trim_start_matches("http://").to_string()).collect();
+                let hosts: Vec<String> = e
+                    .split(',')
+                    .map(|h| h.trim_start_matches("http://").to_string())
+                    .collect();
                 format!("etcd://{}", hosts.join(","))
             }),
         ),
-        ("k8s", std::env::var("KUBECONFIG").ok().map(|_| "k8s://default".to_string())),
+        (
+            "k8s",
+            std::env::var("KUBECONFIG")
+                .ok()
+                .map(|_| "k8s://default".to_string()),
+        ),
     ]
 }
 
@@ -37,17 +52,26 @@ fn check(bin: &str, expect: &str) {
     let mut ran = 0;
     for (name, url) in stores() {
         let Some(url) = url else {
-            assert!(!require, "{name}: its address variable is not set, but services are required");
+            assert!(
+                !require,
+                "{name}: its address variable is not set, but services are required"
+            );
             eprintln!("{name}: not configured, skipped (set its address variable to run it)");
             continue;
         };
-        if lease::StoreUrl::parse(&url).map(|u| !u.is_enabled()).unwrap_or(true) {
+        if lease::StoreUrl::parse(&url)
+            .map(|u| !u.is_enabled())
+            .unwrap_or(true)
+        {
             eprintln!("{name}: backend feature off in this build");
             continue;
         }
         let started = std::time::Instant::now();
         let (ok, out) = run(bin, &url, &[]);
-        assert!(ok && out.contains(expect), "{bin} --store {url} failed:\n{out}");
+        assert!(
+            ok && out.contains(expect),
+            "{bin} --store {url} failed:\n{out}"
+        );
         eprintln!("{name}: ok in {:?}", started.elapsed());
         ran += 1;
     }
@@ -61,7 +85,10 @@ fn demo_rejects_the_paused_replicas_write_on_every_store() {
 
 #[test]
 fn election_rejects_the_frozen_leaders_write_on_every_store() {
-    check(env!("CARGO_BIN_EXE_election"), "a frozen leader's late write was rejected");
+    check(
+        env!("CARGO_BIN_EXE_election"),
+        "a frozen leader's late write was rejected",
+    );
 }
 
 #[test]
@@ -70,7 +97,8 @@ fn fenced_transaction_on_postgres() {
         eprintln!("built without the postgres feature");
         return;
     };
-    let url = std::env::var("LEASE_POSTGRES_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = std::env::var("LEASE_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let (ok, out) = run(bin, &url, &[]);
     if !ok && !lease_testkit::require_services() && out.contains("nreachable") {
         eprintln!("postgres unavailable: {out}");
@@ -86,7 +114,10 @@ fn k8s_controller_elects_reconciles_and_resigns() {
         return;
     };
     if std::env::var("KUBECONFIG").is_err() {
-        assert!(!lease_testkit::require_services(), "KUBECONFIG is not set, but services are required");
+        assert!(
+            !lease_testkit::require_services(),
+            "KUBECONFIG is not set, but services are required"
+        );
         return;
     }
     let name = format!("example-controller-{}", std::process::id());
@@ -96,8 +127,15 @@ fn k8s_controller_elects_reconciles_and_resigns() {
         .output()
         .expect("run controller");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(text.matches("reconciled with term").count(), 2, "{text}");
-    assert!(text.contains("accepted") && text.contains("resigned"), "{text}");
+    assert!(
+        text.contains("accepted") && text.contains("resigned"),
+        "{text}"
+    );
     let _ = Duration::ZERO;
 }

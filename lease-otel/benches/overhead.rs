@@ -126,7 +126,8 @@ fn main() {
     let url = std::env::var("LEASE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let real = rt.block_on(async {
         let plain = lease_redis::RedisLeaseStore::connect(&url).await.ok()?;
-        let deco = LeaseMetrics::new(&meter).store(lease_redis::RedisLeaseStore::connect(&url).await.ok()?);
+        let deco = LeaseMetrics::new(&meter)
+            .store(lease_redis::RedisLeaseStore::connect(&url).await.ok()?);
         let n = if smoke { 50 } else { 2_000 };
         let req = AcquireRequest::new(
             LeaseKey::new(format!("otel-bench-{}", std::process::id())).expect("key"),

@@ -11,9 +11,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use lease::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
 use lease_core::election::{Election, ElectionEvent};
 use lease_core::supervisor::SupervisorConfig;
-use lease::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
 use lease_examples::{Backend, store_url};
 use lease_testkit::faulty::{Fault, FaultyStore};
 use tokio::sync::mpsc;
@@ -40,7 +40,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         LeaseKey::derive(&format!("scheduler.leader {}", OwnerId::random()))
     };
-    println!("three candidates elect a leader for {key} on {} (ttl {ttl:?})\n", backend.store.backend());
+    println!(
+        "three candidates elect a leader for {key} on {} (ttl {ttl:?})\n",
+        backend.store.backend()
+    );
     let cfg = SupervisorConfig::new(ttl).with_acquire_wait(ttl);
     let t0 = Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -53,7 +56,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let net = FaultyStore::new(backend.client().await?);
         networks.push(net.clone());
         let mut node = Election::new(net, key.clone(), cfg.clone()).join(OwnerId::new(*name)?);
-        let (tx, heartbeat, key, first) = (tx.clone(), heartbeat.clone(), key.clone(), first_term.clone());
+        let (tx, heartbeat, key, first) = (
+            tx.clone(),
+            heartbeat.clone(),
+            key.clone(),
+            first_term.clone(),
+        );
         tokio::spawn(async move {
             while let Some(ev) = node.next_event().await {
                 if let ElectionEvent::Elected { term, work } = &ev {
@@ -157,7 +165,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     if rejected && terms.windows(2).all(|w| w[1] > w[0]) {
         let terms: Vec<String> = terms.iter().map(ToString::to_string).collect();
-        println!("a frozen leader's late write was rejected; terms only went up: {}", terms.join(" < "));
+        println!(
+            "a frozen leader's late write was rejected; terms only went up: {}",
+            terms.join(" < ")
+        );
         Ok(())
     } else {
         Err("the story did not unfold as expected".into())

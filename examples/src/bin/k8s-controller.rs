@@ -32,7 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // In a Deployment, POD_NAME comes from the downward API (see examples/k8s/deployment.yaml).
     let me = OwnerId::with_label(&std::env::var("POD_NAME").unwrap_or_else(|_| "local".into()));
     let backend = Backend::connect(&url).await?;
-    let cfg = SupervisorConfig::new(Duration::from_secs(15)).with_acquire_wait(Duration::from_secs(15));
+    let cfg =
+        SupervisorConfig::new(Duration::from_secs(15)).with_acquire_wait(Duration::from_secs(15));
     let election = Election::from_arc(backend.store.clone(), key.clone(), cfg);
     let mut candidate = election.join(me.clone());
     println!("{me} joined the election {key}");
