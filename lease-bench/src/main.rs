@@ -64,7 +64,7 @@ impl Plan {
             renewal_leases: 10_000,
             renewal_leases_k8s: 200,
             renewal_ttl: Duration::from_secs(30),
-            renewal_intervals: 2,
+            renewal_intervals: 3,
         }
     }
 
@@ -454,8 +454,15 @@ fn parse_args() -> Result<Args, String> {
         .chain(std::env::args().skip(1))
         .collect::<Vec<_>>()
         .join(" ");
+    let mut plan = if smoke { Plan::smoke() } else { Plan::full() };
+    if let Some(n) = std::env::var("LEASE_BENCH_RENEWAL_INTERVALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        plan.renewal_intervals = n;
+    }
     Ok(Args {
-        plan: if smoke { Plan::smoke() } else { Plan::full() },
+        plan,
         out,
         backends,
         command,

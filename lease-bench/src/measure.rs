@@ -415,7 +415,19 @@ pub(crate) async fn renewal_load(
     tokio::time::sleep(interval + window * 2).await;
     let calls0 = counted.calls(Operation::Renew);
     let cpu0 = sys::cpu_time();
-    tokio::time::sleep(interval * intervals).await;
+    if std::env::var_os("LEASE_BENCH_TRACE").is_some() {
+        let end = Instant::now() + interval * intervals;
+        while Instant::now() < end {
+            tokio::time::sleep(interval / 10).await;
+            eprintln!(
+                "  renew calls so far: {} at +{:?}",
+                counted.calls(Operation::Renew) - calls0,
+                start.elapsed()
+            );
+        }
+    } else {
+        tokio::time::sleep(interval * intervals).await;
+    }
     let calls1 = counted.calls(Operation::Renew);
     let cpu1 = sys::cpu_time();
     let still_held = guards.iter().filter(|g| g.may_act()).count();

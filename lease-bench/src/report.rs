@@ -209,7 +209,7 @@ impl Report {
                 let (raw_s, ratio, ok) = match (lib, raw) {
                     (Ok(l), Some(Ok(w))) => {
                         let q = l / w;
-                        (format!("{w:.0}"), format!("{q:.2}"), Some(q >= 0.95))
+                        (format!("{w:.0}"), format!("{q:.3}"), Some(q >= 0.95))
                     }
                     (_, Some(Err(e))) => (format!("error: {}", one_line(e)), "-".into(), None),
                     (_, None) => ("no raw client".into(), "-".into(), None),
@@ -389,12 +389,14 @@ impl Report {
              (`with_renewal_batching(interval / 20)`), renewing every TTL/3. Round trips are \
              `renew_many` calls counted by `lease_testkit::faulty::FaultyStore` (one call is one \
              statement, script or batch), averaged over the measured intervals after one warm-up \
-             interval. CPU is this process's user+system time (`/proc/self/stat`) per interval; \
+             interval (a renewal wave that straddles the end of the measured span is counted \
+             or not, so the figure is exact to about one wave). Kubernetes has no batch write: its \
+             figure counts one request per lease. CPU is this process's user+system time (`/proc/self/stat`) per interval; \
              memory is the RSS growth while acquiring, per lease.\n"
         );
         let _ = writeln!(
             s,
-            "| backend | leases | TTL | batch window | acquire time | round trips / interval | CPU ms / interval | CPU µs / lease / interval | RSS bytes / lease | still held | goal | met? |"
+            "| backend | leases | TTL | batch window | intervals measured | acquire time | round trips / interval | CPU ms / interval | CPU µs / lease / interval | RSS bytes / lease | still held | goal | met? |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
         for r in self.measured() {
@@ -561,8 +563,8 @@ impl Report {
                         s,
                         "- `k8s` renewal: the Kubernetes API has no batch write; `renew_many` \
                          renews one Lease object per request, so one process holding N leases \
-                         sends N requests per interval ({:.0} counted `renew_many` calls per \
-                         interval for {} leases, each carrying one request per lease). Measured \
+                         sends N requests per interval ({:.0} requests per interval for {} \
+                         leases, counted one per lease through the one-by-one path). Measured \
                          with {} leases, not 10,000: the API server's per-client rate limits and \
                          the test API server's memory make N in the thousands impractical; shard \
                          leases across processes or use one Lease per group.",
@@ -599,6 +601,27 @@ impl Report {
             s,
             "- SQLite runs on a temporary file on local disk with the store's defaults \
              (WAL, synchronous NORMAL)."
+        );
+        let _ = writeln!(
+            s,
+            "- **RSS per lease** is the growth of this process's resident set while the leases \
+             are acquired. Only the first backend of a run starts from a fresh heap: later \
+             backends reuse memory the allocator kept from earlier ones and read low (down to \
+             zero). For a backend's own figure run it alone: \
+             `cargo run --release -p lease-bench -- --backends NAME --out /tmp/NAME.md`."
+        );
+        let _ = writeln!(
+            s,
+            "- **CPU** comes from `/proc/self/stat` in clock ticks (10 ms), so small figures are \
+             coarse; it covers the whole process (the supervisor's renewal tasks and batcher, the \
+             driver and the runtime)."
+        );
+        let _ = writeln!(
+            s,
+            "- **Takeover, estimate of expiry.** The store-side expiry is taken as the midpoint of \
+             the holder's acquire round trip plus the TTL; the error of that estimate is at most \
+             half a round trip, and a figure can be slightly negative when the store expires a \
+             key a little early by the client's clock."
         );
     }
 
