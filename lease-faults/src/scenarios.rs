@@ -37,9 +37,12 @@ pub struct Measured {
 type Outcome = Result<Measured, String>;
 
 fn key(name: &str) -> LeaseKey {
+    // A fresh entropy-seeded generator: storms seed their own generators, and a namespace must
+    // never repeat across runs (leftover records of an earlier run would collide).
+    let mut rng = fastrand::Rng::new();
     let mut ns = String::from("lf");
-    for _ in 0..8 {
-        ns.push(fastrand::alphanumeric().to_ascii_lowercase());
+    for _ in 0..10 {
+        ns.push(rng.alphanumeric().to_ascii_lowercase());
     }
     LeaseKey::new(format!("{ns}-{name}")).expect("legal key")
 }
@@ -404,7 +407,6 @@ pub async fn killed_process(t: &Target) -> Outcome {
 ///    increments a counter through the fenced resource. The recorded history is checked against a
 ///    fenced-mutex model and the counter is exact.
 pub async fn storm(t: &Target, seed: u64, contenders: usize, rounds: usize) -> Outcome {
-    fastrand::seed(seed);
     let k = key("storm");
     let res = Arc::new(lease_core::MemoryFencedResource::new());
     let history = History::new();
