@@ -14,7 +14,9 @@
 //! `redis://127.0.0.1:6379`), `LEASE_ETCD_ENDPOINTS` (default `http://127.0.0.1:23790`),
 //! `KUBECONFIG` plus `LEASE_K8S_NAMESPACE` (default `default`; Kubernetes is skipped without
 //! `KUBECONFIG`), and SQLite on a temporary file. `--backends a,b` limits the run;
-//! `LEASE_BENCH_SMOKE=1` equals `--smoke`.
+//! `LEASE_BENCH_SMOKE=1` equals `--smoke`; `LEASE_BENCH_RENEWAL_INTERVALS=N` changes how many
+//! renewal intervals the renewal load counts, and `LEASE_BENCH_TRACE=1` prints the running count
+//! of renewal round trips (for checking the figure by eye).
 
 mod measure;
 mod raw;
