@@ -269,26 +269,7 @@ pub async fn latency_near_ttl(t: &Target) -> Outcome {
 pub async fn paused_process(t: &Target) -> Outcome {
     let k = key("paused");
     let res = ResourceServer::start().await.map_err(e2s)?;
-    let url = t.url(t.upstream()).map_err(e2s)?;
-    let ttl_ms = t.ttl.as_millis().to_string();
-    let mut child = HolderProcess::spawn(
-        &holder_bin(),
-        &[
-            "--url".into(),
-            url,
-            "--key".into(),
-            k.to_string(),
-            "--ttl-ms".into(),
-            ttl_ms,
-            "--resource".into(),
-            res.addr().to_string(),
-        ],
-    )
-    .map_err(|e| format!("spawning {}: {e}", holder_bin()))?;
-    let acquired = child
-        .wait_for(Duration::from_secs(30), |v| v["event"] == "acquired")
-        .await?;
-    let old = FencingToken::new(acquired["token"].as_u64().ok_or("no token")?).map_err(e2s)?;
+    let (mut child, old) = start_holder(t, &k, &res).await?;
     child
         .wait_for(Duration::from_secs(10), |v| {
             v["event"] == "write" && v["accepted"] == true
@@ -359,30 +340,37 @@ pub async fn paused_process(t: &Target) -> Outcome {
     Ok(m)
 }
 
+/// Starts a holder process on `k` and waits until it reports its grant; returns it and its token.
+async fn start_holder(
+    t: &Target,
+    k: &LeaseKey,
+    res: &ResourceServer,
+) -> Result<(HolderProcess, FencingToken), String> {
+    let args = [
+        "--url".to_string(),
+        t.url(t.upstream()).map_err(e2s)?,
+        "--key".into(),
+        k.to_string(),
+        "--ttl-ms".into(),
+        t.ttl.as_millis().to_string(),
+        "--resource".into(),
+        res.addr().to_string(),
+    ];
+    let mut child = HolderProcess::spawn(&holder_bin(), &args)
+        .map_err(|e| format!("spawning {}: {e}", holder_bin()))?;
+    let acquired = child
+        .wait_for(Duration::from_secs(30), |v| v["event"] == "acquired")
+        .await?;
+    let token = FencingToken::new(acquired["token"].as_u64().ok_or("no token")?).map_err(e2s)?;
+    Ok((child, token))
+}
+
 /// 2. A holder process killed without releasing: another owner takes over within the TTL plus a
 ///    small bound, with a greater token.
 pub async fn killed_process(t: &Target) -> Outcome {
     let k = key("killed");
     let res = ResourceServer::start().await.map_err(e2s)?;
-    let url = t.url(t.upstream()).map_err(e2s)?;
-    let mut child = HolderProcess::spawn(
-        &holder_bin(),
-        &[
-            "--url".into(),
-            url,
-            "--key".into(),
-            k.to_string(),
-            "--ttl-ms".into(),
-            t.ttl.as_millis().to_string(),
-            "--resource".into(),
-            res.addr().to_string(),
-        ],
-    )
-    .map_err(e2s)?;
-    let acquired = child
-        .wait_for(Duration::from_secs(30), |v| v["event"] == "acquired")
-        .await?;
-    let old = FencingToken::new(acquired["token"].as_u64().ok_or("no token")?).map_err(e2s)?;
+    let (child, old) = start_holder(t, &k, &res).await?;
     child.signal(Signal::Kill).map_err(e2s)?;
     let killed = Instant::now();
     let store = t.connect().await.map_err(e2s)?;
