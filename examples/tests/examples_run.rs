@@ -4,7 +4,6 @@
 //! `LEASE_TEST_REQUIRE` (the binaries report the connection error) and is reported otherwise.
 
 use std::process::Command;
-use std::time::Duration;
 
 fn run(bin: &str, store: &str, extra: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(bin);
@@ -63,6 +62,10 @@ fn check(bin: &str, expect: &str) {
             .map(|u| !u.is_enabled())
             .unwrap_or(true)
         {
+            assert!(
+                !require,
+                "{name}: backend feature off in this build, but services are required (run with --all-features)"
+            );
             eprintln!("{name}: backend feature off in this build");
             continue;
         }
@@ -94,6 +97,10 @@ fn election_rejects_the_frozen_leaders_write_on_every_store() {
 #[test]
 fn fenced_transaction_on_postgres() {
     let Some(bin) = option_env!("CARGO_BIN_EXE_fenced-transaction") else {
+        assert!(
+            !lease_testkit::require_services(),
+            "built without the postgres feature, but services are required (run with --all-features)"
+        );
         eprintln!("built without the postgres feature");
         return;
     };
@@ -110,6 +117,10 @@ fn fenced_transaction_on_postgres() {
 #[test]
 fn k8s_controller_elects_reconciles_and_resigns() {
     let Some(bin) = option_env!("CARGO_BIN_EXE_k8s-controller") else {
+        assert!(
+            !lease_testkit::require_services(),
+            "built without the k8s feature, but services are required (run with --all-features)"
+        );
         eprintln!("built without the k8s feature");
         return;
     };
@@ -137,5 +148,4 @@ fn k8s_controller_elects_reconciles_and_resigns() {
         text.contains("accepted") && text.contains("resigned"),
         "{text}"
     );
-    let _ = Duration::ZERO;
 }
