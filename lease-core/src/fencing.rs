@@ -175,6 +175,46 @@ pub struct ResourceState {
     pub accepted: u64,
 }
 
+impl ResourceState {
+    /// Applies the fencing rule to this state, in memory: a token below the high-water mark is
+    /// rejected and changes nothing; otherwise the mark moves to the token and `op` (if any; `None`
+    /// is an install) is applied. Backends that keep a resource's state as one record load it,
+    /// call this, and write it back conditionally, so every fenced resource follows one rule.
+    ///
+    /// ```
+    /// use lease_core::{FencingToken, ResourceState, WriteOp, WriteOutcome};
+    /// let mut s = ResourceState::default();
+    /// let (one, two) = (FencingToken::new(1)?, FencingToken::new(2)?);
+    /// assert!(s.apply(two, Some(&WriteOp::Add(5))).is_accepted());
+    /// assert_eq!(s.apply(one, Some(&WriteOp::Add(5))), WriteOutcome::Rejected { presented: one, high_water: two });
+    /// assert_eq!((s.counter, s.accepted), (5, 1));
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    pub fn apply(&mut self, token: FencingToken, op: Option<&WriteOp>) -> WriteOutcome {
+        if let Some(high_water) = self.high_water
+            && token < high_water
+        {
+            return WriteOutcome::Rejected {
+                presented: token,
+                high_water,
+            };
+        }
+        self.high_water = Some(token);
+        match op {
+            Some(WriteOp::Put(v)) => {
+                self.value = Some(v.clone());
+                self.accepted += 1;
+            }
+            Some(WriteOp::Add(n)) => {
+                self.counter = self.counter.saturating_add(*n);
+                self.accepted += 1;
+            }
+            None => {}
+        }
+        WriteOutcome::Accepted { high_water: token }
+    }
+}
+
 /// A resource that accepts writes only from the newest generation.
 ///
 /// The contract every implementation keeps, per key:
@@ -251,29 +291,14 @@ impl MemoryFencedResource {
 
     fn apply(&self, key: &LeaseKey, token: FencingToken, op: Option<WriteOp>) -> WriteOutcome {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let state = map.entry(key.clone()).or_default();
-        if let Some(high_water) = state.high_water
-            && token < high_water
-        {
+        let out = map
+            .entry(key.clone())
+            .or_default()
+            .apply(token, op.as_ref());
+        if let WriteOutcome::Rejected { high_water, .. } = out {
             tracing::debug!(key = %key, token = %token, high_water = %high_water, "stale token rejected");
-            return WriteOutcome::Rejected {
-                presented: token,
-                high_water,
-            };
         }
-        state.high_water = Some(token);
-        match op {
-            Some(WriteOp::Put(v)) => {
-                state.value = Some(v);
-                state.accepted += 1;
-            }
-            Some(WriteOp::Add(n)) => {
-                state.counter = state.counter.saturating_add(n);
-                state.accepted += 1;
-            }
-            None => {}
-        }
-        WriteOutcome::Accepted { high_water: token }
+        out
     }
 }
 

@@ -92,31 +92,10 @@ impl EtcdFencedResource {
         let state_key = self.state_key(key);
         for _ in 0..MAX_ATTEMPTS {
             let (mut state, mod_rev) = self.load(key).await?;
-            if let Some(high_water) = state.high_water
-                && token < high_water
-            {
+            let out = state.apply(token, op.as_ref());
+            if let WriteOutcome::Rejected { high_water, .. } = out {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
-                return Ok(WriteOutcome::Rejected {
-                    presented: token,
-                    high_water,
-                });
-            }
-            state.high_water = Some(token);
-            match &op {
-                Some(WriteOp::Put(v)) => {
-                    state.value = Some(v.clone());
-                    state.accepted += 1;
-                }
-                Some(WriteOp::Add(n)) => {
-                    state.counter = state.counter.saturating_add(*n);
-                    state.accepted += 1;
-                }
-                Some(other) => {
-                    return Err(lease_core::Error::InvalidInput(format!(
-                        "unsupported write op {other:?}"
-                    )));
-                }
-                None => {}
+                return Ok(out);
             }
             let txn = Txn::new()
                 .when(vec![Compare::mod_revision(

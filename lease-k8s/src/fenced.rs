@@ -86,27 +86,10 @@ impl KubeFencedResource {
                 Some(cm) => parse(cm)?,
                 None => ResourceState::default(),
             };
-            if let Some(high_water) = state.high_water
-                && token < high_water
-            {
+            let out = state.apply(token, op.as_ref());
+            if let WriteOutcome::Rejected { high_water, .. } = out {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
-                return Ok(WriteOutcome::Rejected {
-                    presented: token,
-                    high_water,
-                });
-            }
-            state.high_water = Some(token);
-            match &op {
-                Some(WriteOp::Put(v)) => {
-                    state.value = Some(v.clone());
-                    state.accepted += 1;
-                }
-                Some(WriteOp::Add(n)) => {
-                    state.counter = state.counter.saturating_add(*n);
-                    state.accepted += 1;
-                }
-                Some(_) => return Err(Error::InvalidInput("unsupported write operation".into())),
-                None => {}
+                return Ok(out);
             }
             let result = match current {
                 Some(mut cm) => {
