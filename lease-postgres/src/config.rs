@@ -66,6 +66,23 @@ impl TableName {
         &self.table
     }
 
+    /// The `LISTEN`/`NOTIFY` channel of this table's release notifications:
+    /// `lease:<schema>.<table>` when that fits PostgreSQL's 63-byte identifier limit; otherwise
+    /// its first 40 bytes, `:` and 16 hex digits of the SHA-256 of the full name (deterministic,
+    /// so every client of the table agrees on it). The payload of each notification is the
+    /// released key.
+    ///
+    /// ```
+    /// use lease_postgres::TableName;
+    /// assert_eq!(TableName::default().notify_channel(), "lease:public.leases");
+    /// let long = TableName::parse(&format!("{}.leases", "s".repeat(60)))?;
+    /// assert_eq!(long.notify_channel().len(), 63);
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    pub fn notify_channel(&self) -> String {
+        crate::notify::channel(self)
+    }
+
     /// A quoted, schema-qualified name of a sibling object: `"schema"."<table><suffix>"`.
     pub(crate) fn sibling(&self, suffix: &str) -> String {
         format!("\"{}\".\"{}{suffix}\"", self.schema, self.table)
@@ -226,6 +243,7 @@ pub struct PostgresOptions {
     max_connections: u32,
     acquire_timeout: Duration,
     tx: TxTimeouts,
+    notify: bool,
 }
 
 impl Default for PostgresOptions {
@@ -236,7 +254,8 @@ impl Default for PostgresOptions {
 
 impl PostgresOptions {
     /// Defaults for `table`: 5 s per operation, a pool of 10 connections with a 2 s acquire
-    /// timeout (for pools the store builds itself), and [`TxTimeouts::default`].
+    /// timeout (for pools the store builds itself), [`TxTimeouts::default`], and release
+    /// notifications on (see [`with_notify`](Self::with_notify)).
     pub fn new(table: TableName) -> Self {
         PostgresOptions {
             table,
@@ -244,6 +263,7 @@ impl PostgresOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(2),
             tx: TxTimeouts::default(),
+            notify: true,
         }
     }
 
@@ -298,5 +318,31 @@ impl PostgresOptions {
     /// The bounds of fenced transactions.
     pub fn tx_timeouts(&self) -> TxTimeouts {
         self.tx
+    }
+
+    /// Turns release notifications and [`watch`](lease_core::LeaseStore::watch) on (the default)
+    /// or off.
+    ///
+    /// On, a successful release also runs `pg_notify(<channel>, <key>)` in the same statement
+    /// (see [`TableName::notify_channel`]), and `watch` LISTENs on that channel, so a waiting
+    /// [`Supervisor`](lease_core::supervisor::Supervisor) retries as soon as the holder releases.
+    /// Off, release is the plain `UPDATE`, `watch` returns `Ok(None)` and
+    /// [`Capabilities::watch`](lease_core::Capabilities::watch) is `false`; waiters poll. Turn it
+    /// off when many releases and no waiters make the notification queue's commit-time lock
+    /// worth avoiding.
+    ///
+    /// ```
+    /// use lease_postgres::PostgresOptions;
+    /// assert!(PostgresOptions::default().notify());
+    /// assert!(!PostgresOptions::default().with_notify(false).notify());
+    /// ```
+    pub fn with_notify(mut self, on: bool) -> Self {
+        self.notify = on;
+        self
+    }
+
+    /// Whether releases notify and `watch` is offered.
+    pub fn notify(&self) -> bool {
+        self.notify
     }
 }

@@ -21,6 +21,11 @@
 //!   statements (`fencing_token = fencing_token + 1`) go through the same trigger.
 //!   See `docs/adr/0010-postgres-token-floor.md`.
 //!
+//! - **release notifies**: with [`PostgresOptions::with_notify`] on (the default), a release
+//!   that frees a key also runs `pg_notify(<channel>, <key>)` in the same statement, so a waiting
+//!   [`Supervisor`](lease_core::supervisor::Supervisor) is woken by
+//!   [`watch`](lease_core::LeaseStore::watch) instead of polling. See `docs/adr/0011-postgres-listen-notify.md`.
+//!
 //! ## Acquire
 //! ```no_run
 //! use std::time::Duration;
@@ -91,6 +96,32 @@
 //! Only transaction-scoped locks are offered; the [`advisory`] module says why, and
 //! [`advisory_lock_id`] documents the stable key-to-id mapping.
 //!
+//! ## Watching a key
+//! A release wakes waiters on other processes through `LISTEN`/`NOTIFY`: the release statement
+//! is `WITH r AS (UPDATE .. RETURNING resource_key) SELECT pg_notify(<channel>, r.resource_key)
+//! FROM r`, one round trip that notifies (at commit) only when it freed the key. The channel is
+//! per table ([`TableName::notify_channel`], `lease:public.leases` by default); the payload is
+//! the key.
+//! ```no_run
+//! # use lease_core::{LeaseKey, LeaseStore};
+//! # use lease_postgres::{PostgresLeaseStore, PostgresOptions};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! let key = LeaseKey::new("nightly-report")?;
+//! let mut watch = store.watch(&key).await?.expect("notifications are on by default");
+//! // ... try to acquire; if held, wait for a hint (or the holder's expiry) and try again:
+//! match watch.changed().await {
+//!     Some(Ok(())) => println!("released: try again now"),
+//!     _ => println!("the listener broke: poll instead"),
+//! }
+//! # Ok(()) }
+//! ```
+//! One listener connection per store (`application_name = lease-postgres-listener`) serves every
+//! watch of that store; each watch hears its own key only. If that connection breaks, every open
+//! watch **ends** rather than silently missing releases, and the next `watch` reconnects. Expiry
+//! sends nothing (PostgreSQL has no expiry events); the supervisor retries at the holder's
+//! server-reported remaining time anyway. [`PostgresLeaseStore`] documents the details.
+//!
 //! ## Errors
 //! Driver errors are mapped by kind and SQLSTATE: connection loss, pool exhaustion and server
 //! shutdown are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable); cancelled
@@ -104,6 +135,7 @@ mod config;
 mod conn;
 mod error;
 mod fenced;
+mod notify;
 mod row_fence;
 mod schema;
 mod sql;

@@ -27,6 +27,10 @@ pub(crate) struct Statements {
     pub(crate) renew_many: String,
     /// Conditional release by owner and token while unexpired; keeps the row and its token.
     pub(crate) release: String,
+    /// `release`, plus `pg_notify(<channel>, key)` for the released row, in the same statement
+    /// (one round trip, one transaction). Returns one row iff it released; the command tag's
+    /// count (`SELECT 1` / `SELECT 0`) is the same as the plain `UPDATE`'s.
+    pub(crate) release_notify: String,
     /// Locks and validates the lease row for a fenced transaction.
     pub(crate) lock_row: String,
     /// Locks the lease row and reads its generation (the lease-row fenced resource).
@@ -94,6 +98,16 @@ impl Statements {
              WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
                AND lease_until > clock_timestamp()"
         );
+        // The channel is built from the validated table name ([a-z0-9_.:] and hex digits only),
+        // so it can be a literal. NOTIFY is sent at commit, and only if the UPDATE matched.
+        let channel = crate::notify::channel(t);
+        let release_notify = format!(
+            "WITH r AS (UPDATE {table} SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+               AND lease_until > clock_timestamp() \
+             RETURNING resource_key) \
+             SELECT pg_notify('{channel}', r.resource_key) FROM r"
+        );
         let lock_row = format!(
             "SELECT 1 FROM {table} \
              WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
@@ -131,6 +145,7 @@ impl Statements {
             renew,
             renew_many,
             release,
+            release_notify,
             lock_row,
             lock_generation,
             still_valid,
@@ -162,5 +177,18 @@ mod tests {
             assert!(sql.contains(name), "{name} missing");
         }
         assert_eq!(migration(&TableName::default()), MIGRATION);
+    }
+
+    #[test]
+    fn release_notifies_on_the_tables_channel() {
+        let s = Statements::new(&TableName::default());
+        assert_eq!(
+            s.release_notify,
+            "WITH r AS (UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+             AND lease_until > clock_timestamp() RETURNING resource_key) \
+             SELECT pg_notify('lease:public.leases', r.resource_key) FROM r"
+        );
+        assert!(!s.release.contains("pg_notify"));
     }
 }

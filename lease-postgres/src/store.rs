@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
-    validate_ttl,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability, validate_ttl,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row};
@@ -19,6 +19,7 @@ use crate::BACKEND;
 use crate::config::{PostgresOptions, TableName, millis_setting};
 use crate::error::{self, ErrCtx};
 use crate::fenced::HighWaterTable;
+use crate::notify::Notifier;
 use crate::sql::Statements;
 
 /// The shortest TTL this store grants: one millisecond, its granularity.
@@ -36,8 +37,26 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///   `-infinity`.
 /// - Expiry is decided by the server's `clock_timestamp()` only.
 /// - TTLs are sent in milliseconds, rounded up; the lease reports the granted TTL.
+/// - **watch** (on by default, [`PostgresOptions::with_notify`]): a release that frees a key
+///   sends `pg_notify(<channel>, <key>)` in the same statement, on the table's channel
+///   ([`TableName::notify_channel`]); [`watch`](LeaseStore::watch) subscribes to the key on one
+///   shared `LISTEN` connection per store. See [Watching a key](#watching-a-key).
 ///
-/// A cloneable handle: clones share the pool.
+/// A cloneable handle: clones share the pool and the listener.
+///
+/// # Watching a key
+/// The first `watch` opens a dedicated connection (`application_name =
+/// lease-postgres-listener`, the pool's other connect options, bounded by the operation timeout)
+/// and `LISTEN`s before it returns, so every release committed after that reaches the watch.
+/// Later watches share it; each [`KeyWatch`] gets hints for its own key only and unsubscribes when
+/// dropped. PostgreSQL has no expiry events: a lease that simply runs out sends nothing (the
+/// [`Supervisor`](lease_core::supervisor::Supervisor) already retries at the holder's reported
+/// remaining time). [`delete_prefix`](Self::delete_prefix) sends nothing either.
+///
+/// **Failure behaviour**: the listener never reconnects silently (notifications sent while it
+/// was away would be lost). If its connection breaks, every open watch ends (its stream returns
+/// `None`), so waiters fall back to polling, and the next `watch` connects again. With no open
+/// watch for 30 s, or once the store and all its watches are dropped, the listener disconnects.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -61,6 +80,7 @@ pub struct PostgresLeaseStore {
     pool: PgPool,
     options: Arc<PostgresOptions>,
     sql: Arc<Statements>,
+    notifier: Arc<Notifier>,
 }
 
 impl PostgresLeaseStore {
@@ -68,10 +88,12 @@ impl PostgresLeaseStore {
     /// [`verify_schema`](Self::verify_schema) before use.
     pub fn new(pool: PgPool, options: PostgresOptions) -> Self {
         let sql = Arc::new(Statements::new(options.table()));
+        let notifier = Arc::new(Notifier::new(options.table()));
         PostgresLeaseStore {
             pool,
             options: Arc::new(options),
             sql,
+            notifier,
         }
     }
 
@@ -123,6 +145,18 @@ impl PostgresLeaseStore {
         self.options.table()
     }
 
+    /// The channel releases are notified on (whether or not notifications are on):
+    /// [`TableName::notify_channel`] of the lease table.
+    pub fn notify_channel(&self) -> &str {
+        self.notifier.channel()
+    }
+
+    /// The number of [`KeyWatch`]es of this store (and its clones) that are open on the current
+    /// listener. For diagnostics and tests.
+    pub fn open_watches(&self) -> usize {
+        self.notifier.open_watches()
+    }
+
     /// The high-water-mark [`FencedResource`](lease_core::FencedResource) next to this store's
     /// lease table (`<table>_fence`), sharing the pool.
     pub fn fenced_resource(&self) -> HighWaterTable {
@@ -130,7 +164,8 @@ impl PostgresLeaseStore {
     }
 
     /// Deletes every lease row and high-water-mark row whose key starts with `prefix`. Tokens
-    /// still never go back for those keys. Meant for tests and tooling.
+    /// still never go back for those keys. Meant for tests and tooling. Sends no release
+    /// notification: a waiter on a deleted key finds it free at its next retry.
     ///
     /// # Errors
     /// As any other operation.
@@ -324,6 +359,7 @@ impl LeaseStore for PostgresLeaseStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TokenDurability::Durable, ExpiryClock::Server)
+            .with_watch(self.options.notify())
             .with_min_ttl(MIN_TTL)
             .with_ttl_granularity(Duration::from_millis(1))
     }
@@ -399,11 +435,18 @@ impl LeaseStore for PostgresLeaseStore {
         }
     }
 
+    /// One statement. With notifications on (the default) it also sends
+    /// `pg_notify(<channel>, <key>)` when, and only when, it released: one round trip.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let sql = if self.options.notify() {
+            self.sql.release_notify.as_str()
+        } else {
+            self.sql.release.as_str()
+        };
         let done = self
             .bounded("release", async {
                 let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+                let r = sqlx::query(AssertSqlSafe(sql))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
@@ -496,6 +539,27 @@ impl LeaseStore for PostgresLeaseStore {
             holder,
             last_token,
         })
+    }
+
+    /// Subscribes to releases of `key` on the store's shared listener (started on first use,
+    /// `LISTEN`ing before this returns). `Ok(None)` when notifications are off. The watch ends
+    /// if the listener's connection breaks. See [Watching a key](#watching-a-key).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] or [`Error::Timeout`] if the listener cannot connect within the
+    /// operation timeout; [`Error::Config`] if the server refuses the login.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: a listener being started is dropped with the future; nothing else changes.
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        if !self.options.notify() {
+            return Ok(None);
+        }
+        self.notifier
+            .watch(&self.pool, key, self.options.op_timeout())
+            .await
+            .map(Some)
+            .map_err(|e| e.into_error(self.cx("watch")))
     }
 }
 

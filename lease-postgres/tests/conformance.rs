@@ -115,6 +115,24 @@ fn main() {
                 "postgres",
                 support::failure::renew_many_renews_exactly_the_held_leases
             ),
+            case!(
+                "postgres",
+                support::watch::watch_wakes_only_the_released_key
+            ),
+            case!(
+                "postgres",
+                support::watch::watches_of_different_tables_are_separate
+            ),
+            case!("postgres", support::watch::dropped_watches_unsubscribe),
+            case!(
+                "postgres",
+                support::watch::killed_listener_ends_watches_and_next_watch_reconnects
+            ),
+            case!("postgres", support::watch::notify_off_offers_no_watch),
+            case!(
+                "postgres",
+                support::watch::supervisor_handoff_is_woken_by_the_watch
+            ),
         ],
     );
 }

@@ -5,6 +5,7 @@ pub(crate) mod failure;
 pub(crate) mod fenced;
 pub(crate) mod row_fence;
 pub(crate) mod seed;
+pub(crate) mod watch;
 
 use std::time::Duration;
 

@@ -1,0 +1,342 @@
+//! Release notifications: `LISTEN`/`NOTIFY` on one channel per lease table, fanned out to
+//! per-key [`KeyWatch`]es.
+//!
+//! - A successful release runs `pg_notify(<channel>, <key>)` in its own statement (see
+//!   `Statements::release_notify`), so the notification is sent exactly when the transaction that
+//!   freed the key commits.
+//! - Each store (all its clones) has at most one listener: a [`PgListener`] on its own
+//!   connection (`application_name = lease-postgres-listener`), started by the first
+//!   [`watch`](lease_core::LeaseStore::watch) and `LISTEN`ing before that call returns. A task
+//!   reads it and wakes the watchers of the notified key only (a map from key to senders).
+//! - **A lost connection is never papered over**: the listener does not reconnect by itself.
+//!   When its connection breaks, the task closes the hub and every open watch ends (its stream
+//!   returns `None`), so waiters fall back to polling; the next `watch` starts a new listener.
+//! - The task stops when the connection breaks, when no watch has been open for
+//!   [`LINGER`], or when the last store clone and the last watch are gone (it holds only a
+//!   `Weak`), so it never keeps a runtime alive.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use lease_core::{KeyWatch, LeaseKey};
+use sha2::{Digest, Sha256};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::config::TableName;
+use crate::store::Failure;
+
+/// The `application_name` of listener connections.
+pub(crate) const LISTENER_APP: &str = "lease-postgres-listener";
+
+/// How long a listener with no open watch stays connected before it stops.
+pub(crate) const LINGER: Duration = Duration::from_secs(30);
+
+/// PostgreSQL's identifier limit, which channel names obey.
+const MAX_CHANNEL_LEN: usize = 63;
+
+/// The channel of `table` (see [`TableName::notify_channel`]).
+pub(crate) fn channel(table: &TableName) -> String {
+    let full = format!("lease:{}.{}", table.schema(), table.table());
+    if full.len() <= MAX_CHANNEL_LEN {
+        return full;
+    }
+    let name = format!("{}.{}", table.schema(), table.table());
+    let digest = Sha256::digest(full.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    // Identifiers are ASCII, so any byte index is a char boundary. "lease:" + 40 + ":" + 16 = 63.
+    format!("lease:{}:{hex}", &name[..40])
+}
+
+/// The watch machinery of one store, shared by its clones.
+pub(crate) struct Notifier {
+    channel: String,
+    /// The current hub; replaced when it has closed.
+    current: Mutex<Option<Arc<Hub>>>,
+    /// Held while a listener starts, so that concurrent first watches start one.
+    starting: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Notifier")
+            .field("channel", &self.channel)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Notifier {
+    pub(crate) fn new(table: &TableName) -> Self {
+        Notifier {
+            channel: channel(table),
+            current: Mutex::new(None),
+            starting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Subscribes to `key`, starting the listener if none is running. When this returns, the
+    /// listener is `LISTEN`ing, so every release that commits from now on reaches the watch (or
+    /// the watch ends). Cancel safe: a half-started listener is dropped.
+    pub(crate) async fn watch(
+        &self,
+        pool: &PgPool,
+        key: &LeaseKey,
+        within: Duration,
+    ) -> Result<KeyWatch, Failure> {
+        if let Some(sub) = self.subscribe(key) {
+            return Ok(KeyWatch::new(Box::pin(sub)));
+        }
+        let _starting = self.starting.lock().await;
+        if let Some(sub) = self.subscribe(key) {
+            return Ok(KeyWatch::new(Box::pin(sub))); // another watch() started one meanwhile
+        }
+        let hub = self.start(pool, within).await?;
+        let sub = Hub::subscribe(&hub, key).ok_or_else(|| {
+            Failure::Sql(sqlx::Error::Protocol(
+                "the new listener closed at once".into(),
+            ))
+        })?;
+        *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(hub);
+        Ok(KeyWatch::new(Box::pin(sub)))
+    }
+
+    /// A subscription on the current hub, if it is open.
+    fn subscribe(&self, key: &LeaseKey) -> Option<Subscription> {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().and_then(|hub| Hub::subscribe(hub, key))
+    }
+
+    /// The number of open watches.
+    pub(crate) fn open_watches(&self) -> usize {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
+        current.as_ref().map_or(0, |h| h.lock().count)
+    }
+
+    async fn start(&self, pool: &PgPool, within: Duration) -> Result<Arc<Hub>, Failure> {
+        let options = (*pool.connect_options())
+            .clone()
+            .application_name(LISTENER_APP);
+        let listener = async {
+            // A pool of one connection, only because PgListener needs one. No reaper task, no
+            // reconnects: a broken connection ends the listener (see the module docs).
+            let own = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(within)
+                .connect_lazy_with(options);
+            let mut listener = PgListener::connect_with(&own).await?;
+            listener.eager_reconnect(false);
+            listener.ignore_pool_close_event(true);
+            listener.listen(&self.channel).await?;
+            Ok::<_, sqlx::Error>(listener)
+        };
+        let listener = match tokio::time::timeout(within, listener).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => return Err(Failure::Sql(e)),
+            Err(_) => return Err(Failure::TimedOut("watch", within)),
+        };
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let hub = Arc::new(Hub {
+            subs: Mutex::new(Subs {
+                closed: false,
+                next_id: 0,
+                count: 0,
+                idle_since: Instant::now(),
+                by_key: HashMap::new(),
+            }),
+            _stop: stop_tx,
+        });
+        tokio::spawn(run(listener, Arc::downgrade(&hub), stop_rx));
+        tracing::debug!(backend = crate::BACKEND, channel = %self.channel, "listener started");
+        Ok(hub)
+    }
+}
+
+/// The subscribers of one listener connection.
+struct Hub {
+    subs: Mutex<Subs>,
+    /// Dropped with the hub: tells the task to stop.
+    _stop: oneshot::Sender<()>,
+}
+
+struct Subs {
+    /// The listener has stopped: no new subscribers; existing ones were ended.
+    closed: bool,
+    next_id: u64,
+    count: usize,
+    /// When `count` last became zero.
+    idle_since: Instant,
+    by_key: HashMap<String, Vec<(u64, mpsc::Sender<()>)>>,
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, Subs> {
+        self.subs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A subscription to `key`, or `None` if the hub has closed.
+    fn subscribe(hub: &Arc<Hub>, key: &LeaseKey) -> Option<Subscription> {
+        let mut subs = hub.lock();
+        if subs.closed {
+            return None;
+        }
+        let id = subs.next_id;
+        subs.next_id += 1;
+        subs.count += 1;
+        // Capacity one: hints coalesce, a pending hint is as good as many.
+        let (tx, rx) = mpsc::channel(1);
+        subs.by_key
+            .entry(key.as_str().to_string())
+            .or_default()
+            .push((id, tx));
+        Some(Subscription {
+            rx,
+            hub: Arc::clone(hub),
+            key: key.as_str().to_string(),
+            id,
+        })
+    }
+
+    /// Wakes the watchers of `key` (O(watchers of that key)).
+    fn hint(&self, key: &str) {
+        let subs = self.lock();
+        if let Some(list) = subs.by_key.get(key) {
+            for (_, tx) in list {
+                let _ = tx.try_send(());
+            }
+        }
+    }
+
+    fn unsubscribe(&self, key: &str, id: u64) {
+        let mut subs = self.lock();
+        if subs.closed {
+            return;
+        }
+        if let Some(list) = subs.by_key.get_mut(key) {
+            let before = list.len();
+            list.retain(|(i, _)| *i != id);
+            let removed = before - list.len();
+            if list.is_empty() {
+                subs.by_key.remove(key);
+            }
+            subs.count -= removed;
+            if subs.count == 0 {
+                subs.idle_since = Instant::now();
+            }
+        }
+    }
+
+    /// Ends every watch (their senders are dropped) and refuses new ones.
+    fn close(&self) {
+        let mut subs = self.lock();
+        subs.closed = true;
+        subs.count = 0;
+        subs.by_key.clear();
+    }
+
+    /// Closes the hub if no watch has been open for `linger`.
+    fn close_if_idle(&self, linger: Duration) -> bool {
+        let mut subs = self.lock();
+        if subs.count == 0 && subs.idle_since.elapsed() >= linger {
+            subs.closed = true;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Reads the listener until its connection breaks, the hub is gone or idle.
+async fn run(mut listener: PgListener, hub: Weak<Hub>, mut stop: oneshot::Receiver<()>) {
+    let idle = {
+        let hub = hub.clone();
+        async move {
+            loop {
+                tokio::time::sleep(LINGER / 4).await;
+                match hub.upgrade() {
+                    Some(h) if !h.close_if_idle(LINGER) => {}
+                    _ => return,
+                }
+            }
+        }
+    };
+    tokio::pin!(idle);
+    // Only the `try_recv` branch continues the loop; the others end the listener, so a
+    // cancelled `try_recv` is never resumed.
+    let why = loop {
+        tokio::select! {
+            _ = &mut stop => break "no store and no watch left",
+            () = &mut idle => break "idle",
+            r = listener.try_recv() => match r {
+                Ok(Some(n)) => match hub.upgrade() {
+                    Some(h) => h.hint(n.payload()),
+                    None => break "no store and no watch left",
+                },
+                Ok(None) => break "connection lost",
+                Err(e) => {
+                    tracing::warn!(backend = crate::BACKEND, error = %e, "listener failed; open watches end");
+                    break "connection failed";
+                }
+            },
+        }
+    };
+    if let Some(h) = hub.upgrade() {
+        h.close();
+    }
+    tracing::debug!(backend = crate::BACKEND, reason = why, "listener stopped");
+}
+
+/// One watch: the receiving end of a key's hints. Unsubscribes when dropped.
+struct Subscription {
+    rx: mpsc::Receiver<()>,
+    hub: Arc<Hub>,
+    key: String,
+    id: u64,
+}
+
+impl Stream for Subscription {
+    type Item = lease_core::Result<()>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx).map(|hint| hint.map(Ok))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.unsubscribe(&self.key, self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_fit_the_identifier_limit_and_stay_distinct() {
+        assert_eq!(channel(&TableName::default()), "lease:public.leases");
+        let long_schema = "s".repeat(63);
+        let a = TableName::parse(&format!("{long_schema}.{}", "a".repeat(40))).unwrap();
+        let b = TableName::parse(&format!("{long_schema}.{}", "b".repeat(40))).unwrap();
+        let (ca, cb) = (channel(&a), channel(&b));
+        assert_eq!(ca.len(), MAX_CHANNEL_LEN);
+        assert_ne!(ca, cb, "same prefix, different tables");
+        assert_eq!(ca, channel(&a), "deterministic");
+        assert!(
+            ca.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"')
+        );
+    }
+}
