@@ -10,19 +10,26 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use crate::error::BACKEND;
 
 /// Tuning for [`SqliteLeaseStore`](crate::SqliteLeaseStore): how long to wait for another
-/// process's write lock, how many connections one store keeps, and when commits reach the disk.
+/// process's write lock, how many connections one store keeps, when commits reach the disk, and
+/// whether (and how often) the [watch](crate::SqliteLeaseStore#watch) looks for other
+/// connections' commits.
 ///
 /// ```
 /// use std::time::Duration;
 /// use lease_sqlite::SqliteOptions;
 /// let opts = SqliteOptions::new().busy_timeout(Duration::from_secs(2)).max_connections(2);
 /// assert_eq!(opts.get_busy_timeout(), Duration::from_secs(2));
+/// assert!(opts.get_watch());
+/// let polling_only = SqliteOptions::new().watch(false);
+/// assert!(!polling_only.get_watch());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SqliteOptions {
     busy_timeout: Duration,
     max_connections: u32,
     commit_sync: CommitSync,
+    watch: bool,
+    watch_interval: Duration,
 }
 
 impl Default for SqliteOptions {
@@ -31,6 +38,8 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             max_connections: 4,
             commit_sync: CommitSync::default(),
+            watch: true,
+            watch_interval: Duration::from_millis(25),
         }
     }
 }
@@ -67,7 +76,8 @@ pub enum CommitSync {
 }
 
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout, up to 4 connections, [`CommitSync::Normal`].
+    /// The defaults: a 5 s busy timeout, up to 4 connections, [`CommitSync::Normal`], watch on
+    /// with a 25 ms `data_version` interval.
     pub fn new() -> Self {
         Self::default()
     }
@@ -89,6 +99,34 @@ impl SqliteOptions {
     pub fn commit_sync(mut self, sync: CommitSync) -> Self {
         self.commit_sync = sync;
         self
+    }
+
+    /// Whether [`watch`](lease_core::LeaseStore::watch) is offered (default: on). Off, the store
+    /// claims no [`Capabilities::watch`](lease_core::Capabilities), `watch()` returns `Ok(None)`
+    /// and waiters poll with backoff; releases still cost nothing extra.
+    pub fn watch(mut self, on: bool) -> Self {
+        self.watch = on;
+        self
+    }
+
+    /// How often, while the file has watchers in this process, one dedicated connection reads
+    /// `PRAGMA data_version` to notice commits by other connections and processes (default
+    /// 25 ms, at least 1 ms). This bounds how late a waiter hears of a release made in *another*
+    /// process; releases in this process wake their waiters at once. The interval of the store
+    /// whose watch started the file's poller applies to all stores on that file in this process.
+    pub fn watch_poll_interval(mut self, interval: Duration) -> Self {
+        self.watch_interval = interval.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Whether watch is offered.
+    pub fn get_watch(&self) -> bool {
+        self.watch
+    }
+
+    /// The configured `data_version` poll interval.
+    pub fn get_watch_poll_interval(&self) -> Duration {
+        self.watch_interval
     }
 
     /// The configured commit durability.

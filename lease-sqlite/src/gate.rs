@@ -74,7 +74,7 @@ pub(crate) fn for_file(path: &Path) -> Gate {
 
 /// The file's absolute path with its directory resolved (symlinks, `.`), so different spellings
 /// of one file share one queue. The directory exists (checked at open); the file may not yet.
-fn identity(path: &Path) -> PathBuf {
+pub(crate) fn identity(path: &Path) -> PathBuf {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

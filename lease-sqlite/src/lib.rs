@@ -45,8 +45,12 @@
 //!   each other in SQLite's busy handler. Writers wait up to the busy timeout
 //!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
 //!   [`Error::Timeout`](lease_core::Error::Timeout), which is retryable.
-//! - **No watch.** SQLite cannot notify other processes, so waiters poll
-//!   ([`Capabilities::watch`](lease_core::Capabilities) is false).
+//! - **Watch by registry and polling.** SQLite cannot notify other processes. A release wakes
+//!   the key's watchers in the same process at once; commits by other processes are noticed by
+//!   polling `PRAGMA data_version` (every 25 ms by default, only while something watches), so a
+//!   waiter in another process hears of a release within about that interval. See
+//!   [`SqliteLeaseStore`'s watch section](SqliteLeaseStore#watch);
+//!   [`SqliteOptions::watch`]`(false)` turns it off.
 //!
 //! See `docs/adr/0050-sqlite-one-host-one-clock.md` for the reasoning.
 //!
@@ -55,7 +59,8 @@
 //!   create the file if it is missing and create the schema (idempotently; several processes may
 //!   do it at once). A directory that does not exist, a path that is a directory, a URL that is
 //!   not `sqlite:` or an in-memory database is an [`Error::Config`](lease_core::Error::Config).
-//! - [`SqliteOptions`] sets the busy timeout, the connection limit and [`CommitSync`].
+//! - [`SqliteOptions`] sets the busy timeout, the connection limit, [`CommitSync`] and the
+//!   watch (on or off, and its poll interval).
 //!
 //! ## Tables
 //! `lease_meta` (schema version), `lease_generation`, `lease_holder`, `lease_fenced`; they live
@@ -67,6 +72,7 @@ mod fenced;
 mod gate;
 mod sql;
 mod store;
+mod watch;
 
 pub use config::{CommitSync, SqliteOptions};
 pub use fenced::SqliteFencedResource;

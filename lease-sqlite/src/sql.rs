@@ -66,6 +66,18 @@ pub(crate) const INSPECT: &str = concat!(
     now_ms!()
 );
 
+/// The watch poller's probe: changes whenever *another* connection commits to the file.
+pub(crate) const DATA_VERSION: &str = "PRAGMA data_version";
+
+/// The watch poller's filter after a change: which of the watched keys (`?1`, a JSON array of
+/// keys) have no unexpired holder now. One read; only those keys' watchers are woken.
+pub(crate) const FREE_KEYS: &str = concat!(
+    "SELECT j.value FROM json_each(?1) AS j WHERE NOT EXISTS ",
+    "(SELECT 1 FROM lease_holder h WHERE h.key = j.value AND h.expires_ms > ",
+    now_ms!(),
+    ")"
+);
+
 pub(crate) const SELECT_FENCED: &str =
     "SELECT high_water, value, counter, accepted FROM lease_fenced WHERE key = ?1";
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ExpiryClock, FencingToken, Holder, KeyState,
-    Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
-    validate_ttl,
+    KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability, validate_ttl,
 };
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
@@ -19,6 +19,7 @@ use crate::error::{self, BACKEND, corrupt};
 use crate::fenced::SqliteFencedResource;
 use crate::gate::{self, Gate};
 use crate::sql;
+use crate::watch::{self, Hub};
 
 /// A [`LeaseStore`] on one SQLite database file, shared by any number of processes **on one
 /// host**.
@@ -33,6 +34,25 @@ use crate::sql;
 ///
 /// A store is a cheap, cloneable handle over a small connection pool. Open one per process (or
 /// more, they are independent clients).
+///
+/// # Watch
+/// [`watch`](LeaseStore::watch) is offered unless turned off with
+/// [`SqliteOptions::watch`]`(false)`, so a waiting
+/// [`Supervisor`](lease_core::supervisor::Supervisor) retries as soon as the key may be free
+/// instead of at its backoff. A watch of a key is woken by:
+/// - a successful release of that key through any store on the same file **in this process**,
+///   right after its commit (all stores of a process on one file share one registry);
+/// - a commit by any **other** connection (another process, or a connection that bypasses this
+///   crate) after which the key has no unexpired holder. While the file has watchers in this
+///   process, one dedicated connection reads `PRAGMA data_version` every
+///   [`SqliteOptions::watch_poll_interval`] (25 ms by default) and, when it changed, checks the
+///   watched keys with one read. Such a release is therefore noticed within about one interval.
+///
+/// Limits: an expiry is not a commit and wakes nobody (waiters time their next attempt to the
+/// holder's expiry); a key released and granted again within one interval by other processes
+/// wakes nobody (the waiter lost that race anyway); hints may be spurious (each is only "look
+/// again"). The poller runs only while watches exist and stops when the last one is dropped; it
+/// is a task on the runtime of the `watch()` call that started it.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -59,6 +79,12 @@ pub(crate) struct Inner {
     pub(crate) busy_timeout: Duration,
     /// This process's FIFO queue of writers to the file (see `gate.rs`).
     pub(crate) gate: Gate,
+    /// This process's watchers of the file (see `watch.rs`).
+    pub(crate) hub: Arc<Hub>,
+    /// How the watch poller connects: the pool's own options.
+    pub(crate) connect: SqliteConnectOptions,
+    /// Whether watch is offered, and the poller's interval.
+    pub(crate) watch: Option<Duration>,
 }
 
 impl Inner {
@@ -160,12 +186,18 @@ impl SqliteLeaseStore {
             }
         };
         let gate = gate::for_file(&path);
+        let hub = watch::for_file(&path);
         let store = SqliteLeaseStore {
             inner: Arc::new(Inner {
                 pool,
                 path,
                 busy_timeout: busy,
                 gate,
+                hub,
+                connect: opts,
+                watch: options
+                    .get_watch()
+                    .then(|| options.get_watch_poll_interval()),
             }),
         };
         store.migrate().await?;
@@ -208,6 +240,12 @@ impl SqliteLeaseStore {
         self.inner.pool.close().await;
     }
 
+    /// This process's watch registry of the file.
+    #[cfg(test)]
+    pub(crate) fn hub(&self) -> &Arc<Hub> {
+        &self.inner.hub
+    }
+
     fn tx_map(&self, operation: &'static str) -> impl Fn(sqlx::Error) -> lease_core::Error + '_ {
         self.inner.map(operation)
     }
@@ -243,6 +281,7 @@ impl LeaseStore for SqliteLeaseStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TokenDurability::Durable, ExpiryClock::Server)
+            .with_watch(self.inner.watch.is_some())
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
@@ -407,6 +446,7 @@ impl LeaseStore for SqliteLeaseStore {
             .await
             .map_err(self.tx_map("release"))?;
         if done.rows_affected() == 1 {
+            self.inner.hub.wake(lease.key().as_str());
             tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
             Ok(ReleaseOutcome::Released)
         } else {
@@ -449,6 +489,25 @@ impl LeaseStore for SqliteLeaseStore {
             holder,
             last_token,
         })
+    }
+
+    /// See [the type's docs](SqliteLeaseStore#watch). Starting the first watch of a file in this
+    /// process opens the poller's connection (and fails with the errors of
+    /// [`open`](SqliteLeaseStore::open) if it cannot); later ones only register.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the watch is registered only in the step that returns it; a call dropped
+    /// while opening the poller's connection closes that connection and registers nothing.
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        let Some(interval) = self.inner.watch else {
+            return Ok(None);
+        };
+        let watch = self
+            .inner
+            .hub
+            .subscribe(key, &self.inner.connect, interval, self.inner.busy_timeout)
+            .await?;
+        Ok(Some(watch))
     }
 }
 

@@ -17,6 +17,9 @@ use lease_sqlite::{CommitSync, SqliteLeaseStore, SqliteOptions};
 use lease_testkit::{BoxFuture, CaseResult, Ctx, case};
 use sqlx::Connection;
 
+#[path = "conformance/watch.rs"]
+mod watch;
+
 /// The directory of this run's database files.
 fn dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -424,6 +427,14 @@ fn main() {
             case!("sqlite", busy_file_is_a_retryable_timeout),
             case!("sqlite", store_and_fenced_resource_share_the_table),
             case!("sqlite", commit_sync_modes_share_one_file),
+            case!("sqlite", watch::release_wakes_only_its_own_key),
+            case!("sqlite", watch::two_stores_on_one_file_wake_each_other),
+            case!(
+                "sqlite",
+                watch::release_by_another_connection_wakes_through_data_version
+            ),
+            case!("sqlite", watch::watch_off_offers_no_watch),
+            case!("sqlite", watch::waiting_supervisor_is_granted_on_release),
         ],
     );
 }
