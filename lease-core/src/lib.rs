@@ -69,11 +69,11 @@
 //! | backend | crate | tokens survive restart | wake-up | expiry clock |
 //! |---|---|---|---|---|
 //! | memory | `lease-core` | no (process lifetime) | watch | in-process |
-//! | PostgreSQL | `lease-postgres` | yes (WAL) | polling | server |
+//! | PostgreSQL | `lease-postgres` | yes (WAL) | `LISTEN`/`NOTIFY` | server |
 //! | Redis | `lease-redis` | floored by the server clock | notifications | server |
 //! | etcd | `lease-etcd` | yes (Raft log) | watch | server |
 //! | Kubernetes | `lease-k8s` | yes (etcd revisions) | watch | observed locally |
-//! | SQLite | `lease-sqlite` | yes (file) | polling | one host |
+//! | SQLite | `lease-sqlite` | yes (file) | in-process wake + `data_version` poll | one host |
 //!
 //! ## Modules
 //! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.

@@ -306,15 +306,25 @@ mod tests {
     use lease_core::LeaseStore;
     use tokio::time::Instant;
 
-    /// A fresh database file under the system's temporary directory.
-    fn fresh_file(name: &str) -> PathBuf {
+    /// A test directory, removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A fresh database file under the system's temporary directory (removed with the guard).
+    fn fresh_file(name: &str) -> (TempDir, PathBuf) {
         let dir = std::env::temp_dir().join(format!(
             "lease-sqlite-watch-unit-{}-{name}",
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the test directory");
-        dir.join("leases.db")
+        let file = dir.join("leases.db");
+        (TempDir(dir), file)
     }
 
     /// Waits (bounded) until the file has `n` poller tasks alive.
@@ -334,7 +344,7 @@ mod tests {
     /// dropped, and a later watch starts a new one.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn one_poller_per_file_while_watched() -> Result<()> {
-        let path = fresh_file("lifecycle");
+        let (_dir, path) = fresh_file("lifecycle");
         let a = SqliteLeaseStore::open(&path).await?;
         let b = SqliteLeaseStore::open(&path).await?;
         let hub = a.hub().clone();
@@ -362,7 +372,7 @@ mod tests {
     /// dies with the runtime; a watch on a new runtime starts a new one.
     #[test]
     fn a_watch_does_not_hold_up_runtime_shutdown() -> Result<()> {
-        let path = fresh_file("shutdown");
+        let (_dir, path) = fresh_file("shutdown");
         let (tx, rx) = std::sync::mpsc::channel();
         let p = path.clone();
         std::thread::spawn(move || {
