@@ -170,9 +170,16 @@ async fn connect(name: &str) -> Result<Target, String> {
             )
             .await
             .map_err(e)?;
+            let metrics = endpoints
+                .split(',')
+                .next()
+                .map(|e| e.trim().trim_start_matches("http://").trim_end_matches('/'))
+                .filter(|e| !e.is_empty() && !e.starts_with("https://"))
+                .map(str::to_string);
             let raw = raw::EtcdRaw {
                 client: store.client(),
                 config,
+                metrics,
             };
             let version = raw.version().await?;
             Ok(Target {
@@ -361,6 +368,17 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     // 3. takeover
     let ttl = legal_ttl(&caps, Duration::from_secs(1));
     run.takeover_ttl = ttl;
+    if let Some(r) = raw {
+        for rep in 0..plan.takeover_reps {
+            measure::random_phase(Duration::from_millis(500)).await;
+            let k = lease_core::LeaseKey::new(format!("{ns}-ef{rep}")).expect("legal key");
+            match r.expiry_delay(&k, ttl).await {
+                Ok(Some(ms)) => run.expiry_floor.push(Ok(ms)),
+                Ok(None) => break,
+                Err(e) => run.expiry_floor.push(Err(e)),
+            }
+        }
+    }
     for rep in 0..plan.takeover_reps {
         if caps.watch {
             run.takeover_watch
@@ -370,11 +388,15 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
             .push(measure::takeover(&store, &ns, rep, false, ttl).await);
     }
     eprintln!(
-        "[{name}] takeover watch {:?} poll {:?}",
-        run.takeover_watch, run.takeover_poll
+        "[{name}] takeover watch {:?} poll {:?} store expiry delay {:?}",
+        run.takeover_watch, run.takeover_poll, run.expiry_floor
     );
 
     // 4. handoff
+    if let Some(r) = raw {
+        run.handoff_floor =
+            Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
+    }
     for rep in 0..plan.handoff_reps {
         if caps.watch {
             run.handoff_watch
@@ -397,6 +419,7 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     run.renewal = Some(
         measure::renewal_load(
             &target.renewal_store,
+            raw,
             &format!("{ns}-r"),
             n,
             plan.renewal_ttl,

@@ -271,6 +271,7 @@ pub(crate) async fn takeover(
         waiter_store,
         SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
     );
+    random_phase(Duration::from_millis(500)).await;
     let sent = Instant::now();
     let holder = store
         .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
@@ -349,6 +350,52 @@ pub(crate) async fn handoff(
     Ok(signed_ms(at, t0))
 }
 
+/// The handoff floor of the raw protocol: milliseconds of one release immediately followed by
+/// the next owner's acquire, back to back on one task (a waiter woken by a perfect, free
+/// notification could do no better); one figure per repetition.
+pub(crate) async fn handoff_floor(
+    raw: &Arc<dyn Raw>,
+    caps: &Capabilities,
+    ns: &str,
+    reps: usize,
+) -> std::result::Result<Vec<Duration>, Failure> {
+    let ttl = legal_ttl(caps, Duration::from_secs(10));
+    let k = key(ns, "hf");
+    let mut out = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let first = raw
+            .acquire(&k, &OwnerId::random().to_string(), ttl)
+            .await?
+            .ok_or("raw handoff-floor key held")?;
+        let t = Instant::now();
+        raw.release(&first).await?;
+        let next = raw
+            .acquire(&k, &OwnerId::random().to_string(), ttl)
+            .await?
+            .ok_or("raw handoff floor: the released key was not granted")?;
+        out.push(t.elapsed());
+        raw.release(&next).await?;
+    }
+    Ok(out)
+}
+
+/// A pause of a pseudo-random length in `0..max`, so that repetitions do not lock onto a
+/// periodic process of the store (etcd revokes expired leases on a fixed tick: a holder that
+/// always acquires just after the previous tick always expires just after a tick too).
+pub(crate) async fn random_phase(max: Duration) {
+    let seed = u64::from(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0));
+    let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(1);
+    // splitmix64 of the clock's nanoseconds: plenty for spreading a phase.
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    tokio::time::sleep(Duration::from_nanos(z % max_ns)).await;
+}
+
 // ---- 5. renewal load -----------------------------------------------------------------------
 
 /// What the renewal-load run measured.
@@ -360,6 +407,8 @@ pub(crate) struct RenewalLoad {
     pub(crate) acquire_spread: Duration,
     pub(crate) intervals: u32,
     pub(crate) round_trips_per_interval: f64,
+    /// Requests counted by the server over the same span, where it counts them.
+    pub(crate) server_requests_per_interval: Option<f64>,
     pub(crate) cpu_ms_per_interval: f64,
     pub(crate) rss_bytes_per_lease: f64,
     pub(crate) still_held: usize,
@@ -369,6 +418,7 @@ pub(crate) struct RenewalLoad {
 /// (one call = one round trip where the store batches) over `intervals` renewal intervals.
 pub(crate) async fn renewal_load(
     store: &Arc<dyn LeaseStore>,
+    raw: Option<&Arc<dyn Raw>>,
     ns: &str,
     n: usize,
     ttl: Duration,
@@ -414,6 +464,10 @@ pub(crate) async fn renewal_load(
     // Warm up one interval (the first renewals), then count.
     tokio::time::sleep(interval + window * 2).await;
     let calls0 = counted.calls(Operation::Renew);
+    let server0 = match raw {
+        Some(r) => r.server_requests().await?,
+        None => None,
+    };
     let cpu0 = sys::cpu_time();
     if std::env::var_os("LEASE_BENCH_TRACE").is_some() {
         let end = Instant::now() + interval * intervals;
@@ -430,6 +484,10 @@ pub(crate) async fn renewal_load(
     }
     let calls1 = counted.calls(Operation::Renew);
     let cpu1 = sys::cpu_time();
+    let server1 = match raw {
+        Some(r) => r.server_requests().await?,
+        None => None,
+    };
     let still_held = guards.iter().filter(|g| g.may_act()).count();
     release_all(guards).await;
     let calls = u32::try_from(calls1 - calls0).unwrap_or(u32::MAX);
@@ -442,6 +500,11 @@ pub(crate) async fn renewal_load(
         acquire_spread,
         intervals,
         round_trips_per_interval: f64::from(calls) / f64::from(intervals),
+        // The two counter reads themselves are one request each (Redis counts the first INFO).
+        server_requests_per_interval: server0.zip(server1).map(|(a, b)| {
+            let d = u32::try_from(b.saturating_sub(a).saturating_sub(1)).unwrap_or(u32::MAX);
+            f64::from(d) / f64::from(intervals)
+        }),
         cpu_ms_per_interval: cpu1.saturating_sub(cpu0).as_secs_f64() * 1000.0
             / f64::from(intervals),
         rss_bytes_per_lease: f64::from(u32::try_from(grown).unwrap_or(u32::MAX)) / leases_f,

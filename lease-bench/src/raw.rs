@@ -44,6 +44,20 @@ pub(crate) trait Raw: Send + Sync {
     async fn ping(&self) -> R<()>;
     /// The server's version.
     async fn version(&self) -> R<String>;
+    /// The store's own expiry delay, where the store expires keys itself and says when: one
+    /// key is attached to a `ttl` lease of the raw protocol and watched; the figure is
+    /// milliseconds from the nominal expiry (midpoint of the grant's round trip plus the granted
+    /// TTL) to the deletion event. `None` where the store has no such event to observe.
+    async fn expiry_delay(&self, key: &LeaseKey, ttl: Duration) -> R<Option<f64>> {
+        let _ = (key, ttl);
+        Ok(None)
+    }
+    /// The number of requests the server has handled so far, counted by the server itself
+    /// (etcd's gRPC metrics, Redis's `total_commands_processed`); `None` where it has no such
+    /// counter. Deltas of it count round trips independently of the client.
+    async fn server_requests(&self) -> R<Option<u64>> {
+        Ok(None)
+    }
 }
 
 fn ttl_ms(ttl: Duration) -> i64 {
@@ -64,9 +78,11 @@ const PG_ACQUIRE: &str = "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS no
      RETURNING l.owner, l.fencing_token, l.ttl_ms, \
        ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us";
 
-const PG_RELEASE: &str = "UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
+// The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch).
+const PG_RELEASE: &str = "WITH r AS (UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
      WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
-       AND lease_until > clock_timestamp()";
+       AND lease_until > clock_timestamp() RETURNING resource_key) \
+     SELECT pg_notify('lease:public.leases', r.resource_key) FROM r";
 
 /// PostgreSQL over the library store's own pool.
 pub(crate) struct PgRaw(pub(crate) sqlx::PgPool);
@@ -228,6 +244,18 @@ impl Raw for RedisRaw {
                 |v| format!("Redis {}", v.trim()),
             ))
     }
+    async fn server_requests(&self) -> R<Option<u64>> {
+        let mut con = self.con.clone();
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut con)
+            .await
+            .map_err(s)?;
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|v| v.trim().parse().ok()))
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +265,36 @@ impl Raw for RedisRaw {
 pub(crate) struct EtcdRaw {
     pub(crate) client: etcd_client::Client,
     pub(crate) config: lease_etcd::EtcdConfig,
+    /// `host:port` of the member's client URL, whose `/metrics` counts gRPC messages.
+    pub(crate) metrics: Option<String>,
+}
+
+/// The sum of the `grpc_server_msg_received_total` counters (every unary request and every
+/// streamed message, such as a lease keepalive) in a Prometheus text exposition.
+fn grpc_messages_received(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with("grpc_server_msg_received_total{"))
+        .filter_map(|l| l.rsplit(' ').next())
+        .filter_map(|v| v.parse::<f64>().ok())
+        .map(|v| format!("{v:.0}").parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+/// A minimal HTTP/1.0 GET on loopback (the benchmark has no HTTP client dependency).
+async fn http_get(addr: &str, path: &str) -> R<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let io = async {
+        let mut c = tokio::net::TcpStream::connect(addr).await.map_err(s)?;
+        c.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .map_err(s)?;
+        let mut body = String::new();
+        c.read_to_string(&mut body).await.map_err(s)?;
+        Ok(body)
+    };
+    tokio::time::timeout(Duration::from_secs(5), io)
+        .await
+        .map_err(|_| format!("GET http://{addr}{path} timed out"))?
 }
 
 #[async_trait]
@@ -313,6 +371,61 @@ impl Raw for EtcdRaw {
     async fn version(&self) -> R<String> {
         let st = self.client.maintenance_client().status().await.map_err(s)?;
         Ok(format!("etcd {}", st.version()))
+    }
+    async fn expiry_delay(&self, key: &LeaseKey, ttl: Duration) -> R<Option<f64>> {
+        let k = format!("{}/expiry-floor", self.config.lock_name(key));
+        let mut wc = self.client.watch_client();
+        let mut stream = wc
+            .watch(
+                k.clone(),
+                Some(
+                    etcd_client::WatchOptions::new()
+                        .with_filters([etcd_client::WatchFilterType::NoPut]),
+                ),
+            )
+            .await
+            .map_err(s)?;
+        match stream.message().await.map_err(s)? {
+            Some(r) if r.created() => {}
+            _ => return Err("etcd did not confirm the watch".into()),
+        }
+        let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut lc = self.client.lease_client();
+        let sent = tokio::time::Instant::now();
+        let granted = lc.grant(ttl_secs, None).await.map_err(s)?;
+        let received = tokio::time::Instant::now();
+        let granted_ttl = Duration::from_secs(u64::try_from(granted.ttl()).map_err(s)?);
+        let expiry = sent + (received - sent) / 2 + granted_ttl;
+        self.client
+            .kv_client()
+            .put(k, "expiry-floor", Some(PutOptions::new().with_lease(granted.id())))
+            .await
+            .map_err(s)?;
+        let wait = granted_ttl * 3 + Duration::from_secs(5);
+        let deleted = tokio::time::timeout(wait, async {
+            loop {
+                match stream.message().await {
+                    Ok(Some(r)) if !r.events().is_empty() => return Ok(tokio::time::Instant::now()),
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Err("the watch ended".to_string()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await
+        .map_err(|_| format!("etcd did not expire the key within {wait:?}"))??;
+        Ok(Some(if deleted >= expiry {
+            (deleted - expiry).as_secs_f64() * 1000.0
+        } else {
+            -(expiry - deleted).as_secs_f64() * 1000.0
+        }))
+    }
+    async fn server_requests(&self) -> R<Option<u64>> {
+        let Some(addr) = &self.metrics else {
+            return Ok(None);
+        };
+        let text = http_get(addr, "/metrics").await?;
+        Ok(Some(grpc_messages_received(&text)))
     }
 }
 
