@@ -85,6 +85,15 @@ pub(crate) fn parse_handle(handle: Option<&str>) -> Option<Handle> {
     })
 }
 
+/// The nonce in the name of a lock key created under a shared etcd lease
+/// (`<lock name>/<lease hex>-<nonce hex>`), if it has one.
+pub(crate) fn nonce_of(lock_key: &[u8]) -> Option<u64> {
+    let name = std::str::from_utf8(lock_key).ok()?;
+    let (_, last) = name.rsplit_once('/')?;
+    let (_, nonce) = last.split_once('-')?;
+    u64::from_str_radix(nonce, 16).ok()
+}
+
 /// A TTL in whole seconds, rounded up. TTLs are at most a day, so this always fits.
 pub(crate) fn whole_secs(ttl: Duration) -> i64 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
@@ -124,5 +133,13 @@ mod tests {
         }
         assert_eq!(parse_handle(Some("nonsense")), None);
         assert_eq!(parse_handle(None), None);
+    }
+
+    #[test]
+    fn nonces_are_read_from_lock_key_names() {
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-1f"), Some(0x1f));
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3"), None);
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-zz"), None);
+        assert_eq!(nonce_of(b"no-slash"), None);
     }
 }

@@ -66,10 +66,16 @@
 //! a waiter's worst case is TTL plus election time plus that extension.
 //!
 //! ## Renewal
-//! A renew checks that the lock key still exists with the lease's token and owner, sends one
-//! keepalive for its etcd lease, and checks the key **again**: a keepalive that succeeds for an
-//! etcd lease whose key was deleted or replaced is reported as
+//! A renew sends one keepalive for its etcd lease and **then** checks that the lock key still
+//! exists with the lease's token, owner and etcd lease (a resumed lease, which does not name its
+//! etcd lease, is checked before the keepalive too): a keepalive that succeeds for an etcd lease
+//! whose key was deleted or replaced is reported as
 //! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost), not as a renewal.
+//!
+//! [`LeaseStore::renew_many`] does the same for a whole batch in few requests: one keepalive per
+//! distinct etcd lease, then the batch's lock keys read back with range requests over their span
+//! (2,000 keys a page), each lease judged as a single renew would judge it. With
+//! [`LeaseSharing::PerTtl`] 10,000 leases of one TTL renew in about six requests.
 //!
 //! ## One etcd lease per grant, or one per TTL
 //! By default ([`LeaseSharing::PerGrant`]) each grant has its own etcd lease: per-key TTLs are
@@ -94,6 +100,7 @@ mod config;
 mod error;
 mod fenced;
 mod keys;
+mod renew;
 mod rpc;
 mod shared;
 mod store;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use lease_core::Result;
+use lease_core::{AcquireRequest, Result};
 use tokio::time::Instant;
 
 use crate::BACKEND;
@@ -37,6 +37,9 @@ pub(crate) struct Shared {
     refreshed: Mutex<HashMap<i64, Slot>>,
     /// Lock key -> its local expiry.
     held: Mutex<HashMap<Vec<u8>, Tracked>>,
+    /// TTL in seconds -> held while an etcd lease for that TTL is granted, so that concurrent
+    /// first acquires share one grant instead of each granting (and then keeping alive) its own.
+    granting: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
     /// Distinguishes the lock keys of one etcd lease.
     nonce: std::sync::atomic::AtomicU64,
 }
@@ -63,7 +66,7 @@ impl Shared {
 
     /// The etcd lease for a new grant of `ttl_secs`, kept alive from the returned instant on
     /// (the instant the keepalive or grant was sent), or `None` if there is none yet.
-    pub(crate) async fn lease_for(
+    async fn lease_for(
         &self,
         store: &EtcdLeaseStore,
         ttl_secs: i64,
@@ -79,8 +82,31 @@ impl Shared {
         }
     }
 
+    /// The etcd lease for a new grant of `ttl_secs`, and the instant from which it is kept
+    /// alive: the current one (see [`lease_for`](Shared::lease_for)), or a fresh grant. One
+    /// grant at a time per TTL: an acquire that finds none while another is granting waits for
+    /// that grant and uses it.
+    pub(crate) async fn lease_or_grant(
+        &self,
+        store: &EtcdLeaseStore,
+        req: &AcquireRequest,
+        ttl_secs: i64,
+    ) -> Result<(i64, Instant)> {
+        if let Some(current) = self.lease_for(store, ttl_secs).await? {
+            return Ok(current);
+        }
+        let gate = lock(&self.granting).entry(ttl_secs).or_default().clone();
+        let _granting = gate.lock().await;
+        if let Some(current) = self.lease_for(store, ttl_secs).await? {
+            return Ok(current);
+        }
+        let (id, sent) = store.grant_exactly(req, ttl_secs).await?;
+        self.adopt(ttl_secs, id, sent);
+        Ok((id, sent))
+    }
+
     /// Records a freshly granted etcd lease for `ttl_secs`.
-    pub(crate) fn adopt(&self, ttl_secs: i64, id: i64, sent: Instant) {
+    fn adopt(&self, ttl_secs: i64, id: i64, sent: Instant) {
         lock(&self.by_ttl).insert(ttl_secs, id);
         lock(&self.refreshed).insert(id, Arc::new(tokio::sync::Mutex::new(Some(sent))));
     }

@@ -1,5 +1,6 @@
 //! etcd-specific cases and the helpers they share.
 
+mod batch;
 pub(crate) mod cluster;
 mod failover;
 mod input;
@@ -82,8 +83,8 @@ pub(crate) fn config() -> EtcdConfig {
 }
 
 /// The etcd-specific cases for `sharing`: everything with one etcd lease per grant; with shared
-/// etcd leases the cases about renewal, waiting, interop and sharing itself (the failover cases
-/// do not depend on the mode).
+/// etcd leases the cases about renewal, batches, waiting, interop and sharing itself (the
+/// failover cases do not depend on the mode).
 pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
     if sharing == LeaseSharing::PerTtl {
         return vec![
@@ -105,6 +106,14 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
                 "etcd",
                 sharing::an_unrenewed_key_expires_although_its_etcd_lease_lives
             ),
+            case!(
+                "etcd",
+                batch::renew_many_reads_keys_back_in_few_range_requests
+            ),
+            case!(
+                "etcd",
+                batch::renew_many_reports_exactly_the_leases_that_were_lost
+            ),
         ];
     }
     vec![
@@ -117,6 +126,10 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
         case!(
             "etcd",
             renewal::watch_wakes_a_waiter_on_release_and_on_expiry
+        ),
+        case!(
+            "etcd",
+            batch::renew_many_reports_exactly_the_leases_that_were_lost
         ),
         case!("etcd", input::unreachable_endpoints_fail_fast_and_retryable),
         case!("etcd", input::malformed_endpoints_are_config_errors),
