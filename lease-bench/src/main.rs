@@ -58,7 +58,7 @@ impl Plan {
         Plan {
             smoke: false,
             throughput_for: Duration::from_secs(3),
-            throughput_rounds: 2,
+            throughput_rounds: 3,
             latency_samples: 500,
             rtt_samples: 50,
             takeover_reps: 5,
