@@ -383,10 +383,12 @@ pub(crate) async fn handoff_floor(
 /// periodic process of the store (etcd revokes expired leases on a fixed tick: a holder that
 /// always acquires just after the previous tick always expires just after a tick too).
 pub(crate) async fn random_phase(max: Duration) {
-    let seed = u64::from(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0));
+    let seed = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0),
+    );
     let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(1);
     // splitmix64 of the clock's nanoseconds: plenty for spreading a phase.
     let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);

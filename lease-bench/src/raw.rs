@@ -398,7 +398,11 @@ impl Raw for EtcdRaw {
         let expiry = sent + (received - sent) / 2 + granted_ttl;
         self.client
             .kv_client()
-            .put(k, "expiry-floor", Some(PutOptions::new().with_lease(granted.id())))
+            .put(
+                k,
+                "expiry-floor",
+                Some(PutOptions::new().with_lease(granted.id())),
+            )
             .await
             .map_err(s)?;
         let wait = granted_ttl * 3 + Duration::from_secs(5);
