@@ -375,3 +375,50 @@ async fn batched_renewals_coalesce_thousands_of_leases() {
         );
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn batched_renewals_acquired_over_a_whole_interval_settle_into_two_waves() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let cfg = SupervisorConfig::new(TTL).with_renewal_batching(Duration::from_millis(20));
+    let interval = cfg.renew_interval();
+    let drift = cfg.drift_margin();
+    let s = Supervisor::new(faulty.clone(), cfg);
+    let mut guards = Vec::new();
+    // 1,000 leases acquired over 90% of an interval: with the window alone they would renew
+    // in about 45 waves per interval, forever.
+    for i in 0..1000 {
+        if i % 10 == 0 {
+            sleep(interval * 9 / 1000).await;
+        }
+        let k = LeaseKey::new(format!("w{i}")).unwrap();
+        guards.push(s.acquire(&k).await.unwrap().guard().unwrap());
+    }
+    // Let every guard renew once, onto the grid.
+    sleep(interval * 2).await;
+    let before = faulty.calls(Operation::Renew);
+    let intervals = 10;
+    sleep(interval * intervals).await;
+    let calls = faulty.calls(Operation::Renew) - before;
+    assert!(
+        guards.iter().all(|g| g.health() == Health::Held),
+        "a batched lease was lost"
+    );
+    let per_interval = calls as f64 / f64::from(intervals);
+    assert!(
+        (1.0..=2.2).contains(&per_interval),
+        "{per_interval} renew round trips per interval for 1000 leases (expected two waves)"
+    );
+    // Every lease still renews at least once per interval: its store expiry keeps moving.
+    let renews_before = faulty.calls(Operation::Renew);
+    for g in &guards {
+        let l = g.lease();
+        assert!(
+            l.remaining() + drift + interval + Duration::from_millis(100) > TTL,
+            "{}: {:?} left",
+            g.key(),
+            l.remaining()
+        );
+    }
+    assert_eq!(faulty.calls(Operation::Renew), renews_before);
+}

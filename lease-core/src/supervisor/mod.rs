@@ -110,7 +110,11 @@ impl Supervisor {
 
     /// A supervisor over a shared store.
     pub fn from_arc(store: Arc<dyn LeaseStore>, config: SupervisorConfig) -> Self {
-        let renewer = batch::Renewer::new(store.clone(), config.renewal_batching());
+        let renewer = batch::Renewer::new(
+            store.clone(),
+            config.renewal_batching(),
+            config.renew_interval(),
+        );
         Supervisor {
             store,
             config,
@@ -637,9 +641,17 @@ async fn drive(
     };
     publish(&m);
     loop {
-        let Next::RenewAt { at, loss_deadline } = m.next(Instant::now()) else {
+        let now = Instant::now();
+        let Next::RenewAt { at, loss_deadline } = m.next(now) else {
             hook.ended(m.lease(), started.elapsed(), None);
             return ReleaseOutcome::NotHeld;
+        };
+        // Batched guards renew on the supervisor's shared grid (earlier, never later); retries
+        // after a failure keep their own timing.
+        let at = if m.health() == Health::Held {
+            renewer.align(at, now)
+        } else {
+            at
         };
         // Wait for the renewal time, the loss deadline, or a stop request.
         tokio::select! {
