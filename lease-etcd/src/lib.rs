@@ -74,8 +74,8 @@
 //!
 //! [`LeaseStore::renew_many`] does the same for a whole batch in few requests: one keepalive per
 //! distinct etcd lease, then the batch's lock keys read back with range requests over their span
-//! (2,000 keys a page), each lease judged as a single renew would judge it. With
-//! [`LeaseSharing::PerTtl`] 10,000 leases of one TTL renew in about six requests.
+//! (5,000 keys a page), each lease judged as a single renew would judge it. With
+//! [`LeaseSharing::PerTtl`] 10,000 leases of one TTL renew in about three requests.
 //!
 //! ## One etcd lease per grant, or one per TTL
 //! By default ([`LeaseSharing::PerGrant`]) each grant has its own etcd lease: per-key TTLs are

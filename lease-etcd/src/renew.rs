@@ -21,11 +21,11 @@ use crate::BACKEND;
 use crate::keys::{Handle, nonce_of, owner_of, parse_handle, secs};
 use crate::store::{BATCH_CONCURRENCY, EtcdLeaseStore};
 
-/// How many keys one range request of a batched renewal returns at most. A lock key is at most
-/// about 230 bytes of name and 140 of value (ours: the owner id; `etcdctl lock`'s: empty), so a
-/// page stays below a megabyte, far from gRPC's 4 MiB response limit; 10,000 leases are read
-/// back in five requests.
-pub(crate) const RANGE_PAGE: i64 = 2_000;
+/// How many keys one range request of a batched renewal returns at most: the supervisor's
+/// largest batch. A lock key is at most about 230 bytes of name, 140 of value (ours: the owner
+/// id; `etcdctl lock`'s: empty) and 40 of revisions and lease, so a page stays near 2 MB, below
+/// gRPC's 4 MiB response limit; 10,000 leases are read back in two requests.
+pub(crate) const RANGE_PAGE: i64 = 5_000;
 
 /// One lease of a batch that names its etcd lease in its handle, and its lock key.
 struct Handled<'a> {

@@ -340,8 +340,8 @@ impl LeaseStore for EtcdLeaseStore {
 
     /// Renews the batch with one keepalive per distinct etcd lease (at most 64 in flight; with
     /// [`LeaseSharing::PerTtl`] that is about one per TTL in use), then reads all lock keys back
-    /// with range requests over the span of the batch's keys, 2,000 keys a page: 10,000 leases
-    /// on one shared etcd lease cost about six requests. Leases without a handle (resumed) are
+    /// with range requests over the span of the batch's keys, 5,000 keys a page: 10,000 leases
+    /// on one shared etcd lease cost about three requests. Leases without a handle (resumed) are
     /// renewed one by one, as by [`renew`](LeaseStore::renew).
     ///
     /// # Cancellation safety
