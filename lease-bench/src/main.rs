@@ -34,16 +34,19 @@ use crate::measure::legal_ttl;
 use crate::raw::Raw;
 use crate::report::{BackendRun, Report};
 
-/// Every backend, in report order.
-const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
+/// Every backend, in run and report order: the in-process SQLite before etcd and Kubernetes,
+/// whose servers keep working for a while after their phase (expiring and deleting the renewal
+/// load's 10,000 keys, tearing down watches) on the same two cores.
+const BACKENDS: [&str; 5] = ["postgres", "redis", "sqlite", "etcd", "k8s"];
 
 /// How much to measure.
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     smoke: bool,
     throughput_for: Duration,
-    throughput_rounds: usize,
+    throughput_block: Duration,
     latency_samples: usize,
+    latency_rounds: usize,
     rtt_samples: usize,
     takeover_reps: usize,
     handoff_reps: usize,
@@ -57,11 +60,12 @@ impl Plan {
     fn full() -> Self {
         Plan {
             smoke: false,
-            throughput_for: Duration::from_secs(3),
-            throughput_rounds: 3,
-            latency_samples: 500,
+            throughput_for: Duration::from_secs(16),
+            throughput_block: Duration::from_millis(200),
+            latency_samples: 8000,
+            latency_rounds: 1,
             rtt_samples: 50,
-            takeover_reps: 5,
+            takeover_reps: 9,
             handoff_reps: 5,
             renewal_leases: 10_000,
             renewal_leases_k8s: 200,
@@ -73,9 +77,10 @@ impl Plan {
     fn smoke() -> Self {
         Plan {
             smoke: true,
-            throughput_for: Duration::from_millis(200),
-            throughput_rounds: 1,
+            throughput_for: Duration::from_millis(400),
+            throughput_block: Duration::from_millis(100),
             latency_samples: 10,
+            latency_rounds: 1,
             rtt_samples: 5,
             takeover_reps: 1,
             handoff_reps: 1,
@@ -100,7 +105,7 @@ enum Cleanup {
     None,
     Postgres(sqlx::PgPool),
     Redis(lease_redis::RedisLeaseStore),
-    File(PathBuf),
+    Files(Vec<PathBuf>),
     Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
 }
 
@@ -119,12 +124,13 @@ async fn connect(name: &str) -> Result<Target, String> {
                 "LEASE_POSTGRES_URL",
                 "postgres://postgres@127.0.0.1:5432/test",
             );
-            let store = lease_postgres::PostgresLeaseStore::connect(
+            // Lazily, then migrate: a fresh database has no lease table yet.
+            let store = lease_postgres::PostgresLeaseStore::connect_lazy(
                 &url,
                 lease_postgres::PostgresOptions::default(),
             )
-            .await
             .map_err(e)?;
+            store.migrate().await.map_err(e)?;
             let raw = raw::PgRaw(store.pool().clone());
             let version = raw.version().await?;
             let pool = store.pool().clone();
@@ -139,13 +145,14 @@ async fn connect(name: &str) -> Result<Target, String> {
         }
         "redis" => {
             let url = env_or("LEASE_REDIS_URL", "redis://127.0.0.1:6379");
+            let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
             let store = lease_redis::RedisLeaseStore::builder(url)
                 .prefix("bench")
                 .connect_timeout(Duration::from_secs(3))
                 .connect()
                 .await
                 .map_err(e)?;
-            let raw = raw::RedisRaw::new(&store);
+            let raw = raw::RedisRaw::new(&store, client);
             let version = raw.version().await?;
             let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
             Ok(Target {
@@ -228,7 +235,18 @@ async fn connect(name: &str) -> Result<Target, String> {
             let store = lease_sqlite::SqliteLeaseStore::open(&path)
                 .await
                 .map_err(e)?;
-            let raw = raw::SqliteRaw::open(&path).await?;
+            // The raw side writes its own file with the same settings: on one shared file the
+            // WAL's automatic checkpoints (one every 1,000 pages, run by whichever commit
+            // crosses the mark) fell, in step with the alternation, on one side's acquires
+            // more than on the other's, and decided its p99. Each side now pays for its own.
+            let raw_path = path.with_extension("raw.db");
+            // Opening a store creates the schema the raw side writes to.
+            drop(
+                lease_sqlite::SqliteLeaseStore::open(&raw_path)
+                    .await
+                    .map_err(e)?,
+            );
+            let raw = raw::SqliteRaw::open(&raw_path).await?;
             let version = raw.version().await?;
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
@@ -236,7 +254,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Some(Arc::new(raw)),
                 version,
-                cleanup: Cleanup::File(path),
+                cleanup: Cleanup::Files(vec![path, raw_path]),
             })
         }
         other => Err(format!("unknown backend {other}")),
@@ -290,11 +308,13 @@ async fn cleanup(c: Cleanup, ns: &str) {
                 }
             }
         }
-        Cleanup::File(path) => {
-            for suffix in ["", "-wal", "-shm"] {
-                let mut p = path.clone().into_os_string();
-                p.push(suffix);
-                let _ = std::fs::remove_file(p);
+        Cleanup::Files(paths) => {
+            for path in paths {
+                for suffix in ["", "-wal", "-shm"] {
+                    let mut p = path.clone().into_os_string();
+                    p.push(suffix);
+                    let _ = std::fs::remove_file(p);
+                }
             }
         }
     }
@@ -326,66 +346,76 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
 
     // 1. throughput
     for clients in [1usize, 8] {
-        let mut lib: Result<f64, String> = Err("not run".into());
-        let mut rawr: Option<Result<f64, String>> = raw.map(|_| Err("not run".into()));
         // Warm-up (connections, prepared statements, script cache), not counted.
-        let warm = plan.throughput_for / 3;
-        if let Some(r) = raw {
-            let _ = measure::throughput_raw(r, &caps, &format!("{ns}-{clients}rw"), clients, warm)
-                .await;
-        }
-        let _ = measure::throughput_lib(&store, &format!("{ns}-{clients}lw"), clients, warm).await;
-        for round in 0..plan.throughput_rounds {
-            // Alternate which side goes first, so that neither always runs after the other.
-            for side in [round % 2, 1 - round % 2] {
-                if side == 0 {
-                    if let Some(r) = raw {
-                        let ns_r = format!("{ns}-{clients}r{round}");
-                        let v =
-                            measure::throughput_raw(r, &caps, &ns_r, clients, plan.throughput_for)
-                                .await;
-                        rawr = Some(best(rawr.unwrap_or(Err("not run".into())), v));
+        let warm = plan.throughput_for / 6;
+        let _warm = measure::throughput_interleaved(
+            &store,
+            raw,
+            &format!("{ns}-{clients}w"),
+            clients,
+            warm,
+            plan.throughput_block,
+        )
+        .await;
+        let (lib, rawr, aa) = measure::throughput_interleaved(
+            &store,
+            raw,
+            &format!("{ns}-{clients}m"),
+            clients,
+            plan.throughput_for,
+            plan.throughput_block,
+        )
+        .await;
+        eprintln!("[{name}] throughput {clients} clients: lib {lib:?} raw {rawr:?} A/A {aa:?}");
+        run.throughput.push((clients, lib, rawr, aa));
+    }
+
+    // 2. latency: the library and the raw protocol alternately, one sample each (which side
+    // goes first alternates too), so that a burst of load on the machine hits both alike; in
+    // `latency_rounds` consecutive rounds of equal size.
+    let rounds = plan.latency_rounds.max(1);
+    let total = plan.latency_samples / rounds * rounds;
+    let mut lat_lib: Result<Vec<Duration>, String> = Ok(Vec::new());
+    let mut lat_raw: Option<Result<Vec<Duration>, String>> = raw.map(|_| Ok(Vec::new()));
+    for i in 0..total {
+        for side in [i % 2, 1 - i % 2] {
+            if side == 0 {
+                if let (Some(r), Some(Ok(acc))) = (raw, lat_raw.as_mut()) {
+                    match measure::latency_raw(r, &caps, &ns, 1).await {
+                        Ok(v) => acc.extend(v),
+                        Err(e) => lat_raw = Some(Err(e)),
                     }
-                } else {
-                    let ns_l = format!("{ns}-{clients}l{round}");
-                    let v =
-                        measure::throughput_lib(&store, &ns_l, clients, plan.throughput_for).await;
-                    lib = best(lib, v);
+                }
+            } else if let Ok(acc) = lat_lib.as_mut() {
+                match measure::latency_lib(&store, &ns, 1).await {
+                    Ok(v) => acc.extend(v),
+                    Err(e) => lat_lib = Err(e),
                 }
             }
         }
-        eprintln!("[{name}] throughput {clients} clients: lib {lib:?} raw {rawr:?}");
-        run.throughput.push((clients, lib, rawr));
     }
-
-    // 2. latency
-    if let Some(r) = raw {
-        run.latency_raw = Some(measure::latency_raw(r, &caps, &ns, plan.latency_samples).await);
-    }
-    run.latency_lib = measure::latency_lib(&store, &ns, plan.latency_samples).await;
+    run.latency_raw = lat_raw;
+    run.latency_lib = lat_lib;
+    run.latency_rounds = rounds;
     eprintln!("[{name}] latency done");
 
     // 3. takeover
     let ttl = legal_ttl(&caps, Duration::from_secs(1));
     run.takeover_ttl = ttl;
-    if let Some(r) = raw {
-        for rep in 0..plan.takeover_reps {
-            measure::random_phase(Duration::from_millis(500)).await;
-            let k = lease_core::LeaseKey::new(format!("{ns}-ef{rep}")).expect("legal key");
-            match r.expiry_delay(&k, ttl).await {
-                Ok(Some(ms)) => run.expiry_floor.push(Ok(ms)),
-                Ok(None) => break,
-                Err(e) => run.expiry_floor.push(Err(e)),
-            }
-        }
-    }
     for rep in 0..plan.takeover_reps {
         if caps.watch {
-            run.takeover_watch
-                .push(measure::takeover(&store, &ns, rep, true, ttl).await);
+            // Paired with the raw protocol's own expiry delay where the store reports one.
+            let (t, own) = measure::takeover(&store, &ns, rep, true, ttl, raw).await;
+            run.takeover_watch.push(t);
+            if let Some(own) = own {
+                run.expiry_floor.push(own);
+            }
         }
-        run.takeover_poll
-            .push(measure::takeover(&store, &ns, rep, false, ttl).await);
+        run.takeover_poll.push(
+            measure::takeover(&store, &ns, rep, false, ttl, None)
+                .await
+                .0,
+        );
     }
     eprintln!(
         "[{name}] takeover watch {:?} poll {:?} store expiry delay {:?}",
@@ -396,6 +426,8 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     if let Some(r) = raw {
         run.handoff_floor =
             Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
+        run.handoff_notified =
+            Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
     }
     for rep in 0..plan.handoff_reps {
         if caps.watch {
@@ -431,15 +463,6 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     eprintln!("[{name}] renewal {:?}", run.renewal);
     cleanup(target.cleanup, &ns).await;
     run
-}
-
-fn best(a: Result<f64, String>, b: Result<f64, String>) -> Result<f64, String> {
-    match (a, b) {
-        (Ok(x), Ok(y)) => Ok(x.max(y)),
-        (Err(e), _) | (_, Err(e)) if !e.starts_with("not run") => Err(e),
-        (Ok(x), Err(_)) | (Err(_), Ok(x)) => Ok(x),
-        (Err(e), Err(_)) => Err(e),
-    }
 }
 
 struct Args {
@@ -510,7 +533,11 @@ fn main() {
     let machine = sys::machine();
     let runs = rt.block_on(async {
         let mut runs = Vec::new();
-        for name in &args.backends {
+        for (i, name) in args.backends.iter().enumerate() {
+            if i > 0 && !args.plan.smoke {
+                // Let the previous backend's server finish the work its phase left behind.
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
             runs.push(run_backend(name, args.plan).await);
         }
         runs
@@ -523,6 +550,8 @@ fn main() {
         finished: jiff::Timestamp::now(),
         smoke: args.plan.smoke,
         optimized: !cfg!(debug_assertions),
+        throughput_for: args.plan.throughput_for,
+        throughput_block: args.plan.throughput_block,
     };
     println!("{}", report.summary());
     if let Some(dir) = args.out.parent() {

@@ -1,7 +1,6 @@
 //! The five measurements, over any [`LeaseStore`] (library side) and a [`Raw`] protocol.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -96,72 +95,114 @@ impl LeaseStore for Wrapped {
 
 // ---- 1. throughput -------------------------------------------------------------------------
 
-/// Acquire+release pairs per second through the library, `clients` tasks on their own keys.
-pub(crate) async fn throughput_lib(
+/// Acquire+release pairs per second through the library and through the raw protocol, measured
+/// together: `clients` tasks switch between the two sides every `block` (all at the same
+/// moments, so that all clients run the same side at once, as in a run of its own), each on
+/// its own keys. Every task times each of its pairs and adds it to the side it ran on; a side's
+/// rate is the sum over the clients of pairs done / time spent on that side. Slow drifts of a
+/// shared machine (another process's burst, a background compaction of the store) then fall on
+/// both sides alike, which consecutive runs of each side cannot promise. Without a raw
+/// protocol the library runs the whole time.
+pub(crate) async fn throughput_interleaved(
     store: &Arc<dyn LeaseStore>,
+    raw: Option<&Arc<dyn Raw>>,
     ns: &str,
     clients: usize,
     run_for: Duration,
-) -> std::result::Result<f64, Failure> {
+    block: Duration,
+) -> (
+    std::result::Result<f64, Failure>,
+    Option<std::result::Result<f64, Failure>>,
+    Option<f64>,
+) {
     let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
-    let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let deadline = start + run_for;
+    let block_ns = block.as_nanos().max(1);
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (store, done) = (store.clone(), done.clone());
+        let store = store.clone();
+        let raw = raw.cloned();
         let req = AcquireRequest::new(key(ns, &format!("tl{c}")), OwnerId::random(), ttl);
+        let raw_key = key(ns, &format!("tr{c}"));
+        let raw_owner = OwnerId::random().to_string();
         tasks.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                let lease = match store.acquire(&req).await.map_err(|e| e.to_string())? {
-                    AcquireOutcome::Acquired(l) => l,
-                    AcquireOutcome::Held(h) => return Err(format!("held by {}", h.owner)),
+            // [library, raw A, raw B]: (pairs, time)
+            let mut sides = [(0u64, Duration::ZERO); 3];
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                let block_no = (now - start).as_nanos() / block_ns;
+                let raw_turn = raw.is_some() && block_no.is_multiple_of(2);
+                // Raw blocks alternate between two halves, A and B, whose ratio (A/A) shows
+                // how far two measurements of the same protocol differ in this run.
+                let half = if (block_no / 2).is_multiple_of(2) {
+                    1
+                } else {
+                    2
                 };
-                let _ = store.release(&lease).await.map_err(|e| e.to_string())?;
-                done.fetch_add(1, Ordering::Relaxed);
+                if let (true, Some(raw)) = (raw_turn, raw.as_ref()) {
+                    let g = raw
+                        .acquire(&raw_key, &raw_owner, ttl)
+                        .await
+                        .map_err(|e| (1, e))?
+                        .ok_or_else(|| (1, format!("raw acquire of {raw_key} refused")))?;
+                    raw.release(&g).await.map_err(|e| (1, e))?;
+                    sides[half].0 += 1;
+                    sides[half].1 += now.elapsed();
+                } else {
+                    let lease = match store.acquire(&req).await.map_err(|e| (0, e.to_string()))? {
+                        AcquireOutcome::Acquired(l) => l,
+                        AcquireOutcome::Held(h) => {
+                            return Err((0, format!("held by {}", h.owner)));
+                        }
+                    };
+                    let _ = store
+                        .release(&lease)
+                        .await
+                        .map_err(|e| (0, e.to_string()))?;
+                    sides[0].0 += 1;
+                    sides[0].1 += now.elapsed();
+                }
             }
-            Ok::<(), Failure>(())
+            Ok::<_, (usize, Failure)>(sides)
         }));
     }
+    let mut rates = [Ok(0.0), Ok(0.0)];
+    // Σ over the clients of the halves' rates; `None` once a client did not run both halves.
+    let mut halves = Some((0.0, 0.0));
     for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
-    }
-    Ok(rate(done.load(Ordering::Relaxed), start.elapsed()))
-}
-
-/// Acquire+release pairs per second through the raw protocol.
-pub(crate) async fn throughput_raw(
-    raw: &Arc<dyn Raw>,
-    caps: &Capabilities,
-    ns: &str,
-    clients: usize,
-    run_for: Duration,
-) -> std::result::Result<f64, Failure> {
-    let ttl = legal_ttl(caps, Duration::from_secs(10));
-    let done = Arc::new(AtomicU64::new(0));
-    let start = Instant::now();
-    let deadline = start + run_for;
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let (raw, done) = (raw.clone(), done.clone());
-        let k = key(ns, &format!("tr{c}"));
-        let owner = OwnerId::random().to_string();
-        tasks.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
-                let g = raw
-                    .acquire(&k, &owner, ttl)
-                    .await?
-                    .ok_or_else(|| format!("raw acquire of {k} refused"))?;
-                raw.release(&g).await?;
-                done.fetch_add(1, Ordering::Relaxed);
+        match t.await {
+            Ok(Ok([l, a, b])) => {
+                let raw_all = (a.0 + b.0, a.1 + b.1);
+                for (r, (n, d)) in rates.iter_mut().zip([l, raw_all]) {
+                    if let (Ok(r), true) = (r, n > 0) {
+                        *r += rate(n, d);
+                    }
+                }
+                halves = match halves {
+                    Some((x, y)) if a.0 > 0 && b.0 > 0 => {
+                        Some((x + rate(a.0, a.1), y + rate(b.0, b.1)))
+                    }
+                    _ => None,
+                };
             }
-            Ok::<(), Failure>(())
-        }));
+            Ok(Err((side, e))) => {
+                // The other side's figure lost this client's share: no figure either.
+                rates[1 - side] = Err(format!("the other side failed: {e}"));
+                rates[side] = Err(e);
+            }
+            Err(e) => rates = [Err(e.to_string()), Err(e.to_string())],
+        }
     }
-    for t in tasks {
-        t.await.map_err(|e| e.to_string())??;
-    }
-    Ok(rate(done.load(Ordering::Relaxed), start.elapsed()))
+    let [lib, rawr] = rates;
+    let aa = halves
+        .filter(|(_, b)| *b > 0.0)
+        .map(|(a, b)| a / b)
+        .filter(|_| raw.is_some());
+    (lib, raw.map(|_| rawr), aa)
 }
 
 fn rate(n: u64, d: Duration) -> f64 {
@@ -225,6 +266,18 @@ pub(crate) fn quantile_ms(v: &[Duration], q: f64) -> f64 {
     v[idx].as_secs_f64() * 1000.0
 }
 
+/// The `q` quantile of `v` taken as `rounds` consecutive equal rounds: the best (lowest) of the
+/// rounds' quantiles, in milliseconds, as throughput takes the best of its rounds.
+pub(crate) fn best_quantile_ms(v: &[Duration], rounds: usize, q: f64) -> f64 {
+    let per = v.len() / rounds.max(1);
+    if per == 0 {
+        return quantile_ms(v, q);
+    }
+    v.chunks_exact(per)
+        .map(|c| quantile_ms(c, q))
+        .fold(f64::INFINITY, f64::min)
+}
+
 // ---- RTT -----------------------------------------------------------------------------------
 
 /// The median of `n` pings (raw), or of `n` inspects of a free key (library, when no raw).
@@ -260,8 +313,13 @@ pub(crate) async fn takeover(
     rep: usize,
     watch: bool,
     ttl: Duration,
-) -> std::result::Result<f64, Failure> {
+    floor: Option<&Arc<dyn Raw>>,
+) -> (
+    std::result::Result<f64, Failure>,
+    Option<std::result::Result<f64, Failure>>,
+) {
     let k = key(ns, &format!("to{rep}{}", if watch { "w" } else { "p" }));
+    let floor_key = key(ns, &format!("to{rep}f"));
     let waiter_store: Arc<dyn LeaseStore> = if watch {
         store.clone()
     } else {
@@ -272,24 +330,35 @@ pub(crate) async fn takeover(
         SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
     );
     random_phase(Duration::from_millis(500)).await;
-    let sent = Instant::now();
-    let holder = store
-        .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
-        .await
-        .map_err(|e| e.to_string())?
-        .lease()
-        .ok_or("takeover key held")?;
-    let received = Instant::now();
-    // The holder "dies": it neither renews nor releases.
-    drop(holder);
-    let expiry = sent + (received - sent) / 2 + ttl;
-    let guard = match sup.acquire(&k).await.map_err(|e| e.to_string())? {
-        Acquisition::Acquired(g) => g,
-        other => return Err(format!("the waiter did not take over: {other:?}")),
+    let take = async {
+        let sent = Instant::now();
+        let holder = store
+            .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
+            .await
+            .map_err(|e| e.to_string())?
+            .lease()
+            .ok_or("takeover key held")?;
+        let received = Instant::now();
+        // The holder "dies": it neither renews nor releases.
+        drop(holder);
+        let expiry = sent + (received - sent) / 2 + ttl;
+        let guard = match sup.acquire(&k).await.map_err(|e| e.to_string())? {
+            Acquisition::Acquired(g) => g,
+            other => return Err(format!("the waiter did not take over: {other:?}")),
+        };
+        let granted = Instant::now();
+        let _ = guard.release().await;
+        Ok(signed_ms(granted, expiry))
     };
-    let granted = Instant::now();
-    let _ = guard.release().await;
-    Ok(signed_ms(granted, expiry))
+    // The store's own expiry delay, for a raw key granted at the same moment with the same
+    // TTL, so that both expire in the same pass of the store's expiry process.
+    let own = async {
+        match floor {
+            Some(raw) => raw.expiry_delay(&floor_key, ttl).await.transpose(),
+            None => None,
+        }
+    };
+    tokio::join!(take, own)
 }
 
 fn signed_ms(later: Instant, earlier: Instant) -> f64 {
@@ -377,6 +446,59 @@ pub(crate) async fn handoff_floor(
         raw.release(&next).await?;
     }
     Ok(out)
+}
+
+/// The raw protocol's handoff with its own notification: a raw waiter subscribed through the
+/// store's mechanism ([`Raw::subscribe`]) tries a raw acquire on every hint; figure: from the
+/// start of the raw release to the waiter's grant, one per repetition. `None` where the store
+/// has no notification.
+pub(crate) async fn handoff_notified(
+    raw: &Arc<dyn Raw>,
+    caps: &Capabilities,
+    ns: &str,
+    reps: usize,
+) -> std::result::Result<Option<Vec<Duration>>, Failure> {
+    let ttl = legal_ttl(caps, Duration::from_secs(10));
+    let k = key(ns, "hn");
+    let Some(mut hints) = raw.subscribe(&k).await? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let first = raw
+            .acquire(&k, &OwnerId::random().to_string(), ttl)
+            .await?
+            .ok_or("raw notified-handoff key held")?;
+        let (waiter_raw, waiter_key) = (raw.clone(), k.clone());
+        let waiter = tokio::spawn(async move {
+            let deadline = Instant::now() + ttl * 2;
+            let owner = OwnerId::random().to_string();
+            let granted = loop {
+                match tokio::time::timeout_at(deadline, hints.recv()).await {
+                    Err(_) => break Err("no notification let the raw waiter in".to_string()),
+                    Ok(None) => break Err("the subscription ended".to_string()),
+                    Ok(Some(())) => {}
+                }
+                match waiter_raw.acquire(&waiter_key, &owner, ttl).await {
+                    Ok(Some(g)) => break Ok((Instant::now(), g)),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
+                }
+            };
+            (hints, granted)
+        });
+        // As in `handoff`: the waiter settles (hints of the first acquire are spent on failed
+        // attempts) before the release.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let t0 = Instant::now();
+        raw.release(&first).await?;
+        let (back, granted) = waiter.await.map_err(|e| e.to_string())?;
+        hints = back;
+        let (at, next) = granted?;
+        out.push(at.duration_since(t0));
+        raw.release(&next).await?;
+    }
+    Ok(Some(out))
 }
 
 /// A pause of a pseudo-random length in `0..max`, so that repetitions do not lock onto a

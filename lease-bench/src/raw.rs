@@ -5,13 +5,18 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp};
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType,
+    WatchOptions,
+};
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, PostParams, WatchEvent, WatchParams};
 use lease_core::LeaseKey;
 use lease_k8s::{TOKEN_ANNOTATION, TOKEN_HOLDER_ANNOTATION};
 use sqlx::Row;
+use tokio::sync::mpsc;
 
 /// One grant made through a raw protocol.
 #[derive(Debug, Clone)]
@@ -53,11 +58,44 @@ pub(crate) trait Raw: Send + Sync {
         Ok(None)
     }
     /// The number of requests the server has handled so far, counted by the server itself
-    /// (etcd's gRPC metrics, Redis's `total_commands_processed`); `None` where it has no such
+    /// (etcd's gRPC metrics, Redis's `INFO commandstats`); `None` where it has no such
     /// counter. Deltas of it count round trips independently of the client.
+    /// Release notifications for `key` through the store's own mechanism (PostgreSQL `NOTIFY`,
+    /// the Redis release channel, an etcd watch, a Kubernetes watch, SQLite's in-process wake),
+    /// one `()` per event, subscribed before it returns; `None` where the store has none. A hint
+    /// may be spurious: a waiter tries to acquire and keeps waiting while the key is held.
+    async fn subscribe(&self, _key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        Ok(None)
+    }
     async fn server_requests(&self) -> R<Option<u64>> {
         Ok(None)
     }
+}
+
+/// Forwards each item of a notification stream as one hint until the stream ends or the
+/// receiver is dropped.
+fn forward<S>(stream: S) -> mpsc::Receiver<()>
+where
+    S: futures::Stream<Item = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(256);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                item = stream.next() => match item {
+                    Some(()) => {
+                        if tx.send(()).await.is_err() {
+                            return;
+                        }
+                    }
+                    None => return,
+                },
+            }
+        }
+    });
+    rx
 }
 
 fn ttl_ms(ttl: Duration) -> i64 {
@@ -83,6 +121,9 @@ const PG_RELEASE: &str = "WITH r AS (UPDATE \"public\".\"leases\" SET lease_unti
      WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
        AND lease_until > clock_timestamp() RETURNING resource_key) \
      SELECT pg_notify('lease:public.leases', r.resource_key) FROM r";
+
+/// The channel the release notifies, with the key as the payload.
+const PG_CHANNEL: &str = "lease:public.leases";
 
 /// PostgreSQL over the library store's own pool.
 pub(crate) struct PgRaw(pub(crate) sqlx::PgPool);
@@ -123,6 +164,23 @@ impl Raw for PgRaw {
     async fn ping(&self) -> R<()> {
         sqlx::query("SELECT 1").execute(&self.0).await.map_err(s)?;
         Ok(())
+    }
+    async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        // A listener on its own connection, as the library's (lease-postgres/src/notify.rs).
+        let own = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*self.0.connect_options()).clone());
+        let mut listener = sqlx::postgres::PgListener::connect_with(&own)
+            .await
+            .map_err(s)?;
+        listener.listen(PG_CHANNEL).await.map_err(s)?;
+        let want = key.as_str().to_string();
+        let stream = futures::stream::unfold(listener, |mut l| async move {
+            let n = l.recv().await.ok()?;
+            Some((n.payload().to_string(), l))
+        })
+        .filter_map(move |payload| std::future::ready((payload == want).then_some(())));
+        Ok(Some(forward(stream)))
     }
     async fn version(&self) -> R<String> {
         sqlx::query_scalar::<_, String>("SHOW server_version")
@@ -168,15 +226,18 @@ return 0
 /// Redis over the library store's connection manager and key layout.
 pub(crate) struct RedisRaw {
     pub(crate) con: redis::aio::ConnectionManager,
+    /// For the pub/sub connection of [`Raw::subscribe`].
+    pub(crate) client: redis::Client,
     pub(crate) layout: lease_redis::KeyLayout,
     acquire: redis::Script,
     release: redis::Script,
 }
 
 impl RedisRaw {
-    pub(crate) fn new(store: &lease_redis::RedisLeaseStore) -> Self {
+    pub(crate) fn new(store: &lease_redis::RedisLeaseStore, client: redis::Client) -> Self {
         RedisRaw {
             con: store.connection(),
+            client,
             layout: store.layout().clone(),
             acquire: redis::Script::new(REDIS_ACQUIRE),
             release: redis::Script::new(REDIS_RELEASE),
@@ -244,18 +305,60 @@ impl Raw for RedisRaw {
                 |v| format!("Redis {}", v.trim()),
             ))
     }
+    async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        // The release script publishes on the key's release channel (lease-redis/src/watch.rs).
+        let mut pubsub = self.client.get_async_pubsub().await.map_err(s)?;
+        pubsub
+            .subscribe(self.layout.released_channel(key))
+            .await
+            .map_err(s)?;
+        Ok(Some(forward(pubsub.into_on_message().map(|_| ()))))
+    }
     async fn server_requests(&self) -> R<Option<u64>> {
         let mut con = self.con.clone();
         let info: String = redis::cmd("INFO")
-            .arg("stats")
+            .arg("commandstats")
             .query_async(&mut con)
             .await
             .map_err(s)?;
-        Ok(info
-            .lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|v| v.trim().parse().ok()))
+        Ok(Some(redis_client_requests(&info, &script_commands())))
     }
+}
+
+/// The commands the store's Lua scripts run, read off `lease-redis/src/scripts.rs`
+/// (`redis.call('X', ...)`), lower-case.
+fn script_commands() -> Vec<String> {
+    const SCRIPTS: &str = include_str!("../../lease-redis/src/scripts.rs");
+    let mut out: Vec<String> = SCRIPTS
+        .split("redis.call('")
+        .skip(1)
+        .filter_map(|rest| rest.split('\'').next())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Requests clients sent, from `INFO commandstats`: every command's calls except those of the
+/// commands the store's scripts run (Redis counts a command a script runs like one a client
+/// sent, in `total_commands_processed` as in its `cmdstat_*`) and of `INFO` itself. Script
+/// invocations (`EVALSHA`, `EVAL`) are counted, one per batch.
+fn redis_client_requests(info: &str, script_commands: &[String]) -> u64 {
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let calls = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse::<u64>()
+                .ok()?;
+            Some((name.to_ascii_lowercase(), calls))
+        })
+        .filter(|(name, _)| name != "info" && !script_commands.iter().any(|c| c == name))
+        .map(|(_, calls)| calls)
+        .sum()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -372,6 +475,31 @@ impl Raw for EtcdRaw {
         let st = self.client.maintenance_client().status().await.map_err(s)?;
         Ok(format!("etcd {}", st.version()))
     }
+    async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        // The library's watch (lease-etcd/src/store.rs): deletions under the key's lock prefix,
+        // confirmed by the server before any release is issued.
+        let prefix = format!("{}/", self.config.lock_name(key));
+        let opts = WatchOptions::new()
+            .with_prefix()
+            .with_filters([WatchFilterType::NoPut]);
+        let mut wc = self.client.watch_client();
+        let mut stream = wc.watch(prefix, Some(opts)).await.map_err(s)?;
+        match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
+            Ok(Ok(Some(r))) if r.created() => {}
+            _ => return Err("etcd did not confirm the watch".into()),
+        }
+        let hints = futures::stream::unfold(stream, |mut stream| async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(r)) if !r.events().is_empty() => return Some(((), stream)),
+                    Ok(Some(r)) if r.canceled() => return None,
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return None,
+                }
+            }
+        });
+        Ok(Some(forward(hints)))
+    }
     async fn expiry_delay(&self, key: &LeaseKey, ttl: Duration) -> R<Option<f64>> {
         let k = format!("{}/expiry-floor", self.config.lock_name(key));
         let mut wc = self.client.watch_client();
@@ -442,6 +570,8 @@ const NOW_MS: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
 /// SQLite on its own pool with the library's settings.
 pub(crate) struct SqliteRaw {
     pool: sqlx::SqlitePool,
+    /// In-process waiters woken after a release commits, as the library's store wakes its own.
+    waiters: std::sync::Mutex<Vec<(String, mpsc::Sender<()>)>>,
     acquire_read: String,
     release: String,
 }
@@ -465,6 +595,7 @@ impl SqliteRaw {
             .map_err(s)?;
         Ok(SqliteRaw {
             pool,
+            waiters: std::sync::Mutex::new(Vec::new()),
             acquire_read: format!(
                 "SELECT {NOW_MS}, (SELECT last_token FROM lease_generation WHERE key = ?1), \
                  h.owner, h.token, h.ttl_ms, h.expires_ms FROM (SELECT 1) LEFT JOIN lease_holder h ON h.key = ?1"
@@ -546,7 +677,25 @@ impl Raw for SqliteRaw {
             .execute(&self.pool)
             .await
             .map_err(s)?;
+        let mut waiters = self
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        waiters.retain(|(_, tx)| !tx.is_closed());
+        for (key, tx) in waiters.iter() {
+            if key == g.key.as_str() {
+                let _ = tx.try_send(());
+            }
+        }
         Ok(())
+    }
+    async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        let (tx, rx) = mpsc::channel(256);
+        self.waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((key.as_str().to_string(), tx));
+        Ok(Some(rx))
     }
     async fn ping(&self) -> R<()> {
         sqlx::query("SELECT 1")
@@ -688,7 +837,76 @@ impl Raw for KubeRaw {
             .map_err(s)?;
         Ok(())
     }
+    async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
+        // The library's watch (lease-k8s/src/watch.rs): every event of the one Lease, from the
+        // object's current resourceVersion; the request is open before this returns.
+        let name = self.store.object_name(key);
+        let rv = match self.api.get_opt(&name).await.map_err(s)? {
+            Some(o) => o.metadata.resource_version.unwrap_or_else(|| "0".into()),
+            None => "0".into(),
+        };
+        let params = WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(290);
+        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
+        let (tx, rx) = mpsc::channel(256);
+        let api = self.api.clone();
+        tokio::spawn(async move {
+            let stream = match api.watch(&params, &rv).await {
+                Ok(stream) => {
+                    let _ = opened_tx.send(Ok(()));
+                    stream
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(s(e)));
+                    return;
+                }
+            };
+            let mut stream = std::pin::pin!(stream);
+            loop {
+                let event = tokio::select! {
+                    () = tx.closed() => return,
+                    e = stream.next() => e,
+                };
+                match event {
+                    Some(Ok(
+                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
+                    )) => {
+                        if tx.send(()).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => return,
+                }
+            }
+        });
+        match tokio::time::timeout(Duration::from_secs(5), opened_rx).await {
+            Ok(Ok(Ok(()))) => Ok(Some(rx)),
+            Ok(Ok(Err(e))) => Err(e),
+            _ => Err("the Kubernetes watch did not open".into()),
+        }
+    }
     async fn version(&self) -> R<String> {
         Ok(String::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_requests_leave_out_commands_scripts_run() {
+        let cmds = script_commands();
+        assert!(cmds.iter().any(|c| c == "pexpire"), "{cmds:?}");
+        assert!(cmds.iter().any(|c| c == "hmget"), "{cmds:?}");
+        let info = "# Commandstats\r\n\
+                    cmdstat_evalsha:calls=3,usec=9,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_pexpire:calls=30000,usec=9,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_hmget:calls=30000,usec=9,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_info:calls=2,usec=9,usec_per_call=4.50,rejected_calls=0,failed_calls=0\r\n\
+                    cmdstat_ping:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n";
+        assert_eq!(redis_client_requests(info, &cmds), 4);
     }
 }
