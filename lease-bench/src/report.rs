@@ -7,6 +7,10 @@ use crate::measure::{RenewalLoad, best_quantile_ms, quantile_ms};
 
 type M<T> = Result<T, String>;
 
+/// One throughput row: clients, library rate, raw rate, and the raw A/A ratio (one half of the
+/// raw blocks over the other).
+pub(crate) type ThroughputRow = (usize, M<f64>, Option<M<f64>>, Option<f64>);
+
 /// Everything measured on one backend.
 #[derive(Debug)]
 pub(crate) struct BackendRun {
@@ -17,8 +21,7 @@ pub(crate) struct BackendRun {
     pub(crate) has_raw: bool,
     pub(crate) rtt_what: &'static str,
     pub(crate) rtt_ms: M<f64>,
-    /// (clients, library, raw, raw A/A: one half of the raw blocks over the other).
-    pub(crate) throughput: Vec<(usize, M<f64>, Option<M<f64>>, Option<f64>)>,
+    pub(crate) throughput: Vec<ThroughputRow>,
     pub(crate) latency_lib: M<Vec<Duration>>,
     pub(crate) latency_raw: Option<M<Vec<Duration>>>,
     /// How many consecutive equal rounds the latency samples were taken in.
