@@ -332,12 +332,7 @@ pub(crate) async fn takeover(
     random_phase(Duration::from_millis(500)).await;
     let take = async {
         let sent = Instant::now();
-        let holder = store
-            .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
-            .await
-            .map_err(|e| e.to_string())?
-            .lease()
-            .ok_or("takeover key held")?;
+        let holder = hold(store, &k, ttl, "takeover").await?;
         let received = Instant::now();
         // The holder "dies": it neither renews nor releases.
         drop(holder);
@@ -361,6 +356,21 @@ pub(crate) async fn takeover(
     tokio::join!(take, own)
 }
 
+/// A fresh owner's grant of `k`, which must be free (`what` names the measurement in errors).
+async fn hold(
+    store: &Arc<dyn LeaseStore>,
+    k: &LeaseKey,
+    ttl: Duration,
+    what: &str,
+) -> std::result::Result<lease_core::Lease, Failure> {
+    store
+        .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
+        .await
+        .map_err(|e| e.to_string())?
+        .lease()
+        .ok_or_else(|| format!("{what} key held"))
+}
+
 fn signed_ms(later: Instant, earlier: Instant) -> f64 {
     if later >= earlier {
         (later - earlier).as_secs_f64() * 1000.0
@@ -380,12 +390,7 @@ pub(crate) async fn handoff(
 ) -> std::result::Result<f64, Failure> {
     let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
     let k = key(ns, &format!("ho{rep}{}", if watch { "w" } else { "p" }));
-    let holder = store
-        .acquire(&AcquireRequest::new(k.clone(), OwnerId::random(), ttl))
-        .await
-        .map_err(|e| e.to_string())?
-        .lease()
-        .ok_or("handoff key held")?;
+    let holder = hold(store, &k, ttl, "handoff").await?;
     let inner: Arc<dyn LeaseStore> = if watch {
         store.clone()
     } else {

@@ -848,44 +848,22 @@ impl Raw for KubeRaw {
         let params = WatchParams::default()
             .fields(&format!("metadata.name={name}"))
             .timeout(290);
-        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel();
-        let (tx, rx) = mpsc::channel(256);
-        let api = self.api.clone();
-        tokio::spawn(async move {
-            let stream = match api.watch(&params, &rv).await {
-                Ok(stream) => {
-                    let _ = opened_tx.send(Ok(()));
-                    stream
-                }
-                Err(e) => {
-                    let _ = opened_tx.send(Err(s(e)));
-                    return;
-                }
-            };
-            let mut stream = std::pin::pin!(stream);
-            loop {
-                let event = tokio::select! {
-                    () = tx.closed() => return,
-                    e = stream.next() => e,
-                };
-                match event {
-                    Some(Ok(
-                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
-                    )) => {
-                        if tx.send(()).await.is_err() {
-                            return;
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) | None => return,
-                }
-            }
-        });
-        match tokio::time::timeout(Duration::from_secs(5), opened_rx).await {
-            Ok(Ok(Ok(()))) => Ok(Some(rx)),
-            Ok(Ok(Err(e))) => Err(e),
-            _ => Err("the Kubernetes watch did not open".into()),
-        }
+        let opened = tokio::time::timeout(Duration::from_secs(5), self.api.watch(&params, &rv))
+            .await
+            .map_err(|_| "the Kubernetes watch did not open".to_string())?
+            .map_err(s)?;
+        let hints = opened
+            .take_while(|e| std::future::ready(e.is_ok()))
+            .filter_map(|e| {
+                std::future::ready(
+                    matches!(
+                        e,
+                        Ok(WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_))
+                    )
+                    .then_some(()),
+                )
+            });
+        Ok(Some(forward(hints)))
     }
     async fn version(&self) -> R<String> {
         Ok(String::new())

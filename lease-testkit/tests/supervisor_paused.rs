@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::election::{Election, ElectionEvent, StepDownReason};
-use lease_core::supervisor::{Acquisition, Health, LossReason, Supervisor, SupervisorConfig};
+use lease_core::supervisor::{
+    Acquisition, Health, LeaseGuard, LossReason, Supervisor, SupervisorConfig,
+};
 use lease_core::{
     AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource, MemoryLeaseStore,
     OwnerId, ReleaseOutcome,
@@ -339,6 +341,24 @@ async fn resigned_leader_is_replaced_without_waiting_for_the_ttl() {
     advance(Duration::from_millis(1)).await;
 }
 
+/// Store renew calls per renewal interval over ten intervals, after which every guard must
+/// still be held.
+async fn renew_calls_per_interval(
+    faulty: &FaultyStore<MemoryLeaseStore>,
+    guards: &[LeaseGuard],
+    interval: Duration,
+) -> f64 {
+    let before = faulty.calls(Operation::Renew);
+    let intervals = 10;
+    sleep(interval * intervals).await;
+    let calls = faulty.calls(Operation::Renew) - before;
+    assert!(
+        guards.iter().all(|g| g.health() == Health::Held),
+        "a batched lease was lost"
+    );
+    calls as f64 / f64::from(intervals)
+}
+
 #[tokio::test(start_paused = true)]
 async fn batched_renewals_coalesce_thousands_of_leases() {
     let mem = MemoryLeaseStore::new();
@@ -354,15 +374,12 @@ async fn batched_renewals_coalesce_thousands_of_leases() {
         let k = LeaseKey::new(format!("k{i}")).unwrap();
         guards.push(s.acquire(&k).await.unwrap().guard().unwrap());
     }
-    let before = faulty.calls(Operation::Renew);
-    let intervals = 10;
-    sleep(SupervisorConfig::new(TTL).renew_interval() * intervals).await;
-    let calls = faulty.calls(Operation::Renew) - before;
-    assert!(
-        guards.iter().all(|g| g.health() == Health::Held),
-        "a batched lease was lost"
-    );
-    let per_interval = calls as f64 / f64::from(intervals);
+    let per_interval = renew_calls_per_interval(
+        &faulty,
+        &guards,
+        SupervisorConfig::new(TTL).renew_interval(),
+    )
+    .await;
     assert!(
         per_interval <= 10.0,
         "{per_interval} renew round trips per interval for 2000 leases"
@@ -396,15 +413,7 @@ async fn batched_renewals_acquired_over_a_whole_interval_settle_into_two_waves()
     }
     // Let every guard renew once, onto the grid.
     sleep(interval * 2).await;
-    let before = faulty.calls(Operation::Renew);
-    let intervals = 10;
-    sleep(interval * intervals).await;
-    let calls = faulty.calls(Operation::Renew) - before;
-    assert!(
-        guards.iter().all(|g| g.health() == Health::Held),
-        "a batched lease was lost"
-    );
-    let per_interval = calls as f64 / f64::from(intervals);
+    let per_interval = renew_calls_per_interval(&faulty, &guards, interval).await;
     assert!(
         (1.0..=2.2).contains(&per_interval),
         "{per_interval} renew round trips per interval for 1000 leases (expected two waves)"
