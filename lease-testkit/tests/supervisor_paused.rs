@@ -431,3 +431,63 @@ async fn batched_renewals_acquired_over_a_whole_interval_settle_into_two_waves()
     }
     assert_eq!(faulty.calls(Operation::Renew), renews_before);
 }
+
+#[tokio::test(start_paused = true)]
+async fn loss_is_published_a_tenth_of_the_ttl_before_the_local_deadline() {
+    let mem = MemoryLeaseStore::new();
+    let faulty = FaultyStore::new(mem.clone());
+    let guard = sup(faulty.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    faulty.set(Operation::Renew, Fault::Hang);
+    let deadline = guard.lease().deadline();
+    assert_eq!(
+        guard.lost().await,
+        Health::Lost(LossReason::DeadlineReached)
+    );
+    // The default lead leaves the cancelled work (and a late timer on a busy host) a tenth of
+    // the TTL before the local deadline.
+    assert_eq!(deadline - Instant::now(), TTL / 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_and_release_returns_finished_work_and_bounds_endless_work() {
+    let mem = MemoryLeaseStore::new();
+    let config = SupervisorConfig::new(TTL).with_loss_lead(Duration::from_millis(500));
+    let guard = Supervisor::new(mem.clone(), config.clone())
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    let (out, released) = guard
+        .drain_and_release(async {
+            sleep(Duration::from_secs(1)).await;
+            7
+        })
+        .await
+        .unwrap();
+    assert_eq!((out, released), (Some(7), ReleaseOutcome::Released));
+    assert_eq!(held(&mem).await, None);
+
+    // Endless work is cut off at the drain-start lease's deadline minus the configured lead,
+    // even though renewal goes on meanwhile; then the lease is released.
+    let guard = Supervisor::new(mem.clone(), config)
+        .acquire(&key())
+        .await
+        .unwrap()
+        .guard()
+        .unwrap();
+    let until = guard.lease().deadline() - Duration::from_millis(500);
+    let (out, released) = guard
+        .drain_and_release(std::future::pending::<()>())
+        .await
+        .unwrap();
+    assert_eq!((out, released), (None, ReleaseOutcome::Released));
+    let late = Instant::now() - until;
+    assert!(late < Duration::from_millis(5), "cut off {late:?} late");
+    assert_eq!(held(&mem).await, None);
+}

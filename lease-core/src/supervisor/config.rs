@@ -15,6 +15,7 @@ use crate::lease::{default_drift, validate_ttl};
 /// use lease_core::supervisor::SupervisorConfig;
 /// let cfg = SupervisorConfig::new(Duration::from_secs(30)).with_acquire_wait(Duration::from_secs(120));
 /// assert_eq!(cfg.renew_interval(), Duration::from_secs(10));
+/// assert_eq!(cfg.loss_lead(), Duration::from_secs(3));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SupervisorConfig {
@@ -73,7 +74,13 @@ impl SupervisorConfig {
     }
 
     /// How long before the local deadline loss is signalled when no renewal was confirmed
-    /// (default: 1% of the TTL plus 1 ms). Loss is always signalled strictly before the deadline.
+    /// (default: a tenth of the TTL, at least 1 ms; capped at half the TTL). Loss is always
+    /// signalled strictly before the deadline.
+    ///
+    /// The lead is the time the guarded work has, after it is cancelled, to stop before the lease
+    /// may be gone; it also absorbs a late timer on a busy host (a starved runtime can fire the
+    /// loss timer tens of milliseconds late). Shrink it only when the work stops at once and the
+    /// host is never overloaded.
     pub fn with_loss_lead(mut self, lead: Duration) -> Self {
         self.loss_lead = Some(lead);
         self
@@ -146,7 +153,7 @@ impl SupervisorConfig {
     /// The loss lead.
     pub fn loss_lead(&self) -> Duration {
         self.loss_lead
-            .unwrap_or(self.ttl / 100 + Duration::from_millis(1))
+            .unwrap_or((self.ttl / 10).max(Duration::from_millis(1)))
             .max(Duration::from_nanos(1))
     }
 

@@ -370,6 +370,8 @@ struct Shared {
     work: CancellationToken,
     /// Cancelled by the guard to stop renewing (release or drop).
     stop: CancellationToken,
+    /// The configured loss lead (see [`SupervisorConfig::with_loss_lead`]).
+    loss_lead: Duration,
 }
 
 /// A held lease, renewed in the background until released, dropped or lost.
@@ -440,6 +442,7 @@ impl LeaseGuard {
             lease: lease_tx,
             work: CancellationToken::new(),
             stop: CancellationToken::new(),
+            loss_lead: config.loss_lead(),
         });
         let task = tokio::spawn(drive(
             store,
@@ -559,9 +562,28 @@ impl LeaseGuard {
         }
     }
 
-    /// Drain then release: stops renewing, lets `work` finish while the lease is still valid
-    /// (cancelling it at the loss deadline), then releases. Returns the work's output if it
-    /// finished in time, and the release outcome.
+    /// Drain then release: lets `work` finish while the lease is still valid, then releases.
+    /// Returns the work's output if it finished in time, and the release outcome.
+    ///
+    /// The drain is bounded by the lease as it stands when the drain starts: `work` is cancelled
+    /// (dropped) at that lease's loss deadline (its local deadline minus the configured
+    /// [loss lead](SupervisorConfig::with_loss_lead)), or at once if the lease is lost meanwhile.
+    /// Renewal goes on while the work drains, so a shutdown never waits longer than one TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lease_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lease_core::{LeaseKey, MemoryLeaseStore, ReleaseOutcome};
+    /// use lease_core::supervisor::{Supervisor, SupervisorConfig};
+    ///
+    /// let sup = Supervisor::new(MemoryLeaseStore::new(), SupervisorConfig::new(Duration::from_secs(10)));
+    /// let guard = sup.acquire(&LeaseKey::new("nightly")?).await?.guard().expect("free key");
+    /// let (flushed, released) = guard.drain_and_release(async { "flushed" }).await?;
+    /// assert_eq!(flushed, Some("flushed"));
+    /// assert_eq!(released, ReleaseOutcome::Released);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancellation safety
     /// Cancel safe: dropping it drops `work` and releases in the background.
@@ -570,7 +592,7 @@ impl LeaseGuard {
         work: F,
     ) -> Result<(Option<F::Output>, ReleaseOutcome)> {
         let lease = self.lease();
-        let lead = lease.ttl() / 100 + Duration::from_millis(1);
+        let lead = self.shared.loss_lead.min(lease.ttl() / 2);
         let until = lease
             .deadline()
             .checked_sub(lead)
