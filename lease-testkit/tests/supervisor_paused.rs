@@ -25,6 +25,11 @@ fn sup(store: impl LeaseStore + 'static) -> Supervisor {
     Supervisor::new(store, SupervisorConfig::new(TTL))
 }
 
+/// Acquires `k` through `s`, which must grant it.
+async fn hold(s: &Supervisor, k: &LeaseKey) -> LeaseGuard {
+    s.acquire(k).await.unwrap().guard().expect("a free key")
+}
+
 async fn held(store: &MemoryLeaseStore) -> Option<lease_core::FencingToken> {
     store.inspect(&key()).await.unwrap().holder.map(|h| h.token)
 }
@@ -33,12 +38,7 @@ async fn held(store: &MemoryLeaseStore) -> Option<lease_core::FencingToken> {
 async fn renewals_keep_the_lease_for_many_ttls() {
     let mem = MemoryLeaseStore::new();
     let faulty = FaultyStore::new(mem.clone());
-    let guard = sup(faulty.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&sup(faulty.clone()), &key()).await;
     for _ in 0..30 {
         sleep(Duration::from_secs(1)).await;
         assert_eq!(held(&mem).await, Some(guard.token()));
@@ -57,12 +57,7 @@ async fn renewals_keep_the_lease_for_many_ttls() {
 async fn hanging_store_goes_at_risk_then_lost_before_store_expiry() {
     let mem = MemoryLeaseStore::new();
     let faulty = FaultyStore::new(mem.clone());
-    let guard = sup(faulty.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&sup(faulty.clone()), &key()).await;
     sleep(Duration::from_millis(1500)).await; // one confirmed renewal at 1 s
     faulty.set(Operation::Renew, Fault::Hang);
     let store_expiry = {
@@ -106,12 +101,7 @@ async fn hanging_store_goes_at_risk_then_lost_before_store_expiry() {
 async fn applied_but_unanswered_renewal_is_never_silently_held() {
     let mem = MemoryLeaseStore::new();
     let faulty = FaultyStore::new(mem.clone());
-    let guard = sup(faulty.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&sup(faulty.clone()), &key()).await;
     let deadline = guard.lease().deadline();
     faulty.set(Operation::Renew, Fault::DropResponse);
     let mut rx = guard.subscribe();
@@ -137,7 +127,7 @@ async fn applied_but_unanswered_renewal_is_never_silently_held() {
 async fn refused_renewal_is_lost_at_once() {
     let mem = MemoryLeaseStore::new();
     let s = sup(mem.clone());
-    let guard = s.acquire(&key()).await.unwrap().guard().unwrap();
+    let guard = hold(&s, &key()).await;
     // The same owner re-acquires elsewhere: the guard's token is stale, its renewal is refused.
     let again = mem
         .acquire(&AcquireRequest::new(key(), s.owner().clone(), TTL))
@@ -159,12 +149,7 @@ async fn refused_renewal_is_lost_at_once() {
 #[tokio::test(start_paused = true)]
 async fn dropping_the_guard_releases_in_the_background() {
     let mem = MemoryLeaseStore::new();
-    let guard = sup(mem.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&sup(mem.clone()), &key()).await;
     let work = guard.cancellation();
     drop(guard);
     tokio::time::timeout(Duration::from_millis(50), work.cancelled())
@@ -180,12 +165,7 @@ async fn dropping_the_guard_releases_in_the_background() {
 #[tokio::test(start_paused = true)]
 async fn bounded_wait_gives_up_and_watch_wakes_on_release() {
     let mem = MemoryLeaseStore::new();
-    let a = sup(mem.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let a = hold(&sup(mem.clone()), &key()).await;
     let waiter = Supervisor::new(
         mem.clone(),
         SupervisorConfig::new(TTL).with_acquire_wait(Duration::from_secs(2)),
@@ -208,7 +188,7 @@ async fn bounded_wait_gives_up_and_watch_wakes_on_release() {
             .with_backoff(Duration::from_secs(1), Duration::from_secs(1)),
     );
     let handle = tokio::spawn(async move {
-        let g = waiter.acquire(&key()).await.unwrap().guard().unwrap();
+        let g = hold(&waiter, &key()).await;
         (Instant::now(), g.token())
     });
     sleep(Duration::from_millis(300)).await;
@@ -228,7 +208,7 @@ async fn immediate_fencing_installs_before_handing_out_the_guard() {
     let mem = MemoryLeaseStore::new();
     let res = MemoryFencedResource::new();
     let s = sup(mem.clone()).with_fence(Arc::new(res.clone()));
-    let g = s.acquire(&key()).await.unwrap().guard().unwrap();
+    let g = hold(&s, &key()).await;
     assert_eq!(res.read(&key()).await.unwrap().high_water, Some(g.token()));
 }
 
@@ -372,7 +352,7 @@ async fn batched_renewals_coalesce_thousands_of_leases() {
             sleep(Duration::from_millis(50)).await;
         }
         let k = LeaseKey::new(format!("k{i}")).unwrap();
-        guards.push(s.acquire(&k).await.unwrap().guard().unwrap());
+        guards.push(hold(&s, &k).await);
     }
     let per_interval = renew_calls_per_interval(
         &faulty,
@@ -409,7 +389,7 @@ async fn batched_renewals_acquired_over_a_whole_interval_settle_into_two_waves()
             sleep(interval * 9 / 1000).await;
         }
         let k = LeaseKey::new(format!("w{i}")).unwrap();
-        guards.push(s.acquire(&k).await.unwrap().guard().unwrap());
+        guards.push(hold(&s, &k).await);
     }
     // Let every guard renew once, onto the grid.
     sleep(interval * 2).await;
@@ -436,12 +416,7 @@ async fn batched_renewals_acquired_over_a_whole_interval_settle_into_two_waves()
 async fn loss_is_published_a_tenth_of_the_ttl_before_the_local_deadline() {
     let mem = MemoryLeaseStore::new();
     let faulty = FaultyStore::new(mem.clone());
-    let guard = sup(faulty.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&sup(faulty.clone()), &key()).await;
     faulty.set(Operation::Renew, Fault::Hang);
     let deadline = guard.lease().deadline();
     assert_eq!(
@@ -457,12 +432,7 @@ async fn loss_is_published_a_tenth_of_the_ttl_before_the_local_deadline() {
 async fn drain_and_release_returns_finished_work_and_bounds_endless_work() {
     let mem = MemoryLeaseStore::new();
     let config = SupervisorConfig::new(TTL).with_loss_lead(Duration::from_millis(500));
-    let guard = Supervisor::new(mem.clone(), config.clone())
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&Supervisor::new(mem.clone(), config.clone()), &key()).await;
     let (out, released) = guard
         .drain_and_release(async {
             sleep(Duration::from_secs(1)).await;
@@ -475,12 +445,7 @@ async fn drain_and_release_returns_finished_work_and_bounds_endless_work() {
 
     // Endless work is cut off at the drain-start lease's deadline minus the configured lead,
     // even though renewal goes on meanwhile; then the lease is released.
-    let guard = Supervisor::new(mem.clone(), config)
-        .acquire(&key())
-        .await
-        .unwrap()
-        .guard()
-        .unwrap();
+    let guard = hold(&Supervisor::new(mem.clone(), config), &key()).await;
     let until = guard.lease().deadline() - Duration::from_millis(500);
     let (out, released) = guard
         .drain_and_release(std::future::pending::<()>())
