@@ -3,7 +3,8 @@
 #
 # Installs what a fresh Debian machine lacks (apt packages), starts every service the tests need
 # on loopback when it is not already running (PostgreSQL, Redis, etcd, kube-apiserver), exports
-# their addresses, runs the tests with LEASE_TEST_REQUIRE=1 (a missing backend fails loudly), and
+# their addresses, checks formatting, clippy (-D warnings) and rustdoc (-D warnings), runs the tests
+# with LEASE_TEST_REQUIRE=1 (a missing backend fails loudly), and
 # stops what it started.
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
@@ -32,6 +33,13 @@ done
 
 export LEASE_TEST_REQUIRE=1
 export RUST_BACKTRACE=1
+# Hygiene first: formatting, lints and docs fail the run before any test does.
+log "cargo fmt --all --check"
+cargo fmt --all --check
+log "cargo clippy --workspace --all-targets --all-features -- -D warnings"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+log "cargo doc --workspace --all-features --no-deps (RUSTDOCFLAGS=-D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 log "cargo test --workspace --all-targets $*"
 cargo test --workspace --all-targets --exclude lease-examples "$@"
 # The examples crate with every backend feature, so each example runs against each backend it names.
