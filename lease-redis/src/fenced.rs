@@ -20,7 +20,7 @@ fn unexpected(reply: &impl std::fmt::Debug) -> lease_core::Error {
 }
 
 impl RedisLeaseStore {
-    async fn fence(
+    async fn fence_unbounded(
         &self,
         key: &LeaseKey,
         token: FencingToken,
@@ -65,8 +65,21 @@ impl RedisLeaseStore {
 
 /// Fenced writes in the same Redis, under `<prefix>:{key}:fence` (see [`KeyLayout`](crate::KeyLayout)).
 ///
-/// The resource is usually a *different* Redis (or database) than the lock store: what makes it
-/// safe is that it remembers the highest token it accepted, not where it lives.
+/// Each write is one script: a token below the high-water mark is rejected, otherwise the mark
+/// moves to it and the write is applied, atomically. Every call is bounded by the store's
+/// [operation deadline](RedisLeaseStore::op_deadline).
+///
+/// # Do not pair it with the lock store's own Redis
+/// The high-water mark lives in *this* Redis and is replicated asynchronously like everything
+/// else in it. If this is the Redis that also holds the leases, it fails over together with the
+/// lock store: a failover to a replica that missed the last fenced write loses the mark, and the
+/// promoted Redis then **accepts a lower token after a higher one** (split brain is *not* fenced,
+/// which is exactly the failure fencing is there to catch). The test
+/// `redis::split_brain_lets_the_same_redis_accept_a_lower_token` shows this miss against a real
+/// primary and replica. Keep the resource's mark somewhere that does not fail over with the lock
+/// store: a different Redis (with its own persistence), or the system the work writes to (the
+/// PostgreSQL backend's fenced transactions). Only with one Redis that never fails over (and
+/// keeps its data across restarts) is the pairing safe.
 #[async_trait]
 impl FencedResource for RedisLeaseStore {
     async fn write(
@@ -75,14 +88,22 @@ impl FencedResource for RedisLeaseStore {
         token: FencingToken,
         op: WriteOp,
     ) -> Result<WriteOutcome> {
-        self.fence(key, token, Some(op)).await
+        self.bounded("fenced write", self.fence_unbounded(key, token, Some(op)))
+            .await
     }
 
     async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.fence(key, token, None).await
+        self.bounded("fenced install", self.fence_unbounded(key, token, None))
+            .await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+        self.bounded("fenced read", self.read_unbounded(key)).await
+    }
+}
+
+impl RedisLeaseStore {
+    async fn read_unbounded(&self, key: &LeaseKey) -> Result<ResourceState> {
         let mut con = self.connection();
         let (hw, value, counter, accepted): (
             Option<String>,

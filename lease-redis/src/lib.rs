@@ -39,7 +39,15 @@
 //!   notifications (`notify-keyspace-events` with `K` and `x` or `A`), to the lease hash's
 //!   keyspace events, which also report expiry. Without them the watch also signals every
 //!   [poll interval](RedisStoreBuilder::watch_poll_interval), so an expiry is noticed within
-//!   that bound.
+//!   that bound. An open watch pings its connection every response timeout; an unanswered ping
+//!   or a closed connection ends the watch with a retryable error (the waiter falls back to
+//!   polling), so a black-holed connection is noticed within twice the response timeout.
+//! - **Every wait is bounded.** Each operation, [`watch`](lease_core::LeaseStore::watch) set-up
+//!   and the fenced resource's writes and reads included, fails with
+//!   [`Error::Timeout`](lease_core::Error::Timeout) (retryable) after the store's
+//!   [operation deadline](RedisLeaseStore::op_deadline) (connect timeout + 2 × response timeout),
+//!   however many reconnection retries are configured. Tests: a watch through a black-holing
+//!   TCP proxy, operations while every connection is reset.
 //!
 //! ## What Redis can promise, and what it cannot
 //! **It can promise** mutual exclusion on one healthy server: the scripts are atomic, expiry is
@@ -56,6 +64,18 @@
 //! Tokens are therefore large numbers (about 1.8 × 10^15 in 2026) and stay below 2^53, which the
 //! scripts' Lua numbers represent exactly, until the year 2255.
 //!
+//! **Expiry is judged by the server's wall clock.** `PEXPIRE` deadlines are absolute times on the
+//! Redis server's `CLOCK_REALTIME`, so **a forward step of the server clock expires leases
+//! early**: the store grants the key to the next owner while the holder, which measures its
+//! lease on its own monotonic clock, still believes it holds it (for up to the size of the step).
+//! Run the server's clock slewed (chrony or ntpd slewing, no `makestep` after start-up, no
+//! `date -s`), not stepped. A backward step makes leases last longer and, while the counter is
+//! intact, does not make tokens go back (the `+ 1`). The test
+//! `redis::a_forward_clock_step_expires_a_lease_early_and_fencing_holds` runs a server under
+//! libfaketime, steps its clock an hour forward while a ten-minute lease is held, and shows the
+//! early grant happen, with a greater token that the fenced resource then uses to reject the old
+//! holder. See `docs/adr/0020-redis-clock-floored-tokens.md`.
+//!
 //! **It cannot promise** that two owners never *believe* they hold the same key. Replication is
 //! asynchronous: if the primary grants a lease and fails before the grant reaches the replica
 //! that is promoted, the new primary grants the key again. [`RedisStoreBuilder::wait_for_replicas`]
@@ -68,6 +88,16 @@
 //! replica's token is floored by its clock, the new owner's token is greater than the old one's,
 //! so the old owner is rejected as soon as the new one writes (or installs its generation). The
 //! crate's failover test runs exactly this against real primary and replica processes.
+//!
+//! **The resource must not fail over with the lock.** This holds only for a resource that keeps
+//! its high-water mark *outside* the failing-over Redis (another Redis, the database the work
+//! writes to). The [`FencedResource`](lease_core::FencedResource) of a [`RedisLeaseStore`] keeps
+//! the mark in the store's own Redis: paired with the lock store's Redis it shares its failover,
+//! and a failover to a replica that missed the last fenced write loses the mark with it. Then
+//! **a lower token is accepted after a higher one**: split brain is not fenced. The test
+//! `redis::split_brain_lets_the_same_redis_accept_a_lower_token` shows this miss against a real
+//! primary and replica (and the same writes rejected by a resource outside them). See
+//! `docs/adr/0021-redis-failover-wait-and-fencing.md`.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -92,9 +122,10 @@
 //! Driver errors are mapped by kind: refused, dropped or failed connections and a server that
 //! cannot serve right now (loading, read-only, cluster down) are
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); response timeouts are
-//! [`Error::Timeout`](lease_core::Error::Timeout); an unparsable URL, a bad prefix or failed
-//! authentication are [`Error::Config`](lease_core::Error::Config); anything else is
-//! [`Error::Backend`](lease_core::Error::Backend).
+//! [`Error::Timeout`](lease_core::Error::Timeout), and so is an operation that outlives the
+//! [operation deadline](RedisLeaseStore::op_deadline); an unparsable URL, a bad prefix, a zero
+//! timeout or failed authentication are [`Error::Config`](lease_core::Error::Config); anything
+//! else is [`Error::Backend`](lease_core::Error::Backend).
 
 mod error;
 mod fenced;

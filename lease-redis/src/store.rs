@@ -81,20 +81,29 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long a command may take before it fails with [`Error::Timeout`] (default 5 s).
+    /// How long a command may take before it fails with [`Error::Timeout`] (default 5 s). Must
+    /// not be zero.
+    ///
+    /// Together with the connect timeout it also sets the **operation deadline**, the longest any
+    /// operation of the store waits, reconnecting included: connect timeout + 2 × response
+    /// timeout (one reconnection attempt, then at most two round trips: a script's `EVALSHA` and,
+    /// on a server that lost its script cache, `EVAL`). See [`RedisLeaseStore::op_deadline`].
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
-    /// How long one connection attempt may take (default 5 s).
+    /// How long one connection attempt may take (default 5 s). Must not be zero.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// How often the connection manager retries a failed (re)connection before an operation
-    /// fails with [`Error::Unavailable`] (default 2).
+    /// fails with [`Error::Unavailable`] (default 2). Retries happen within the
+    /// [operation deadline](RedisLeaseStore::op_deadline): an operation waiting for a
+    /// reconnection fails with [`Error::Timeout`] when the deadline passes, however many retries
+    /// are left (the reconnection goes on in the background).
     pub fn connect_retries(mut self, retries: usize) -> Self {
         self.connect_retries = retries;
         self
@@ -129,14 +138,30 @@ impl RedisStoreBuilder {
     /// Validates the configuration and connects.
     ///
     /// # Errors
-    /// [`Error::Config`] for an unparsable URL, an illegal prefix or a `WAIT` timeout not below
-    /// the response timeout; [`Error::Unavailable`] if the server cannot be reached (refused,
-    /// unreachable), [`Error::Timeout`] if it does not answer.
+    /// [`Error::Config`] for an unparsable URL, an illegal prefix, a zero response or connect
+    /// timeout, or a `WAIT` timeout not below the response timeout; [`Error::Unavailable`] if the
+    /// server cannot be reached (refused, unreachable), [`Error::Timeout`] if it does not answer
+    /// within the [operation deadline](RedisLeaseStore::op_deadline).
     ///
     /// # Cancellation safety
     /// Cancel safe: nothing is held until the store is returned.
     pub async fn connect(self) -> Result<RedisLeaseStore> {
         let layout = KeyLayout::new(self.prefix.clone())?;
+        for (name, value) in [
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("the {name} must not be zero"),
+                    None,
+                ));
+            }
+        }
+        let op_deadline = self
+            .connect_timeout
+            .saturating_add(self.response_timeout.saturating_mul(2));
         if let Some(w) = self.replica_wait
             && w.timeout >= self.response_timeout
         {
@@ -164,9 +189,13 @@ impl RedisStoreBuilder {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_number_of_retries(self.connect_retries)
             .set_max_delay(Duration::from_millis(500));
-        let con = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| map_redis("connect", self.connect_timeout, e))?;
+        let con = bounded(
+            "connect",
+            op_deadline,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await?
+        .map_err(|e| map_redis("connect", self.connect_timeout, e))?;
         let db = client.get_connection_info().redis_settings().db();
         Ok(RedisLeaseStore {
             inner: Arc::new(Inner {
@@ -176,6 +205,7 @@ impl RedisStoreBuilder {
                 db,
                 response_timeout: self.response_timeout,
                 connect_timeout: self.connect_timeout,
+                op_deadline,
                 replica_wait: self.replica_wait,
                 poll_interval: self.poll_interval,
             }),
@@ -214,6 +244,7 @@ pub(crate) struct Inner {
     pub(crate) db: i64,
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) op_deadline: Duration,
     replica_wait: Option<ReplicaWait>,
     pub(crate) poll_interval: Duration,
 }
@@ -264,12 +295,45 @@ impl RedisLeaseStore {
         self.inner.con.clone()
     }
 
+    /// The longest any operation of this store waits before it fails with [`Error::Timeout`]:
+    /// connect timeout + 2 × response timeout. It bounds every call of the
+    /// [`LeaseStore`] and [`FencedResource`](lease_core::FencedResource) implementations,
+    /// [`watch`](LeaseStore::watch) included, whatever the connection manager's retries, and an
+    /// open watch checks its connection within it (see [`watch`](LeaseStore::watch)).
+    pub fn op_deadline(&self) -> Duration {
+        self.inner.op_deadline
+    }
+
+    /// Runs one store operation under the [operation deadline](Self::op_deadline).
+    pub(crate) async fn bounded<T>(
+        &self,
+        operation: &'static str,
+        op: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        bounded(operation, self.inner.op_deadline, op).await?
+    }
+
     pub(crate) fn map(
         &self,
         operation: &'static str,
     ) -> impl FnOnce(redis::RedisError) -> Error + '_ {
         move |e| map_redis(operation, self.inner.response_timeout, e)
     }
+}
+
+/// `op` unless `deadline` passes first, then [`Error::Timeout`] (retryable, outcome unknown).
+pub(crate) async fn bounded<F: Future>(
+    operation: &'static str,
+    deadline: Duration,
+    op: F,
+) -> Result<F::Output> {
+    tokio::time::timeout(deadline, op)
+        .await
+        .map_err(|_| Error::Timeout {
+            backend: BACKEND,
+            operation,
+            after: deadline,
+        })
 }
 
 fn ttl_millis(ttl: Duration) -> Result<(u64, Duration)> {
@@ -323,6 +387,34 @@ impl LeaseStore for RedisLeaseStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        self.bounded("acquire", self.acquire_unbounded(req)).await
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        self.bounded("renew", self.renew_unbounded(lease)).await
+    }
+
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        self.bounded("renew_many", self.renew_many_unbounded(leases))
+            .await
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        self.bounded("release", self.release_unbounded(lease)).await
+    }
+
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+        self.bounded("inspect", self.inspect_unbounded(key)).await
+    }
+
+    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+        crate::watch::watch(self, key).await.map(Some)
+    }
+}
+
+/// The operations themselves; the [`LeaseStore`] methods run them under the operation deadline.
+impl RedisLeaseStore {
+    async fn acquire_unbounded(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, MIN_TTL)?;
         let (ms, granted_ttl) = ttl_millis(req.ttl)?;
         let layout = &self.inner.layout;
@@ -391,7 +483,7 @@ impl LeaseStore for RedisLeaseStore {
         }
     }
 
-    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+    async fn renew_unbounded(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), MIN_TTL)?;
         let (ms, granted_ttl) = ttl_millis(lease.ttl())?;
         let mut con = self.inner.con.clone();
@@ -413,7 +505,7 @@ impl LeaseStore for RedisLeaseStore {
         }
     }
 
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+    async fn renew_many_unbounded(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
         // Invalid TTLs are reported in their slot and not sent; the rest go in one script.
         let mut out: Vec<Result<RenewOutcome>> = Vec::with_capacity(leases.len());
         let mut sendable: Vec<(usize, Duration)> = Vec::with_capacity(leases.len());
@@ -457,7 +549,7 @@ impl LeaseStore for RedisLeaseStore {
         Ok(out)
     }
 
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+    async fn release_unbounded(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let released: i64 = scripts::RELEASE
@@ -476,7 +568,7 @@ impl LeaseStore for RedisLeaseStore {
         }
     }
 
-    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+    async fn inspect_unbounded(&self, key: &LeaseKey) -> Result<KeyState> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let reply: Vec<String> = scripts::INSPECT
@@ -507,10 +599,6 @@ impl LeaseStore for RedisLeaseStore {
             holder,
             last_token,
         })
-    }
-
-    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
-        crate::watch::watch(self, key).await.map(Some)
     }
 }
 

@@ -49,7 +49,7 @@ impl Backend for Redis {
 }
 
 fn main() {
-    use redis_cases::{failover, input, restart, watch};
+    use redis_cases::{clock, failover, input, restart, watch};
     let extra = vec![
         case!("redis", input::bad_configuration_is_a_typed_error),
         case!("redis", input::a_frozen_server_is_a_timeout),
@@ -60,6 +60,14 @@ fn main() {
         case!("redis", failover::failover_to_a_lagging_replica_is_fenced),
         case!(
             "redis",
+            failover::split_brain_lets_the_same_redis_accept_a_lower_token
+        ),
+        case!(
+            "redis",
+            clock::a_forward_clock_step_expires_a_lease_early_and_fencing_holds
+        ),
+        case!(
+            "redis",
             failover::wait_for_replicas_fails_and_releases_without_acks
         ),
         case!(
@@ -67,6 +75,11 @@ fn main() {
             watch::watch_wakes_on_expiry_through_keyspace_events
         ),
         case!("redis", watch::watch_polls_without_keyspace_notifications),
+        case!("redis", watch::a_black_holed_watch_fails_in_bounded_time),
+        case!(
+            "redis",
+            input::operations_are_bounded_while_the_connection_is_being_reset
+        ),
     ];
     lease_testkit::run_with(Redis { url: url() }, extra);
 }

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # redis.sh start|stop: make sure Redis answers on 127.0.0.1:6379. Tests that restart or replicate
-# Redis start their own redis-server processes, so the binary must be installed either way.
+# Redis start their own redis-server processes, so the binary must be installed either way; the
+# clock-step test runs one under libfaketime (package faketime).
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 PORT=${LEASE_REDIS_PORT:-6379}
 ready() { redis-cli -h 127.0.0.1 -p "$PORT" ping | grep -q PONG; }
 case "${1:-start}" in
 start)
-  need_pkgs redis-server redis-tools
+  need_pkgs redis-server redis-tools faketime
   if ! ready; then
     log "starting redis-server on $PORT"
     mkdir -p "$STATE_DIR/redis"

@@ -5,12 +5,14 @@
 use std::time::Duration;
 
 use lease_core::{
-    AcquireRequest, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, WriteOp, WriteOutcome,
+    AcquireOutcome, AcquireRequest, FencedResource, LeaseStore, OwnerId, ReleaseOutcome,
+    RenewOutcome, WriteOp, WriteOutcome,
 };
 use lease_redis::RedisLeaseStore;
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::server::RedisServer;
 use super::{acquire_on, is_unavailable, store_at};
@@ -60,6 +62,50 @@ async fn expect_reply(stream: &mut TcpStream, expected: &[u8]) -> Result<(), Fai
     }
 }
 
+/// Freezes the replica (SIGSTOP) and drops its link on the primary's side, so nothing written to
+/// the primary from now on reaches it. Returns an admin connection to the replica, opened before
+/// the freeze, for [`promote_frozen`].
+async fn cut_replication(
+    primary: &RedisServer,
+    replica: &RedisServer,
+) -> Result<TcpStream, Failed> {
+    let mut promote = TcpStream::connect(("127.0.0.1", replica.port()))
+        .await
+        .map_err(|e| e.to_string())?;
+    promote
+        .write_all(b"PING\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    expect_reply(&mut promote, b"+PONG\r\n").await?;
+    replica.signal("STOP")?;
+    let mut admin = primary.admin().await?;
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query_async(&mut admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    if killed < 1 {
+        return Err("no replica link to cut".into());
+    }
+    Ok(promote)
+}
+
+/// Promotes the frozen replica (`REPLICAOF NO ONE`) and resumes it. The command is already in its
+/// socket when it resumes, so it runs before the replication cron could reconnect to the primary.
+async fn promote_frozen(replica: &RedisServer, mut promote: TcpStream) -> CaseResult {
+    promote
+        .write_all(b"*3\r\n$9\r\nREPLICAOF\r\n$2\r\nNO\r\n$3\r\nONE\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    replica.signal("CONT")?;
+    expect_reply(&mut promote, b"+OK\r\n").await?;
+    replica
+        .wait_replication("role", "master", Duration::from_secs(5))
+        .await
+}
+
 /// Split brain through a failover to a replica that missed the grant; fencing keeps it safe.
 pub(crate) async fn failover_to_a_lagging_replica_is_fenced(ctx: Ctx) -> CaseResult {
     let (primary, replica) = pair().await?;
@@ -99,28 +145,7 @@ pub(crate) async fn failover_to_a_lagging_replica_is_fenced(ctx: Ctx) -> CaseRes
         }
     }
 
-    // An admin connection to the replica, accepted before the replica is frozen.
-    let mut promote = TcpStream::connect(("127.0.0.1", replica.port()))
-        .await
-        .map_err(|e| e.to_string())?;
-    promote
-        .write_all(b"PING\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    expect_reply(&mut promote, b"+PONG\r\n").await?;
-
-    // Cut replication: freeze the replica and drop its link on the primary's side, so nothing
-    // written from now on is ever sent to it.
-    replica.signal("STOP")?;
-    let mut admin = primary.admin().await?;
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query_async(&mut admin)
-        .await
-        .map_err(|e| e.to_string())?;
-    assert!(killed >= 1, "no replica link to cut");
+    let promote = cut_replication(&primary, &replica).await?;
 
     // A is granted the key on the primary; the grant never reaches the replica.
     let la = acquire_on(&on_primary, &key, &a, TTL).await?;
@@ -130,17 +155,7 @@ pub(crate) async fn failover_to_a_lagging_replica_is_fenced(ctx: Ctx) -> CaseRes
             .is_accepted()
     );
 
-    // Promote the replica. The command is already in its socket when it resumes, so it runs
-    // before the replication cron could reconnect to the primary.
-    promote
-        .write_all(b"*3\r\n$9\r\nREPLICAOF\r\n$2\r\nNO\r\n$3\r\nONE\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    replica.signal("CONT")?;
-    expect_reply(&mut promote, b"+OK\r\n").await?;
-    replica
-        .wait_replication("role", "master", Duration::from_secs(5))
-        .await?;
+    promote_frozen(&replica, promote).await?;
 
     // The promoted replica lost A's grant and A's counter increment.
     let seen = on_replica.inspect(&key).await?;
@@ -237,5 +252,104 @@ pub(crate) async fn wait_for_replicas_fails_and_releases_without_acks(ctx: Ctx) 
     );
     assert!(state.last_token.is_some(), "the generation must be kept");
     replica.signal("CONT")?;
+    Ok(())
+}
+
+/// The documented miss of a fenced resource kept in the *same* Redis as the lease store: it fails
+/// over with the store, so a write that never reached the replica is lost, and with it the
+/// high-water mark. A (token T1) writes and the write replicates; replication is cut; A's lease
+/// expires, B is granted T2 > T1 and writes T2, which the primary's resource accepts (and A's late
+/// T1 is rejected there). The replica that missed T2 is promoted, and A's late T1 write is then
+/// **accepted** by the resource in the promoted Redis: a lower token after a higher one. The same
+/// writes to a resource outside the failing-over Redis (the shared server) are fenced correctly.
+pub(crate) async fn split_brain_lets_the_same_redis_accept_a_lower_token(ctx: Ctx) -> CaseResult {
+    let (primary, replica) = pair().await?;
+    let on_primary = store_at(&primary.url(), "split").await?;
+    let on_replica = store_at(&replica.url(), "split").await?;
+    let elsewhere = ctx.resource();
+    let key = ctx.key("split");
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+
+    // A holds T1; its first write reaches the primary, the replica and the outside resource.
+    let ttl = Duration::from_millis(300);
+    let la = acquire_on(&on_primary, &key, &a, ttl).await?;
+    for res in [&on_primary as &dyn FencedResource, elsewhere.as_ref()] {
+        assert!(
+            res.write(&key, la.token(), WriteOp::Add(1))
+                .await?
+                .is_accepted()
+        );
+    }
+    assert_eq!(
+        wait_one_replica(&on_primary).await?,
+        1,
+        "the replica did not acknowledge"
+    );
+
+    let promote = cut_replication(&primary, &replica).await?;
+
+    // A pauses past its TTL; B is granted T2 on the primary and writes it there and outside.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lb = loop {
+        let req = AcquireRequest::new(key.clone(), b.clone(), TTL);
+        match on_primary.acquire(&req).await? {
+            AcquireOutcome::Acquired(l) => break l,
+            AcquireOutcome::Held(h) if Instant::now() < deadline => {
+                tokio::time::sleep(h.remaining + Duration::from_millis(1)).await;
+            }
+            AcquireOutcome::Held(h) => return Err(format!("A's lease never expired: {h:?}").into()),
+        }
+    };
+    assert!(lb.token() > la.token());
+    for res in [&on_primary as &dyn FencedResource, elsewhere.as_ref()] {
+        assert!(
+            res.write(&key, lb.token(), WriteOp::Add(10))
+                .await?
+                .is_accepted()
+        );
+    }
+    // On the primary, before the failover, fencing works: A's late write is rejected.
+    assert_eq!(
+        on_primary
+            .write(&key, la.token(), WriteOp::Add(100))
+            .await?,
+        WriteOutcome::Rejected {
+            presented: la.token(),
+            high_water: lb.token()
+        }
+    );
+
+    promote_frozen(&replica, promote).await?;
+
+    // The promoted replica never saw T2: its high-water mark is still T1.
+    let seen = on_replica.read(&key).await?;
+    assert_eq!((seen.high_water, seen.counter), (Some(la.token()), 1));
+
+    // The documented miss: A's late write with T1 < T2 is accepted after T2 was.
+    let late = on_replica
+        .write(&key, la.token(), WriteOp::Add(100))
+        .await?;
+    assert_eq!(
+        late,
+        WriteOutcome::Accepted {
+            high_water: la.token()
+        },
+        "expected the documented miss: the resource in the promoted Redis accepts the lower token"
+    );
+    assert!(la.token() < lb.token());
+
+    // A resource outside the failing-over Redis rejects it.
+    assert_eq!(
+        elsewhere.write(&key, la.token(), WriteOp::Add(100)).await?,
+        WriteOutcome::Rejected {
+            presented: la.token(),
+            high_water: lb.token()
+        }
+    );
+    let outside = elsewhere.read(&key).await?;
+    assert_eq!(
+        (outside.counter, outside.high_water),
+        (11, Some(lb.token()))
+    );
     Ok(())
 }

@@ -4,14 +4,16 @@ use std::time::Duration;
 
 use lease_core::{AcquireRequest, Error, LeaseStore, OwnerId};
 use lease_redis::RedisLeaseStore;
+use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::{CaseResult, Ctx};
 
 use super::server::RedisServer;
 use super::{acquire_on, retry_within, url};
 
 /// An unparsable URL and a prefix that would break cluster slotting are `Config` errors; a
-/// server that refuses connections is `Unavailable` (retryable).
-pub(crate) async fn bad_configuration_is_a_typed_error(_ctx: Ctx) -> CaseResult {
+/// server that refuses connections is `Unavailable` (retryable). A zero response or connect timeout
+/// is a `Config` error; `Duration::MAX` works (every deadline saturates, nothing panics).
+pub(crate) async fn bad_configuration_is_a_typed_error(ctx: Ctx) -> CaseResult {
     for bad in [
         "not a url",
         "http://127.0.0.1:6379",
@@ -42,6 +44,46 @@ pub(crate) async fn bad_configuration_is_a_typed_error(_ctx: Ctx) -> CaseResult 
         matches!(wait_too_long, Err(Error::Config { .. })),
         "{wait_too_long:?}"
     );
+
+    for (response, connect) in [
+        (Duration::ZERO, Duration::from_secs(1)),
+        (Duration::from_secs(1), Duration::ZERO),
+    ] {
+        let zero = RedisLeaseStore::builder(url())
+            .response_timeout(response)
+            .connect_timeout(connect)
+            .connect()
+            .await;
+        assert!(
+            matches!(zero, Err(Error::Config { .. })),
+            "zero timeout: {zero:?}"
+        );
+    }
+    // `Duration::MAX` is not an error, and must not panic anywhere (deadlines saturate).
+    let huge = RedisLeaseStore::builder(url())
+        .prefix(super::PREFIX)
+        .response_timeout(Duration::MAX)
+        .connect_timeout(Duration::MAX)
+        .connect()
+        .await?;
+    assert_eq!(huge.op_deadline(), Duration::MAX);
+    let key = ctx.key("huge-timeouts");
+    let held = acquire_on(
+        &huge,
+        &key,
+        &OwnerId::with_label("a"),
+        Duration::from_secs(5),
+    )
+    .await?;
+    let mut watch = huge.watch(&key).await?.ok_or("redis claims watch")?;
+    assert_eq!(
+        huge.release(&held).await?,
+        lease_core::ReleaseOutcome::Released
+    );
+    match tokio::time::timeout(Duration::from_secs(10), watch.changed()).await {
+        Ok(Some(Ok(()))) => {}
+        other => return Err(format!("watch with huge timeouts: {other:?}").into()),
+    }
 
     // A free port with nothing listening.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -101,5 +143,49 @@ pub(crate) async fn a_frozen_server_is_a_timeout(ctx: Ctx) -> CaseResult {
         assert_eq!(holder.owner, owner);
     }
     acquire_on(&store, &key, &owner, Duration::from_secs(2)).await?;
+    Ok(())
+}
+
+/// While every connection to the server is reset (a server that crashes on accept, a load
+/// balancer without backends), each operation still returns a retryable error within the store's
+/// deadline, even with a connection manager told to retry (re)connecting a hundred thousand
+/// times: an operation never waits out the retries. Once the fault heals the same store works.
+pub(crate) async fn operations_are_bounded_while_the_connection_is_being_reset(
+    ctx: Ctx,
+) -> CaseResult {
+    const HUNG: Duration = Duration::from_secs(30);
+    let server = RedisServer::start(&[]).await?;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into())
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let store = RedisLeaseStore::builder(format!("redis://127.0.0.1:{}", proxy.port()))
+        .prefix("reset")
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .connect_retries(100_000)
+        .connect()
+        .await?;
+    let key = ctx.key("reset");
+    let owner = OwnerId::with_label("a");
+    let held = acquire_on(&store, &key, &owner, Duration::from_secs(30)).await?;
+
+    proxy.set_mode(Mode::Reset);
+    for attempt in 0..3 {
+        match tokio::time::timeout(HUNG, store.renew(&held)).await {
+            Ok(Err(e)) if e.is_retryable() => {}
+            Ok(other) => {
+                return Err(format!(
+                    "renew {attempt} through resets: expected a retryable error, got {other:?}"
+                )
+                .into());
+            }
+            Err(_) => {
+                return Err(format!("renew {attempt} through resets hung for {HUNG:?}").into());
+            }
+        }
+    }
+    proxy.heal();
+    let state = retry_within(Duration::from_secs(10), || store.inspect(&key)).await?;
+    assert_eq!(state.holder.map(|h| h.token), Some(held.token()));
     Ok(())
 }

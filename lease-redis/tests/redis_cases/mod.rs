@@ -1,5 +1,6 @@
 //! Redis-specific cases and the helpers they share.
 
+pub(crate) mod clock;
 pub(crate) mod failover;
 pub(crate) mod input;
 pub(crate) mod restart;

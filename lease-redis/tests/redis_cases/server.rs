@@ -16,6 +16,7 @@ pub(crate) struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 fn free_port() -> Result<u16, Failed> {
@@ -36,9 +37,57 @@ impl RedisServer {
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
         };
         server.spawn().await?;
         Ok(server)
+    }
+
+    /// Starts a server whose wall clock (`CLOCK_REALTIME`, which `TIME` and key expiry read) is
+    /// faked by libfaketime and can be stepped with [`FakeClock::step`]; its monotonic clock (the
+    /// event loop's timers) is left alone. Needs the Debian package `faketime`.
+    ///
+    /// Redis on Debian is linked with jemalloc, which libfaketime cannot initialise under
+    /// (wolfcw/libfaketime#130: jemalloc's init calls `clock_gettime` before libfaketime is
+    /// ready, and both hang). glibc's `libc_malloc_debug.so.0`, preloaded first, serves
+    /// `malloc`/`free` from glibc instead, so jemalloc is never initialised during libfaketime's
+    /// start-up.
+    pub(crate) async fn start_with_fake_clock(extra: &[&str]) -> Result<(Self, FakeClock), Failed> {
+        let faketime = find_lib(&["/usr/lib", "/lib"], "faketime/libfaketime.so.1").ok_or(
+            "libfaketime.so.1 not found: install the Debian package faketime \
+             (scripts/services/redis.sh does)",
+        )?;
+        let malloc = find_lib(&["/lib", "/usr/lib"], "libc_malloc_debug.so.0")
+            .ok_or("glibc's libc_malloc_debug.so.0 not found")?;
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("lease-redis-test-{port}-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let clock = FakeClock {
+            file: dir.join("faketime"),
+        };
+        clock.write("+0")?;
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: vec![
+                (
+                    "LD_PRELOAD".into(),
+                    format!("{} {}", malloc.display(), faketime.display()),
+                ),
+                (
+                    "FAKETIME_TIMESTAMP_FILE".into(),
+                    clock.file.display().to_string(),
+                ),
+                // Read the file on every clock call, so a step takes effect at once.
+                ("FAKETIME_NO_CACHE".into(), "1".into()),
+                ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+            ],
+        };
+        server.spawn().await?;
+        Ok((server, clock))
     }
 
     async fn spawn(&mut self) -> Result<(), Failed> {
@@ -57,6 +106,7 @@ impl RedisServer {
             .arg(&self.dir)
             .args(["--logfile", "redis.log", "--daemonize", "no"])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -176,6 +226,41 @@ impl RedisServer {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
+    }
+}
+
+/// The first `<root>/<multiarch dir>/<name>` (or `<root>/<name>`) that exists.
+fn find_lib(roots: &[&str], name: &str) -> Option<PathBuf> {
+    roots.iter().find_map(|root| {
+        let direct = PathBuf::from(root).join(name);
+        if direct.exists() {
+            return Some(direct);
+        }
+        std::fs::read_dir(root).ok()?.find_map(|entry| {
+            let candidate = entry.ok()?.path().join(name);
+            candidate.exists().then_some(candidate)
+        })
+    })
+}
+
+/// The faked wall clock of a server started with [`RedisServer::start_with_fake_clock`].
+#[derive(Debug)]
+pub(crate) struct FakeClock {
+    file: PathBuf,
+}
+
+impl FakeClock {
+    /// Steps the server's wall clock to `offset` from the real one (`+3600s`: one hour ahead).
+    /// Atomic (written aside, then renamed), so the server never reads a half-written offset.
+    pub(crate) fn step(&self, offset: &str) -> Result<(), Failed> {
+        self.write(offset)
+    }
+
+    fn write(&self, offset: &str) -> Result<(), Failed> {
+        let aside = self.file.with_extension("next");
+        std::fs::write(&aside, format!("{offset}\n"))
+            .and_then(|()| std::fs::rename(&aside, &self.file))
+            .map_err(|e| format!("write {}: {e}", self.file.display()).into())
     }
 }
 

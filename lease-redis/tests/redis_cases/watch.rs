@@ -6,11 +6,12 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome,
 };
 use lease_redis::RedisLeaseStore;
+use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::time::Instant;
 
-use super::acquire_on;
 use super::server::RedisServer;
+use super::{acquire_on, retry_within};
 
 async fn store(server: &RedisServer, poll: Duration) -> Result<RedisLeaseStore, Failed> {
     Ok(RedisLeaseStore::builder(server.url())
@@ -137,4 +138,82 @@ pub(crate) async fn watch_polls_without_keyspace_notifications(ctx: Ctx) -> Case
         "granted before the holder expired"
     );
     Ok(())
+}
+
+/// How long a case waits before it calls an operation hung. Generous: the store's own deadlines
+/// in these cases are a few hundred milliseconds.
+const HUNG: Duration = Duration::from_secs(30);
+
+/// A watch through a TCP proxy that starts black-holing (accepts bytes, answers nothing, never
+/// resets): an established watch yields a retryable error instead of waiting forever (so the
+/// caller falls back to polling), and a new watch fails with a retryable error instead of hanging
+/// in `SUBSCRIBE`. Keyspace notifications are on, so the watch has no poll ticks to hide a dead
+/// connection behind. After the proxy heals, watching works again.
+pub(crate) async fn a_black_holed_watch_fails_in_bounded_time(ctx: Ctx) -> CaseResult {
+    let server = RedisServer::start(&["--notify-keyspace-events", "KEA"]).await?;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], server.port()).into())
+        .await
+        .map_err(|e| format!("proxy: {e}"))?;
+    let store = RedisLeaseStore::builder(format!("redis://127.0.0.1:{}", proxy.port()))
+        .prefix("watch")
+        .response_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .watch_poll_interval(Duration::from_secs(60))
+        .connect()
+        .await?;
+    let key = ctx.key("watch-blackhole");
+
+    // An established watch, then the network goes silent.
+    let mut watch = store.watch(&key).await?.ok_or("redis claims watch")?;
+    wait_subscribed(&server, &store.layout().released_channel(&key)).await?;
+    proxy.set_mode(Mode::Blackhole);
+    match tokio::time::timeout(HUNG, watch.changed()).await {
+        Ok(Some(Err(e))) if e.is_retryable() => {}
+        Ok(other) => {
+            return Err(
+                format!("black-holed watch: expected a retryable error, got {other:?}").into(),
+            );
+        }
+        Err(_) => {
+            return Err(format!("an established watch hung for {HUNG:?} on a black hole").into());
+        }
+    }
+
+    // A new watch while the network is silent.
+    match tokio::time::timeout(HUNG, store.watch(&key)).await {
+        Ok(Err(e)) if e.is_retryable() => {}
+        Ok(other) => {
+            return Err(format!(
+                "watch on a black hole: expected a retryable error, got {other:?}"
+            )
+            .into());
+        }
+        Err(_) => return Err(format!("watch() hung for {HUNG:?} on a black hole").into()),
+    }
+
+    // Healed: a watch is woken by a release again. (The proxy *discarded* the bytes sent into the
+    // black hole, which TCP never does, so the store's multiplexed connection that had requests
+    // swallowed stays out of step with its replies; a fresh store acquires and releases.)
+    proxy.heal();
+    let mut watch = retry_within(Duration::from_secs(10), || store.watch(&key))
+        .await?
+        .ok_or("redis claims watch")?;
+    let other = RedisLeaseStore::builder(server.url())
+        .prefix("watch")
+        .connect()
+        .await?;
+    let held = acquire_on(
+        &other,
+        &key,
+        &OwnerId::with_label("a"),
+        Duration::from_secs(30),
+    )
+    .await?;
+    assert_eq!(other.release(&held).await?, ReleaseOutcome::Released);
+    match tokio::time::timeout(HUNG, watch.changed()).await {
+        Ok(Some(Ok(()))) => Ok(()),
+        other => {
+            Err(format!("healed watch: expected a hint after the release, got {other:?}").into())
+        }
+    }
 }
