@@ -20,10 +20,14 @@ Store: --store URL, else $LEASE_STORE, else the embedded SQLite file
 $XDG_STATE_HOME/lease/leases.db (~/.local/state/lease/leases.db). URLs: memory:, sqlite://PATH,
 postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
 
+Durations: 500ms, 30s, 2m, 1h, 1m30s, 1.5s. --ttl: 1ms to 24h; --wait: 0 to 168h; --grace: 0 to
+24h. Out of range: status 64.
+
 Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
 75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
-127 command not found. All commands: 64 usage error, 69 store unavailable or timed out,
-70 unexpected store error, 78 bad configuration (URL, key, TTL, disabled backend).";
+127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
+of its range), 69 store unavailable or timed out, 70 unexpected store error, 78 bad
+configuration (URL, key, a TTL the store cannot grant, disabled backend).";
 
 /// Distributed leases with fencing tokens, from the shell.
 #[derive(Debug, Parser)]
@@ -66,17 +70,17 @@ struct RunArgs {
     key: String,
     #[command(flatten)]
     store: StoreArg,
-    /// Lease time to live; renewed every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    /// Lease time to live (1ms to 24h); renewed every third of it while the command runs.
+    #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     ttl: Duration,
-    /// How long to wait for a held key before giving up with status 75.
-    #[arg(long, default_value = "2m", value_parser = duration::parse, conflicts_with = "no_wait")]
+    /// How long to wait for a held key before giving up with status 75 (0 to 168h).
+    #[arg(long, default_value = "2m", value_parser = duration::wait, conflicts_with = "no_wait")]
     wait: Duration,
     /// Try once; exit with status 75 at once if the key is held.
     #[arg(long)]
     no_wait: bool,
     /// After a lost lease: time between SIGTERM and SIGKILL to the command.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::grace)]
     grace: Duration,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
@@ -105,8 +109,8 @@ struct ElectArgs {
     name: String,
     #[command(flatten)]
     store: StoreArg,
-    /// Lease time to live of the leader.
-    #[arg(long, default_value = "15s", value_parser = duration::parse)]
+    /// Lease time to live of the leader (1ms to 24h).
+    #[arg(long, default_value = "15s", value_parser = duration::ttl)]
     ttl: Duration,
     /// A readable label for this candidate's id (default: HOSTNAME.PID).
     #[arg(long)]

@@ -698,3 +698,88 @@ fn elect_hands_over_with_a_greater_term() {
     assert_eq!(wait_exit(&mut b, limit).code(), Some(0));
     b_lines.wait_for("b resigned", limit, |e| e["event"] == "resigned");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Durations: out-of-range values are usage errors, never a panic (issue 18, item 6)
+
+const HUGE: &str = "3000000000000000h";
+
+/// `lease run` with one duration flag set to `value`; `sh -c true` as the command.
+fn run_with(store: &str, flag: &str, value: &str) -> Output {
+    output(lease().args([
+        "run",
+        "--store",
+        store,
+        "--key",
+        &unique_key("dur"),
+        flag,
+        value,
+        "--",
+        "true",
+    ]))
+}
+
+/// The status, failing the test (instead of reading garbage) when `lease` panicked.
+fn no_panic(out: &Output, what: &str) -> i32 {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "{what}: lease panicked: {stderr}"
+    );
+    let status = code(out);
+    assert_ne!(status, 101, "{what}: lease panicked: {stderr}");
+    status
+}
+
+#[test]
+fn huge_durations_are_usage_errors_not_panics() {
+    let s = sqlite();
+    for flag in ["--ttl", "--wait", "--grace"] {
+        let out = run_with(&s.url, flag, HUGE);
+        let what = format!("run {flag} {HUGE}");
+        assert_eq!(no_panic(&out, &what), USAGE, "{what}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains("at most"),
+            "{what}: the message names the flag and its range: {stderr}"
+        );
+    }
+    let out = output(lease().args(["elect", "--store", &s.url, "--name", "dur", "--ttl", HUGE]));
+    assert_eq!(no_panic(&out, "elect --ttl huge"), USAGE);
+    // Just above each maximum is refused; the maximum itself parses (ttl: 24h, wait: 168h).
+    assert_eq!(no_panic(&run_with(&s.url, "--ttl", "24h1ms"), "ttl"), USAGE);
+    assert_eq!(
+        no_panic(&run_with(&s.url, "--wait", "168h1ms"), "wait"),
+        USAGE
+    );
+    let out = run_with(&s.url, "--wait", "168h");
+    assert_eq!(
+        no_panic(&out, "wait 168h"),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn zero_durations_are_refused_or_mean_at_once() {
+    let s = sqlite();
+    // A zero TTL is refused before any store is touched.
+    let out = run_with("redis://127.0.0.1:1", "--ttl", "0");
+    assert_eq!(no_panic(&out, "run --ttl 0"), USAGE);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ttl"));
+    let out = run_with(&s.url, "--ttl", "0ms");
+    assert_eq!(no_panic(&out, "run --ttl 0ms"), USAGE);
+    let out = output(lease().args(["elect", "--store", &s.url, "--name", "dur", "--ttl", "0"]));
+    assert_eq!(no_panic(&out, "elect --ttl 0"), USAGE);
+    // A zero wait is one attempt; a zero grace is SIGKILL right after SIGTERM.
+    for flag in ["--wait", "--grace"] {
+        let out = run_with(&s.url, flag, "0");
+        assert_eq!(
+            no_panic(&out, flag),
+            0,
+            "{flag} 0: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
