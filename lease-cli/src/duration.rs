@@ -8,7 +8,8 @@ pub(crate) const MAX_TTL: Duration = lease::MAX_TTL;
 /// The longest `--wait`: a week. Every wait is bounded; this bound also keeps deadline arithmetic
 /// (now + wait) far from overflow.
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// The longest `--grace` accepted by the parser.
+/// The longest `--grace` accepted by the parser; `lease run` then requires it to fit before the
+/// lease's local deadline (see `run::grace_budget`), which is far shorter.
 pub(crate) const MAX_GRACE: Duration = MAX_TTL;
 
 /// `--ttl`: from 1ms to [`MAX_TTL`].

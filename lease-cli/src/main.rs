@@ -21,13 +21,13 @@ $XDG_STATE_HOME/lease/leases.db (~/.local/state/lease/leases.db). URLs: memory:,
 postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
 
 Durations: 500ms, 30s, 2m, 1h, 1m30s, 1.5s. --ttl: 1ms to 24h; --wait: 0 to 168h; --grace: 0 to
-24h. Out of range: status 64.
+half the loss lead (a tenth of --ttl). Out of range: status 64.
 
 Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
 75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
 127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
-of its range), 69 store unavailable or timed out, 70 unexpected store error, 78 bad
-configuration (URL, key, a TTL the store cannot grant, disabled backend).";
+of its range, a --grace that does not fit), 69 store unavailable or timed out, 70 unexpected
+store error, 78 bad configuration (URL, key, a TTL the store cannot grant, disabled backend).";
 
 /// Distributed leases with fencing tokens, from the shell.
 #[derive(Debug, Parser)]
@@ -44,8 +44,10 @@ enum Command {
     /// The command gets LEASE_KEY, LEASE_OWNER and LEASE_FENCING_TOKEN in its environment and
     /// runs in its own process group. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the
     /// lease is lost, the command's process group gets SIGTERM, then SIGKILL after --grace, and
-    /// `lease` exits with status 76. When the command ends, the lease is released and its status
-    /// is passed through.
+    /// `lease` exits with status 76. SIGKILL always comes before the lease's local deadline:
+    /// --grace may be at most half the loss lead (a tenth of --ttl), and is shortened further when
+    /// the loss is noticed late. When the command ends, the lease is released and its status is
+    /// passed through.
     Run(RunArgs),
     /// Show the holder, fencing token and time left of each KEY.
     Status(StatusArgs),
@@ -70,7 +72,8 @@ struct RunArgs {
     key: String,
     #[command(flatten)]
     store: StoreArg,
-    /// Lease time to live (1ms to 24h); renewed every third of it while the command runs.
+    /// Lease time to live (1ms to 24h); renewed every third of it while the command runs. Loss is
+    /// declared a tenth of it (the loss lead) before the lease's local deadline.
     #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     ttl: Duration,
     /// How long to wait for a held key before giving up with status 75 (0 to 168h).
@@ -79,9 +82,11 @@ struct RunArgs {
     /// Try once; exit with status 75 at once if the key is held.
     #[arg(long)]
     no_wait: bool,
-    /// After a lost lease: time between SIGTERM and SIGKILL to the command.
-    #[arg(long, default_value = "10s", value_parser = duration::grace)]
-    grace: Duration,
+    /// After a lost lease: time between SIGTERM and SIGKILL to the command. At most half the
+    /// loss lead, so that the command is dead before the lease's local deadline (default: that
+    /// maximum, 1.5s at --ttl 30s). A longer grace needs a longer --ttl (twenty times the grace).
+    #[arg(long, value_parser = duration::grace)]
+    grace: Option<Duration>,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
     label: Option<String>,

@@ -514,8 +514,7 @@ fn paused_runner_stops_its_command(store: &str) {
     );
     let mut runner = lease()
         .args([
-            "run", "--store", store, "--key", &key, "--ttl", "1s", "--grace", "1s", "--", "sh",
-            "-c", &script,
+            "run", "--store", store, "--key", &key, "--ttl", "1s", "--", "sh", "-c", &script,
         ])
         .stdin(Stdio::null())
         .spawn()
@@ -782,4 +781,118 @@ fn zero_durations_are_refused_or_mean_at_once() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command never outlives the lease (issue 18, item 5)
+
+#[test]
+fn a_grace_that_cannot_fit_before_the_deadline_is_refused() {
+    let s = sqlite();
+    // The loss lead is a tenth of the TTL (3 s at 30 s); the grace may use half of it.
+    let out = output(lease().args([
+        "run", "--store", &s.url, "--key", "fit", "--ttl", "30s", "--grace", "10s", "--", "true",
+    ]));
+    assert_eq!(no_panic(&out, "grace 10s"), USAGE);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--grace") && stderr.contains("1.5s"),
+        "{stderr}"
+    );
+    let out = output(lease().args([
+        "run", "--store", &s.url, "--key", "fit", "--ttl", "30s", "--grace", "1500ms", "--", "true",
+    ]));
+    assert_eq!(
+        no_panic(&out, "grace 1.5s"),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `host:port` and the rest of a `redis://host:port/db` URL.
+fn split_redis(url: &str) -> (std::net::SocketAddr, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
+        .expect("resolve the Redis address")
+        .next()
+        .expect("an address");
+    (addr, path.to_string())
+}
+
+/// Nanoseconds since the epoch (the clock `date +%s%N` reads in the command).
+fn epoch_nanos(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).expect("after 1970").as_nanos()
+}
+
+/// The command traps SIGTERM (`trap '' TERM`, inherited by its `sleep`) and writes a timestamp
+/// every 50 ms. The store becomes unreachable (a silent partition through a fault proxy).
+/// With the default grace, the command must be killed before the lease's local deadline: no
+/// timestamp may be written at or after it. The local deadline is at most the instant the
+/// partition started plus the TTL (no renewal sent later can have been confirmed).
+#[test]
+fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
+    let Some(url) = redis() else { return };
+    let (upstream, path) = split_redis(&url);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let proxy = rt
+        .block_on(lease_testkit::proxy::FaultProxy::start(upstream))
+        .expect("start the proxy");
+    let store = format!("redis://127.0.0.1:{}/{path}", proxy.port());
+    let ttl = Duration::from_secs(4);
+    let key = unique_key("outlive");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    let marker = dir.path().join("marker");
+    let script = format!(
+        "trap '' TERM; echo $$ > {pid}; while :; do date +%s%N >> {marker}; sleep 0.05; done",
+        pid = pidfile.display(),
+        marker = marker.display()
+    );
+    let mut runner = lease()
+        .args([
+            "run", "--store", &store, "--key", &key, "--ttl", "4s", "--", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lease run");
+    wait_until("the command to write", Duration::from_secs(20), || {
+        read(&marker).lines().count() >= 2 && read(&pidfile).trim().parse::<i32>().is_ok()
+    });
+    let child = Pid::from_raw(read(&pidfile).trim().parse().expect("pid"));
+    proxy.set_mode(lease_testkit::proxy::Mode::Blackhole);
+    let partitioned = SystemTime::now();
+    let deadline_bound = epoch_nanos(partitioned + ttl);
+
+    let status = wait_exit(&mut runner, Duration::from_secs(60));
+    let mut stderr = String::new();
+    if let Some(mut e) = runner.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    assert_eq!(status.code(), Some(LOST), "{status:?}: {stderr}");
+    assert!(
+        kill(child, None).is_err(),
+        "the command {child} still runs after `lease` exited: {stderr}"
+    );
+    let last: u128 = read(&marker)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .expect("timestamps");
+    assert!(
+        last < deadline_bound,
+        "the command wrote {} ms after the lease's local deadline (at the latest): {stderr}",
+        (last - deadline_bound) / 1_000_000
+    );
+    eprintln!(
+        "the command's last write came {} ms before the latest possible local deadline",
+        (deadline_bound - last) / 1_000_000
+    );
+    drop(proxy);
 }
