@@ -23,6 +23,12 @@ postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s
 Durations: 500ms, 30s, 2m, 1h, 1m30s, 1.5s. --ttl: 1ms to 24h; --wait: 0 to 168h; --grace: 0 to
 half the loss lead (a tenth of --ttl). Out of range: status 64.
 
+Redis (redis://) replicates asynchronously: after a failover, or in a split brain, two runners can
+hold a key at once, and a fence kept in the same Redis (its high-water mark) can accept a lower
+token after a higher one. Fence your writes with LEASE_FENCING_TOKEN in a resource that does not
+fail over with that Redis. `lease run` and `lease elect` warn about this on stderr unless
+--accept-redis-failover (or LEASE_ACCEPT_REDIS_FAILOVER=1) is given.
+
 Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
 75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
 127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
@@ -53,7 +59,8 @@ enum Command {
     Status(StatusArgs),
     /// Join an election under a name and print leadership changes as they happen.
     ///
-    /// Runs until interrupted (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
+    /// The term printed with `elected` is the lease's fencing token. Runs until interrupted
+    /// (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
     Elect(ElectArgs),
 }
 
@@ -87,12 +94,29 @@ struct RunArgs {
     /// maximum, 1.5s at --ttl 30s). A longer grace needs a longer --ttl (twenty times the grace).
     #[arg(long, value_parser = duration::grace)]
     grace: Option<Duration>,
+    #[command(flatten)]
+    failover: FailoverArg,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
     label: Option<String>,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// Acknowledges Redis's asynchronous failover (silences the warning).
+#[derive(Debug, Args)]
+struct FailoverArg {
+    /// With a redis:// store: do not warn that a Redis failover (or split brain) can let two
+    /// holders run at once and can make a fence kept in the same Redis accept a lower token
+    /// after a higher one. Fence writes in a resource that does not fail over with that Redis.
+    #[arg(
+        long,
+        env = "LEASE_ACCEPT_REDIS_FAILOVER",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    accept_redis_failover: bool,
 }
 
 #[derive(Debug, Args)]
@@ -117,6 +141,8 @@ struct ElectArgs {
     /// Lease time to live of the leader (1ms to 24h).
     #[arg(long, default_value = "15s", value_parser = duration::ttl)]
     ttl: Duration,
+    #[command(flatten)]
+    failover: FailoverArg,
     /// A readable label for this candidate's id (default: HOSTNAME.PID).
     #[arg(long)]
     label: Option<String>,

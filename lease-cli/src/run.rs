@@ -73,6 +73,7 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
     } else {
         args.wait
     };
+    store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
     let owner = OwnerId::with_label(&owner_label(args.label.as_deref()));
     let config = config.with_acquire_wait(wait);
     let sup = Supervisor::from_arc(store.clone(), config).with_owner(owner);

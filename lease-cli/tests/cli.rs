@@ -856,7 +856,18 @@ fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
     );
     let mut runner = lease()
         .args([
-            "run", "--store", &store, "--key", &key, "--ttl", "4s", "--", "sh", "-c", &script,
+            "run",
+            "--store",
+            &store,
+            "--key",
+            &key,
+            "--ttl",
+            "4s",
+            "--accept-redis-failover",
+            "--",
+            "sh",
+            "-c",
+            &script,
         ])
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
@@ -895,4 +906,72 @@ fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
         (deadline_bound - last) / 1_000_000
     );
     drop(proxy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis: failover is shared by the lease and any fence kept in the same Redis (issue 18, item 13)
+
+const FAILOVER_WARNING: &str = "replicates asynchronously";
+
+#[test]
+fn redis_store_warns_about_failover_unless_acknowledged() {
+    let Some(url) = redis() else { return };
+    let key = unique_key("failover-warn");
+    let out = output(lease().args(["run", "--store", &url, "--key", &key, "--", "true"]));
+    assert_eq!(code(&out), 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(FAILOVER_WARNING) && stderr.contains("--accept-redis-failover"),
+        "no failover warning: {stderr}"
+    );
+    // Acknowledged by the flag or by the environment: silent.
+    let out = output(lease().args([
+        "run",
+        "--store",
+        &url,
+        "--key",
+        &key,
+        "--accept-redis-failover",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+    let out = output(
+        lease()
+            .env("LEASE_ACCEPT_REDIS_FAILOVER", "1")
+            .args(["run", "--store", &url, "--key", &key, "--", "true"]),
+    );
+    assert_eq!(code(&out), 0);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+    // Other stores: no warning.
+    let s = sqlite();
+    let out = output(lease().args(["run", "--store", &s.url, "--key", &key, "--", "true"]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+
+    // `lease elect` (its term is the fencing token) warns too.
+    let mut e = lease()
+        .args([
+            "elect", "--store", &url, "--name", &key, "--ttl", "2s", "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn elect");
+    let mut lines = Lines::of(&mut e);
+    lines.wait_for("joined", Duration::from_secs(20), |v| {
+        v["event"] == "joined"
+    });
+    kill(
+        Pid::from_raw(i32::try_from(e.id()).expect("pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    assert_eq!(wait_exit(&mut e, Duration::from_secs(20)).code(), Some(0));
+    let mut stderr = String::new();
+    if let Some(mut err) = e.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
+    }
+    assert!(stderr.contains(FAILOVER_WARNING), "elect: {stderr}");
 }
