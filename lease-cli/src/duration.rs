@@ -1,6 +1,49 @@
-//! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1m30s`, `1.5s`.
+//! Durations on the command line: `500ms`, `30s`, `2m`, `1h`, `1m30s`, `1.5s`, each checked
+//! against its flag's range when parsed (a value out of range is a usage error, status 64).
 
 use std::time::Duration;
+
+/// The longest `--ttl`: the library's [`lease::MAX_TTL`] (24h).
+pub(crate) const MAX_TTL: Duration = lease::MAX_TTL;
+/// The longest `--wait`: a week. Every wait is bounded; this bound also keeps deadline arithmetic
+/// (now + wait) far from overflow.
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `--grace` accepted by the parser; `lease run` then requires it to fit before the
+/// lease's local deadline (see `run::grace_budget`), which is far shorter.
+pub(crate) const MAX_GRACE: Duration = MAX_TTL;
+
+/// `--ttl`: from 1ms to [`MAX_TTL`].
+pub(crate) fn ttl(text: &str) -> Result<Duration, String> {
+    within(text, Duration::from_millis(1), MAX_TTL)
+}
+
+/// `--wait`: from zero (one attempt) to [`MAX_WAIT`].
+pub(crate) fn wait(text: &str) -> Result<Duration, String> {
+    within(text, Duration::ZERO, MAX_WAIT)
+}
+
+/// `--grace`: from zero (SIGKILL right after SIGTERM) to [`MAX_GRACE`].
+pub(crate) fn grace(text: &str) -> Result<Duration, String> {
+    within(text, Duration::ZERO, MAX_GRACE)
+}
+
+/// Parses `text` and checks that it lies in `min..=max`.
+fn within(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse(text)?;
+    if d < min || d > max {
+        let low = if min.is_zero() {
+            "0".to_string()
+        } else {
+            human(min)
+        };
+        return Err(format!(
+            "{} is out of range: must be at least {low} and at most {}",
+            text.trim(),
+            human(max)
+        ));
+    }
+    Ok(d)
+}
 
 /// Parses a duration: one or more `<number><unit>` parts with units `ms`, `s`, `m`, `h` (a lone
 /// `0` is allowed without unit).
@@ -75,6 +118,26 @@ mod tests {
     fn rejects_garbage() {
         for bad in ["", "30", "s", "3x", "-1s", "1..2s", "ms"] {
             assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn ranges_are_checked() {
+        assert!(ttl("0").is_err());
+        assert!(ttl("0ms").is_err());
+        assert_eq!(ttl("1ms"), Ok(Duration::from_millis(1)));
+        assert_eq!(ttl("24h"), Ok(MAX_TTL));
+        assert!(ttl("24h1ms").is_err());
+        assert_eq!(wait("0"), Ok(Duration::ZERO));
+        assert_eq!(wait("168h"), Ok(MAX_WAIT));
+        assert!(wait("168h1ms").is_err());
+        assert_eq!(grace("0"), Ok(Duration::ZERO));
+        for flag in [ttl, wait, grace] {
+            let err = flag("3000000000000000h").expect_err("huge");
+            assert!(err.contains("at most"), "{err}");
+            // Larger than any Duration: the sum overflows, still an error.
+            assert!(flag("18446744073709551615s1s").is_err());
+            assert!(flag(&format!("{}h", "9".repeat(400))).is_err());
         }
     }
 

@@ -26,10 +26,11 @@ pub(crate) async fn main(args: ElectArgs) -> ExitCode {
             return ExitCode::from(exit::SOFTWARE);
         }
     };
-    let (_, store) = match store::open(args.store.store.as_deref()).await {
+    let (url, store) = match store::open(args.store.store.as_deref()).await {
         Ok(s) => s,
         Err(e) => return exit::from_error("cannot open the store", &e),
     };
+    store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
     if let Err(e) = lease::validate_ttl(args.ttl, store.capabilities().min_ttl) {
         return exit::from_error("bad --ttl", &e);
     }

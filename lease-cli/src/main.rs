@@ -20,10 +20,20 @@ Store: --store URL, else $LEASE_STORE, else the embedded SQLite file
 $XDG_STATE_HOME/lease/leases.db (~/.local/state/lease/leases.db). URLs: memory:, sqlite://PATH,
 postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
 
+Durations: 500ms, 30s, 2m, 1h, 1m30s, 1.5s. --ttl: 1ms to 24h; --wait: 0 to 168h; --grace: 0 to
+half the loss lead (a tenth of --ttl). Out of range: status 64.
+
+Redis (redis://) replicates asynchronously: after a failover, or in a split brain, two runners can
+hold a key at once, and a fence kept in the same Redis (its high-water mark) can accept a lower
+token after a higher one. Fence your writes with LEASE_FENCING_TOKEN in a resource that does not
+fail over with that Redis. `lease run` and `lease elect` warn about this on stderr unless
+--accept-redis-failover (or LEASE_ACCEPT_REDIS_FAILOVER=1) is given.
+
 Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
 75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
-127 command not found. All commands: 64 usage error, 69 store unavailable or timed out,
-70 unexpected store error, 78 bad configuration (URL, key, TTL, disabled backend).";
+127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
+of its range, a --grace that does not fit), 69 store unavailable or timed out, 70 unexpected
+store error, 78 bad configuration (URL, key, a TTL the store cannot grant, disabled backend).";
 
 /// Distributed leases with fencing tokens, from the shell.
 #[derive(Debug, Parser)]
@@ -40,14 +50,17 @@ enum Command {
     /// The command gets LEASE_KEY, LEASE_OWNER and LEASE_FENCING_TOKEN in its environment and
     /// runs in its own process group. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the
     /// lease is lost, the command's process group gets SIGTERM, then SIGKILL after --grace, and
-    /// `lease` exits with status 76. When the command ends, the lease is released and its status
-    /// is passed through.
+    /// `lease` exits with status 76. SIGKILL always comes before the lease's local deadline:
+    /// --grace may be at most half the loss lead (a tenth of --ttl), and is shortened further when
+    /// the loss is noticed late. When the command ends, the lease is released and its status is
+    /// passed through.
     Run(RunArgs),
     /// Show the holder, fencing token and time left of each KEY.
     Status(StatusArgs),
     /// Join an election under a name and print leadership changes as they happen.
     ///
-    /// Runs until interrupted (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
+    /// The term printed with `elected` is the lease's fencing token. Runs until interrupted
+    /// (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
     Elect(ElectArgs),
 }
 
@@ -66,24 +79,44 @@ struct RunArgs {
     key: String,
     #[command(flatten)]
     store: StoreArg,
-    /// Lease time to live; renewed every third of it while the command runs.
-    #[arg(long, default_value = "30s", value_parser = duration::parse)]
+    /// Lease time to live (1ms to 24h); renewed every third of it while the command runs. Loss is
+    /// declared a tenth of it (the loss lead) before the lease's local deadline.
+    #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     ttl: Duration,
-    /// How long to wait for a held key before giving up with status 75.
-    #[arg(long, default_value = "2m", value_parser = duration::parse, conflicts_with = "no_wait")]
+    /// How long to wait for a held key before giving up with status 75 (0 to 168h).
+    #[arg(long, default_value = "2m", value_parser = duration::wait, conflicts_with = "no_wait")]
     wait: Duration,
     /// Try once; exit with status 75 at once if the key is held.
     #[arg(long)]
     no_wait: bool,
-    /// After a lost lease: time between SIGTERM and SIGKILL to the command.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
-    grace: Duration,
+    /// After a lost lease: time between SIGTERM and SIGKILL to the command. At most half the
+    /// loss lead, so that the command is dead before the lease's local deadline (default: that
+    /// maximum, 1.5s at --ttl 30s). A longer grace needs a longer --ttl (twenty times the grace).
+    #[arg(long, value_parser = duration::grace)]
+    grace: Option<Duration>,
+    #[command(flatten)]
+    failover: FailoverArg,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
     label: Option<String>,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
+}
+
+/// Acknowledges Redis's asynchronous failover (silences the warning).
+#[derive(Debug, Args)]
+struct FailoverArg {
+    /// With a redis:// store: do not warn that a Redis failover (or split brain) can let two
+    /// holders run at once and can make a fence kept in the same Redis accept a lower token
+    /// after a higher one. Fence writes in a resource that does not fail over with that Redis.
+    #[arg(
+        long,
+        env = "LEASE_ACCEPT_REDIS_FAILOVER",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    accept_redis_failover: bool,
 }
 
 #[derive(Debug, Args)]
@@ -105,9 +138,11 @@ struct ElectArgs {
     name: String,
     #[command(flatten)]
     store: StoreArg,
-    /// Lease time to live of the leader.
-    #[arg(long, default_value = "15s", value_parser = duration::parse)]
+    /// Lease time to live of the leader (1ms to 24h).
+    #[arg(long, default_value = "15s", value_parser = duration::ttl)]
     ttl: Duration,
+    #[command(flatten)]
+    failover: FailoverArg,
     /// A readable label for this candidate's id (default: HOSTNAME.PID).
     #[arg(long)]
     label: Option<String>,

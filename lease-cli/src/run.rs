@@ -49,6 +49,14 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
         Ok(k) => k,
         Err(e) => return exit::from_error("bad --key", &e),
     };
+    let config = SupervisorConfig::new(args.ttl);
+    let grace = match fit_grace(args.grace, &config) {
+        Ok(g) => g,
+        Err(message) => {
+            eprintln!("lease: {message}");
+            return ExitCode::from(exit::USAGE);
+        }
+    };
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -65,16 +73,56 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
     } else {
         args.wait
     };
+    store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
     let owner = OwnerId::with_label(&owner_label(args.label.as_deref()));
-    let config = SupervisorConfig::new(args.ttl).with_acquire_wait(wait);
+    let config = config.with_acquire_wait(wait);
     let sup = Supervisor::from_arc(store.clone(), config).with_owner(owner);
 
     let guard = match acquire(&sup, &store, &key, wait, &mut signals).await {
         Ok(guard) => guard,
         Err(code) => return code,
     };
-    let status = supervise(guard, &args, &url, &mut signals).await;
+    let status = supervise(guard, &args, grace, &url, &mut signals).await;
     ExitCode::from(status)
+}
+
+/// The longest grace that fits: half the loss lead.
+///
+/// Loss is published a loss lead before the lease's local deadline (the deadline itself lies
+/// before the store's expiry). SIGTERM goes out at once, SIGKILL after the grace; the other half
+/// of the lead absorbs a loss noticed late on a busy host and the time the kill takes.
+pub(crate) fn grace_budget(config: &SupervisorConfig) -> Duration {
+    config.loss_lead().min(config.ttl() / 2) / 2
+}
+
+/// The grace to use: the one asked for if it fits in [`grace_budget`], else an error explaining
+/// the trade-off; the budget itself when none was asked for.
+///
+/// A grace that does not fit is refused rather than shortened in silence: what `--grace` says is
+/// what the command gets whenever the loss is noticed on time.
+fn fit_grace(asked: Option<Duration>, config: &SupervisorConfig) -> Result<Duration, String> {
+    let budget = grace_budget(config);
+    match asked {
+        None => Ok(budget),
+        Some(g) if g <= budget => Ok(g),
+        Some(g) => Err(format!(
+            "--grace {} cannot fit: after a lost lease the command must be dead before the \
+             lease's local deadline, and loss is noticed only {} (the loss lead, a tenth of \
+             --ttl {}) before it; --grace may be at most half of that, {}. Lower --grace, or \
+             raise --ttl to twenty times the grace ({}).",
+            human(g),
+            human(config.loss_lead()),
+            human(config.ttl()),
+            human(budget),
+            human(g.saturating_mul(20)),
+        )),
+    }
+}
+
+/// The grace for a loss noticed now: `grace`, shortened to half the time left before the
+/// lease's local deadline, so that SIGKILL lands before it even when the loss was noticed late.
+fn grace_before_deadline(guard: &LeaseGuard, grace: Duration) -> Duration {
+    grace.min(guard.lease().remaining() / 2)
 }
 
 /// Acquires with a bounded wait, showing progress on a terminal; a signal cancels the wait.
@@ -151,7 +199,13 @@ fn describe(holder: Option<&Holder>) -> String {
 }
 
 /// Runs the command under the guard; returns the exit status of `lease run`.
-async fn supervise(guard: LeaseGuard, args: &RunArgs, url: &str, signals: &mut Signals) -> u8 {
+async fn supervise(
+    guard: LeaseGuard,
+    args: &RunArgs,
+    grace: Duration,
+    url: &str,
+    signals: &mut Signals,
+) -> u8 {
     let key = guard.key().clone();
     let token = guard.token();
     let Some((program, rest)) = args.command.split_first() else {
@@ -218,7 +272,7 @@ async fn supervise(guard: LeaseGuard, args: &RunArgs, url: &str, signals: &mut S
                 match now {
                     Health::Lost(reason) => {
                         eprintln!("lease: lost the lease on {key} (token {token}): {reason}; stopping the command");
-                        stop(&mut child, group, args.grace).await;
+                        stop(&mut child, group, grace_before_deadline(&guard, grace)).await;
                         return exit::LOST;
                     }
                     Health::AtRisk => eprintln!("lease: warning: renewal of {key} not confirmed; the lease is at risk"),
@@ -227,7 +281,7 @@ async fn supervise(guard: LeaseGuard, args: &RunArgs, url: &str, signals: &mut S
                 }
                 if changed.is_err() {
                     // The supervisor ended without a final state we saw: treat as lost.
-                    stop(&mut child, group, args.grace).await;
+                    stop(&mut child, group, grace_before_deadline(&guard, grace)).await;
                     return exit::LOST;
                 }
             }

@@ -83,3 +83,22 @@ pub(crate) async fn open(flag: Option<&str>) -> Result<(String, Arc<dyn LeaseSto
     let store = lease::connect(&url).await?;
     Ok((url, store))
 }
+
+/// The environment variable that acknowledges Redis's asynchronous failover.
+pub(crate) const ACCEPT_REDIS_FAILOVER_ENV: &str = "LEASE_ACCEPT_REDIS_FAILOVER";
+
+/// With a Redis store, warns on stderr (unless `accepted`) that its failover is asynchronous:
+/// two holders at once, and a fence kept in the same Redis can accept a lower token after a
+/// higher one (docs/adr/0021-redis-failover-wait-and-fencing.md).
+pub(crate) fn warn_redis_failover(url: &str, key: &lease::LeaseKey, accepted: bool) {
+    let shares = lease::StoreUrl::parse(url).is_ok_and(|u| u.resource_shares_failover());
+    if shares && !accepted {
+        eprintln!(
+            "lease: warning: Redis replicates asynchronously: after a failover (or in a split \
+             brain) two holders can hold {key} at once, and a fence kept in the same Redis can \
+             accept a lower token after a higher one. Fence your writes with the token in a \
+             resource that does not fail over with this Redis. Pass --accept-redis-failover (or \
+             set {ACCEPT_REDIS_FAILOVER_ENV}=1) to silence this warning."
+        );
+    }
+}

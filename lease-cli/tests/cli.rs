@@ -514,8 +514,7 @@ fn paused_runner_stops_its_command(store: &str) {
     );
     let mut runner = lease()
         .args([
-            "run", "--store", store, "--key", &key, "--ttl", "1s", "--grace", "1s", "--", "sh",
-            "-c", &script,
+            "run", "--store", store, "--key", &key, "--ttl", "1s", "--", "sh", "-c", &script,
         ])
         .stdin(Stdio::null())
         .spawn()
@@ -697,4 +696,282 @@ fn elect_hands_over_with_a_greater_term() {
     kill(pid(&b), Signal::SIGTERM).expect("SIGTERM b");
     assert_eq!(wait_exit(&mut b, limit).code(), Some(0));
     b_lines.wait_for("b resigned", limit, |e| e["event"] == "resigned");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Durations: out-of-range values are usage errors, never a panic (issue 18, item 6)
+
+const HUGE: &str = "3000000000000000h";
+
+/// `lease run` with one duration flag set to `value`; `sh -c true` as the command.
+fn run_with(store: &str, flag: &str, value: &str) -> Output {
+    output(lease().args([
+        "run",
+        "--store",
+        store,
+        "--key",
+        &unique_key("dur"),
+        flag,
+        value,
+        "--",
+        "true",
+    ]))
+}
+
+/// The status, failing the test (instead of reading garbage) when `lease` panicked.
+fn no_panic(out: &Output, what: &str) -> i32 {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("panicked"),
+        "{what}: lease panicked: {stderr}"
+    );
+    let status = code(out);
+    assert_ne!(status, 101, "{what}: lease panicked: {stderr}");
+    status
+}
+
+#[test]
+fn huge_durations_are_usage_errors_not_panics() {
+    let s = sqlite();
+    for flag in ["--ttl", "--wait", "--grace"] {
+        let out = run_with(&s.url, flag, HUGE);
+        let what = format!("run {flag} {HUGE}");
+        assert_eq!(no_panic(&out, &what), USAGE, "{what}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(flag) && stderr.contains("at most"),
+            "{what}: the message names the flag and its range: {stderr}"
+        );
+    }
+    let out = output(lease().args(["elect", "--store", &s.url, "--name", "dur", "--ttl", HUGE]));
+    assert_eq!(no_panic(&out, "elect --ttl huge"), USAGE);
+    // Just above each maximum is refused; the maximum itself parses (ttl: 24h, wait: 168h).
+    assert_eq!(no_panic(&run_with(&s.url, "--ttl", "24h1ms"), "ttl"), USAGE);
+    assert_eq!(
+        no_panic(&run_with(&s.url, "--wait", "168h1ms"), "wait"),
+        USAGE
+    );
+    let out = run_with(&s.url, "--wait", "168h");
+    assert_eq!(
+        no_panic(&out, "wait 168h"),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn zero_durations_are_refused_or_mean_at_once() {
+    let s = sqlite();
+    // A zero TTL is refused before any store is touched.
+    let out = run_with("redis://127.0.0.1:1", "--ttl", "0");
+    assert_eq!(no_panic(&out, "run --ttl 0"), USAGE);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ttl"));
+    let out = run_with(&s.url, "--ttl", "0ms");
+    assert_eq!(no_panic(&out, "run --ttl 0ms"), USAGE);
+    let out = output(lease().args(["elect", "--store", &s.url, "--name", "dur", "--ttl", "0"]));
+    assert_eq!(no_panic(&out, "elect --ttl 0"), USAGE);
+    // A zero wait is one attempt; a zero grace is SIGKILL right after SIGTERM.
+    for flag in ["--wait", "--grace"] {
+        let out = run_with(&s.url, flag, "0");
+        assert_eq!(
+            no_panic(&out, flag),
+            0,
+            "{flag} 0: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command never outlives the lease (issue 18, item 5)
+
+#[test]
+fn a_grace_that_cannot_fit_before_the_deadline_is_refused() {
+    let s = sqlite();
+    // The loss lead is a tenth of the TTL (3 s at 30 s); the grace may use half of it.
+    let out = output(lease().args([
+        "run", "--store", &s.url, "--key", "fit", "--ttl", "30s", "--grace", "10s", "--", "true",
+    ]));
+    assert_eq!(no_panic(&out, "grace 10s"), USAGE);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--grace") && stderr.contains("1.5s"),
+        "{stderr}"
+    );
+    let out = output(lease().args([
+        "run", "--store", &s.url, "--key", "fit", "--ttl", "30s", "--grace", "1500ms", "--", "true",
+    ]));
+    assert_eq!(
+        no_panic(&out, "grace 1.5s"),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `host:port` and the rest of a `redis://host:port/db` URL.
+fn split_redis(url: &str) -> (std::net::SocketAddr, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(hostport)
+        .expect("resolve the Redis address")
+        .next()
+        .expect("an address");
+    (addr, path.to_string())
+}
+
+/// Nanoseconds since the epoch (the clock `date +%s%N` reads in the command).
+fn epoch_nanos(t: SystemTime) -> u128 {
+    t.duration_since(UNIX_EPOCH).expect("after 1970").as_nanos()
+}
+
+/// The command traps SIGTERM (`trap '' TERM`, inherited by its `sleep`) and writes a timestamp
+/// every 50 ms. The store becomes unreachable (a silent partition through a fault proxy).
+/// With the default grace, the command must be killed before the lease's local deadline: no
+/// timestamp may be written at or after it. The local deadline is at most the instant the
+/// partition started plus the TTL (no renewal sent later can have been confirmed).
+#[test]
+fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
+    let Some(url) = redis() else { return };
+    let (upstream, path) = split_redis(&url);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let proxy = rt
+        .block_on(lease_testkit::proxy::FaultProxy::start(upstream))
+        .expect("start the proxy");
+    let store = format!("redis://127.0.0.1:{}/{path}", proxy.port());
+    let ttl = Duration::from_secs(4);
+    let key = unique_key("outlive");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("pid");
+    let marker = dir.path().join("marker");
+    let script = format!(
+        "trap '' TERM; echo $$ > {pid}; while :; do date +%s%N >> {marker}; sleep 0.05; done",
+        pid = pidfile.display(),
+        marker = marker.display()
+    );
+    let mut runner = lease()
+        .args([
+            "run",
+            "--store",
+            &store,
+            "--key",
+            &key,
+            "--ttl",
+            "4s",
+            "--accept-redis-failover",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn lease run");
+    wait_until("the command to write", Duration::from_secs(20), || {
+        read(&marker).lines().count() >= 2 && read(&pidfile).trim().parse::<i32>().is_ok()
+    });
+    let child = Pid::from_raw(read(&pidfile).trim().parse().expect("pid"));
+    proxy.set_mode(lease_testkit::proxy::Mode::Blackhole);
+    let partitioned = SystemTime::now();
+    let deadline_bound = epoch_nanos(partitioned + ttl);
+
+    let status = wait_exit(&mut runner, Duration::from_secs(60));
+    let mut stderr = String::new();
+    if let Some(mut e) = runner.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    assert_eq!(status.code(), Some(LOST), "{status:?}: {stderr}");
+    assert!(
+        kill(child, None).is_err(),
+        "the command {child} still runs after `lease` exited: {stderr}"
+    );
+    let last: u128 = read(&marker)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .max()
+        .expect("timestamps");
+    assert!(
+        last < deadline_bound,
+        "the command wrote {} ms after the lease's local deadline (at the latest): {stderr}",
+        (last - deadline_bound) / 1_000_000
+    );
+    eprintln!(
+        "the command's last write came {} ms before the latest possible local deadline",
+        (deadline_bound - last) / 1_000_000
+    );
+    drop(proxy);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis: failover is shared by the lease and any fence kept in the same Redis (issue 18, item 13)
+
+const FAILOVER_WARNING: &str = "replicates asynchronously";
+
+#[test]
+fn redis_store_warns_about_failover_unless_acknowledged() {
+    let Some(url) = redis() else { return };
+    let key = unique_key("failover-warn");
+    let out = output(lease().args(["run", "--store", &url, "--key", &key, "--", "true"]));
+    assert_eq!(code(&out), 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(FAILOVER_WARNING) && stderr.contains("--accept-redis-failover"),
+        "no failover warning: {stderr}"
+    );
+    // Acknowledged by the flag or by the environment: silent.
+    let out = output(lease().args([
+        "run",
+        "--store",
+        &url,
+        "--key",
+        &key,
+        "--accept-redis-failover",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+    let out = output(
+        lease()
+            .env("LEASE_ACCEPT_REDIS_FAILOVER", "1")
+            .args(["run", "--store", &url, "--key", &key, "--", "true"]),
+    );
+    assert_eq!(code(&out), 0);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+    // Other stores: no warning.
+    let s = sqlite();
+    let out = output(lease().args(["run", "--store", &s.url, "--key", &key, "--", "true"]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(FAILOVER_WARNING));
+
+    // `lease elect` (its term is the fencing token) warns too.
+    let mut e = lease()
+        .args([
+            "elect", "--store", &url, "--name", &key, "--ttl", "2s", "--json",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn elect");
+    let mut lines = Lines::of(&mut e);
+    lines.wait_for("joined", Duration::from_secs(20), |v| {
+        v["event"] == "joined"
+    });
+    kill(
+        Pid::from_raw(i32::try_from(e.id()).expect("pid")),
+        Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    assert_eq!(wait_exit(&mut e, Duration::from_secs(20)).code(), Some(0));
+    let mut stderr = String::new();
+    if let Some(mut err) = e.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
+    }
+    assert!(stderr.contains(FAILOVER_WARNING), "elect: {stderr}");
 }

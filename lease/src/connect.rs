@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use lease_core::{FencedResource, LeaseStore, MemoryFencedResource, MemoryLeaseStore, Result};
+use lease_core::{
+    Error, FencedResource, LeaseStore, MemoryFencedResource, MemoryLeaseStore, Result,
+};
 
 use crate::url::StoreUrl;
 
@@ -68,6 +70,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LeaseStore>> {
 /// resource's state in the same service as the leases (a table, a hash, a key); see each
 /// backend's documentation.
 ///
+/// **Redis**: the resource's high-water mark lives in Redis, which replicates asynchronously;
+/// after a failover or in a split brain it can accept a lower token after a higher one
+/// ([`StoreUrl::resource_shares_failover`]). This function returns it anyway and logs a
+/// `tracing` warning ([`SharedFailover::Warn`]); use [`connect_with_resource_policy`] to refuse
+/// it or to accept it without the warning.
+///
 /// ```
 /// use lease::{FencingToken, LeaseKey, WriteOp};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease::Result<()> {
@@ -89,8 +97,91 @@ pub async fn connect_resource(url: &str) -> Result<Arc<dyn FencedResource>> {
     connect_with_resource(url).await.map(|(_, r)| r)
 }
 
+/// What [`connect_with_resource_policy`] does when the backend's fenced resource shares the
+/// store's asynchronous failover ([`StoreUrl::resource_shares_failover`]: Redis).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SharedFailover {
+    /// Return the pair and log a `tracing` warning (target `lease`). What
+    /// [`connect_with_resource`] and [`connect_resource`] do.
+    #[default]
+    Warn,
+    /// Return [`Error::Config`](crate::Error::Config) without connecting. Pair the store with
+    /// a resource elsewhere instead ([`connect`] for the store, [`connect_resource`] with
+    /// another URL, or your own [`FencedResource`]).
+    Refuse,
+    /// Return the pair without a warning: the caller knows that a failover (or split brain) can
+    /// make the resource accept a lower token after a higher one, and accepts it (for example,
+    /// a Redis without replicas or automatic failover).
+    Accept,
+}
+
+/// As [`connect_with_resource`], with an explicit choice for a fenced resource that shares the
+/// store's asynchronous failover (Redis; see [`StoreUrl::resource_shares_failover`] and
+/// `docs/adr/0021-redis-failover-wait-and-fencing.md`). For every other backend the policy
+/// changes nothing.
+///
+/// ```
+/// use lease::SharedFailover;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease::Result<()> {
+/// // Refused before connecting: nothing is opened.
+/// match lease::connect_with_resource_policy("redis://127.0.0.1:6379", SharedFailover::Refuse).await {
+///     Err(lease::Error::Config { message, .. }) => assert!(message.contains("lower token")),
+///     other => panic!("{other:?}"),
+/// }
+/// let (store, _resource) = lease::connect_with_resource_policy("memory:", SharedFailover::Refuse).await?;
+/// assert_eq!(store.backend(), "memory");
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`connect_with_resource`]; [`Error::Config`](crate::Error::Config) for a shared failover
+/// under [`SharedFailover::Refuse`].
+///
+/// # Cancellation safety
+/// Cancel safe: nothing is held until the pair is returned.
+pub async fn connect_with_resource_policy(
+    url: &str,
+    policy: SharedFailover,
+) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>)> {
+    let parsed = StoreUrl::parse(url)?;
+    if parsed.resource_shares_failover() {
+        match policy {
+            SharedFailover::Refuse => {
+                return Err(Error::config(
+                    parsed.backend(),
+                    format!(
+                        "the fenced resource of {parsed} keeps its high-water mark in the same \
+                         asynchronously replicated Redis as the leases: after a failover or in a \
+                         split brain it can accept a lower token after a higher one (ADR 0021); \
+                         keep the fence elsewhere, or pass SharedFailover::Accept"
+                    ),
+                    None,
+                ));
+            }
+            SharedFailover::Warn if parsed.is_enabled() => tracing::warn!(
+                target: "lease",
+                store = %parsed,
+                "the fenced resource shares the Redis store's asynchronous failover: after a \
+                 failover or in a split brain it can accept a lower token after a higher one \
+                 (ADR 0021); keep the fence elsewhere, or choose SharedFailover::Accept"
+            ),
+            SharedFailover::Warn | SharedFailover::Accept => {}
+        }
+    }
+    connect_parsed(&parsed).await
+}
+
 /// Connects once and returns both the store and its fenced resource (sharing connections where
 /// the backend can). For `memory:` the two are new and in-process.
+///
+/// **Redis**: the pair shares one asynchronously replicated Redis, so a failover (or split
+/// brain) that lets two owners hold the lease can also make the resource accept a lower token
+/// after a higher one: the fence fails together with the lease it should back up
+/// ([`StoreUrl::resource_shares_failover`], `docs/adr/0021-redis-failover-wait-and-fencing.md`).
+/// This function returns the pair anyway and logs a `tracing` warning
+/// ([`SharedFailover::Warn`]); [`connect_with_resource_policy`] refuses it or accepts it
+/// silently.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease::Result<()> {
@@ -107,11 +198,16 @@ pub async fn connect_resource(url: &str) -> Result<Arc<dyn FencedResource>> {
 pub async fn connect_with_resource(
     url: &str,
 ) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>)> {
-    let parsed = StoreUrl::parse(url)?;
+    connect_with_resource_policy(url, SharedFailover::Warn).await
+}
+
+async fn connect_parsed(
+    parsed: &StoreUrl,
+) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>)> {
     if !parsed.is_enabled() {
         return Err(parsed.feature_off());
     }
-    match &parsed {
+    match parsed {
         StoreUrl::Memory => Ok((
             Arc::new(MemoryLeaseStore::new()),
             Arc::new(MemoryFencedResource::new()),

@@ -76,7 +76,7 @@
 //! |---------|--------|-----|--------|------------------|-------|
 //! | (none) | [`memory`] | `memory:` | per process | local monotonic clock | tests, demos |
 //! | `postgres` | `lease::postgres` | `postgres://user@host:5432/db` | durable (sequence) | the database server's clock | fenced transactions in the same database |
-//! | `redis` | `lease::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock | the Redis server's clock | asynchronous replication: fence your writes |
+//! | `redis` | `lease::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock | the Redis server's clock | asynchronous replication: fence your writes, in a resource that does not fail over with that Redis |
 //! | `etcd` | `lease::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable (revisions) | etcd's lease expiry | TTLs in whole seconds; needs `protoc` to build |
 //! | `k8s` | `lease::k8s` | `k8s://NAMESPACE`, `k8s://` | durable (annotation) | observed locally (client-go rules) | TTLs in whole seconds; ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
 //! | `sqlite` | `lease::sqlite` | `sqlite://PATH`, `sqlite:///ABS/PATH` | durable (file) | the host's clock | many processes on **one host** |
@@ -88,6 +88,17 @@
 //! [dependencies]
 //! lease = { version = "0.1", features = ["postgres"] }
 //! ```
+//!
+//! ## Pairing a store with its own fenced resource
+//! [`connect_with_resource`] returns the backend's own [`FencedResource`] next to the store.
+//! On every backend but Redis that resource is as durable as the tokens. On **Redis** both
+//! live in one asynchronously replicated service: the failover (or split brain) that lets two
+//! owners hold a lease can also lose the resource's high-water mark, so the resource may accept
+//! a lower token after a higher one, exactly when it is needed
+//! (`docs/adr/0021-redis-failover-wait-and-fencing.md`). [`connect_with_resource`] therefore
+//! logs a `tracing` warning for Redis; [`connect_with_resource_policy`] makes the choice
+//! explicit ([`SharedFailover::Refuse`] or [`SharedFailover::Accept`]), and
+//! [`StoreUrl::resource_shares_failover`] tells in advance.
 //!
 //! ## URLs
 //! [`connect`] accepts the forms in the table above; [`StoreUrl`] parses them without
@@ -116,7 +127,9 @@
 mod connect;
 mod url;
 
-pub use connect::{connect, connect_resource, connect_with_resource};
+pub use connect::{
+    SharedFailover, connect, connect_resource, connect_with_resource, connect_with_resource_policy,
+};
 #[doc(no_inline)]
 pub use lease_core::*;
 pub use url::{SCHEMES, StoreUrl};

@@ -191,6 +191,29 @@ impl StoreUrl {
         }
     }
 
+    /// Whether the fenced resource that [`connect_with_resource`](crate::connect_with_resource)
+    /// pairs with this store lives in the same *asynchronously replicated* service as the
+    /// leases, and so shares the store's failover. True for Redis only.
+    ///
+    /// On Redis, a failover to a replica that had not received the latest writes (or a split
+    /// brain, where clients still reach the old primary) can lose the resource's high-water mark
+    /// together with the lease: the resource may then **accept a lower token after a higher
+    /// one**. Tokens themselves never go back (they are floored by the server clock), but the
+    /// fence that should reject the stale holder forgets what it saw. See
+    /// `docs/adr/0021-redis-failover-wait-and-fencing.md`. Keep the fence in a resource that does
+    /// not fail over with that Redis (or run Redis without failover), and choose explicitly
+    /// with [`connect_with_resource_policy`](crate::connect_with_resource_policy).
+    ///
+    /// ```
+    /// use lease::StoreUrl;
+    /// assert!(StoreUrl::parse("redis://127.0.0.1:6379")?.resource_shares_failover());
+    /// assert!(!StoreUrl::parse("etcd://127.0.0.1:2379")?.resource_shares_failover());
+    /// # Ok::<(), lease::Error>(())
+    /// ```
+    pub fn resource_shares_failover(&self) -> bool {
+        matches!(self, StoreUrl::Redis(_))
+    }
+
     /// The [`Error::Config`] returned for a URL whose backend feature is off.
     pub(crate) fn feature_off(&self) -> Error {
         let backend = self.backend();
