@@ -44,8 +44,8 @@
 //! **last version this store wrote** for the Lease: if anyone else wrote the object since (a
 //! takeover, a deletion, even a label), the renewal is a 409 and the lease is
 //! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost) at once. (A renewal whose answer was
-//! lost, a timeout or a dropped connection, may have been applied; the next renewal recognises
-//! that write as its own by its exact content and continues.)
+//! lost, to a timeout, a dropped connection or a dropped future, may have been applied; the next
+//! renewal recognises that write as its own by its exact content and continues.)
 //! Our writes keep every field they do not own (labels, other annotations, newer spec fields).
 //!
 //! ## The client-go rules (LeaseLock interoperability)

@@ -89,8 +89,16 @@ impl Record {
     }
 }
 
-fn now() -> MicroTime {
-    MicroTime(jiff::Timestamp::now())
+/// Now, in whole microseconds: what the apiserver keeps of a `MicroTime`. An object we send
+/// must read back equal to what we remember sending (ADR 0041: a renewal whose answer was lost is
+/// recognised by its exact content), so no nanoseconds that the server would drop.
+pub(crate) fn now() -> MicroTime {
+    MicroTime(micros(jiff::Timestamp::now()))
+}
+
+fn micros(t: jiff::Timestamp) -> jiff::Timestamp {
+    // Truncation to whole microseconds of a valid timestamp is itself valid.
+    jiff::Timestamp::from_microsecond(t.as_microsecond()).unwrap_or(t)
 }
 
 /// Seconds for `leaseDurationSeconds`: `ttl` rounded up to whole seconds (at least 1).
@@ -268,6 +276,22 @@ mod tests {
         let rec = Record::parse(&go).unwrap();
         assert_eq!(rec.holder_token().unwrap(), FencingToken::new(15).unwrap());
         assert!(!rec.is_held_by(&owner("go-controller"), FencingToken::new(10).unwrap()));
+    }
+
+    #[test]
+    fn a_renewal_reads_back_exactly_as_sent() {
+        // The apiserver keeps MicroTime to the microsecond; what we remember sending must equal
+        // what it stores, or a renewal whose answer was lost is never recognised (ADR 0041).
+        let base = with_rv(
+            new_grant("k", &owner("a"), FencingToken::new(6).unwrap(), 5),
+            "7",
+        );
+        for _ in 0..100 {
+            let sent = renewal(&base, 5);
+            let wire = serde_json::to_string(&sent).unwrap();
+            let back: KubeLease = serde_json::from_str(&wire).unwrap();
+            assert_eq!(back.spec, sent.spec, "{wire}");
+        }
     }
 
     #[test]

@@ -370,6 +370,23 @@ impl KubeLeaseStore {
         Ok(rec)
     }
 
+    /// Remembers a renewal about to be sent, whose outcome stays unknown until a later write of
+    /// ours is confirmed or the object is read again (`adopt_pending`).
+    fn remember_pending(&self, name: &str, sent: &KubeLease) {
+        let mut st = self.lock();
+        let pending = st.pending.entry(name.to_string()).or_default();
+        if pending.len() < MAX_PENDING {
+            pending.push(sent.clone());
+        }
+    }
+
+    /// Forgets a renewal that was certainly not applied (the server refused it).
+    fn forget_pending(&self, name: &str, sent: &KubeLease) {
+        if let Some(pending) = self.lock().pending.get_mut(name) {
+            pending.retain(|p| p != sent);
+        }
+    }
+
     fn floor(&self, name: &str) -> Option<FencingToken> {
         self.lock().floor.get(name).copied()
     }
@@ -425,15 +442,20 @@ impl KubeLeaseStore {
             return Ok(None);
         };
         let current = self.read(name).await?;
-        // Known either way now: ours (adopted) or someone else's (lost).
-        self.lock().pending.remove(name);
-        Ok(current.filter(|(obj, _, _)| {
+        let adopted = current.filter(|(obj, _, _)| {
             sent.iter().any(|s| {
                 obj.spec == s.spec
                     && obj.metadata.annotations == s.metadata.annotations
                     && obj.metadata.labels == s.metadata.labels
             })
-        }))
+        });
+        // Known either way now: ours (adopted: the last version we wrote) or someone else's.
+        let mut st = self.lock();
+        st.pending.remove(name);
+        if let Some((_, rec, _)) = &adopted {
+            st.written.insert(name.to_string(), rec.rv);
+        }
+        Ok(adopted)
     }
 
     /// The current etcd revision, from a consistent (quorum) list.
@@ -615,6 +637,11 @@ impl LeaseStore for KubeLeaseStore {
                 return Ok(RenewOutcome::Lost);
             }
             let next = record::renewal(&base, secs);
+            // Remembered before it is sent: if the answer is lost (a timeout, a dropped
+            // connection, or the caller dropping this future, as the supervisor does when its
+            // bound passes first), the write may have been applied, and the next renewal must
+            // recognise it as ours. A confirmed write forgets it.
+            self.remember_pending(&name, &next);
             let sent = Instant::now();
             match timed(
                 "replace",
@@ -634,16 +661,15 @@ impl LeaseStore for KubeLeaseStore {
                 }
                 // Someone else wrote, unless the write we find is our own earlier renewal whose
                 // answer was lost: then it is exactly what we sent, and we renew on top of it.
-                Err(KubeError::Conflict) => current = self.adopt_pending(&name).await?,
+                Err(KubeError::Conflict) => {
+                    self.forget_pending(&name, &next);
+                    current = self.adopt_pending(&name).await?;
+                }
                 Err(KubeError::NotFound(_)) => break,
                 Err(e) => {
                     let e = e.into_error("replace");
-                    if e.outcome_unknown() {
-                        let mut st = self.lock();
-                        let sent = st.pending.entry(name.clone()).or_default();
-                        if sent.len() < MAX_PENDING {
-                            sent.push(next);
-                        }
+                    if !e.outcome_unknown() {
+                        self.forget_pending(&name, &next);
                     }
                     return Err(e);
                 }

@@ -1,5 +1,6 @@
 //! Kubernetes-specific failure cases, run by `conformance.rs` next to the shared suite.
 
+mod adoption;
 pub(crate) mod env;
 mod failure;
 mod interop;
@@ -34,5 +35,7 @@ pub(crate) fn all() -> Vec<Case> {
         case!("k8s", interop::expiry_ignores_the_timestamps_in_the_record),
         case!("k8s", interop::released_record_reads_as_client_go_release),
         case!("k8s", interop::kubectl_reads_the_lease),
+        case!("k8s", adoption::renewal_dropped_after_sending_is_adopted),
+        case!("k8s", adoption::renewal_timed_out_after_sending_is_adopted),
     ]
 }
