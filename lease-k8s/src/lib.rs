@@ -160,3 +160,5 @@ pub use store::{
     DEFAULT_REQUEST_TIMEOUT, KubeLeaseStore, KubeLeaseStoreBuilder, MAX_PREFIX_LEN,
     client_from_kubeconfig, infer_client,
 };
+#[doc(hidden)]
+pub use store::{TestHook, TestPoint};

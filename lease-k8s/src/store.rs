@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
@@ -18,7 +19,7 @@ use lease_core::{
 use tokio::time::Instant;
 
 use crate::error::{BACKEND, KubeError, timed};
-use crate::record::{self, Record, duration_secs, parse_rv};
+use crate::record::{self, Record, duration_secs};
 
 /// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
 const MAX_RACES: usize = 16;
@@ -81,7 +82,22 @@ pub struct KubeLeaseStore {
     prefix: String,
     timeout: Duration,
     state: Arc<Mutex<State>>,
+    hook: Option<TestHook>,
 }
+
+/// A point inside the store's protocol where a test can hold an operation (hidden: for this
+/// crate's own interleaving tests, not part of the supported API).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TestPoint {
+    /// `acquire` found no Lease object and is about to create it.
+    BeforeCreate,
+}
+
+/// A test hook: awaited at each [`TestPoint`] with the Lease object's name (hidden).
+#[doc(hidden)]
+pub type TestHook = Arc<dyn Fn(TestPoint, &str) -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl fmt::Debug for KubeLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -113,6 +129,7 @@ pub struct KubeLeaseStoreBuilder {
     namespace: Option<String>,
     prefix: String,
     timeout: Duration,
+    hook: Option<TestHook>,
 }
 
 impl fmt::Debug for KubeLeaseStoreBuilder {
@@ -146,6 +163,14 @@ impl KubeLeaseStoreBuilder {
         self
     }
 
+    /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's
+    /// interleaving tests only).
+    #[doc(hidden)]
+    pub fn test_hook(mut self, hook: TestHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
     /// Validates the configuration and builds the store. Sends nothing.
     ///
     /// # Errors
@@ -170,6 +195,7 @@ impl KubeLeaseStoreBuilder {
             prefix: self.prefix,
             timeout: self.timeout,
             state: Arc::default(),
+            hook: self.hook,
         })
     }
 }
@@ -277,6 +303,7 @@ impl KubeLeaseStore {
             namespace: None,
             prefix: String::new(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            hook: None,
         }
     }
 
@@ -328,6 +355,13 @@ impl KubeLeaseStore {
 
     pub(crate) fn request_timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Awaits the test hook at `point`, if one is installed.
+    async fn pause(&self, point: TestPoint, name: &str) {
+        if let Some(hook) = &self.hook {
+            hook(point, name).await;
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -458,27 +492,17 @@ impl KubeLeaseStore {
         Ok(adopted)
     }
 
-    /// The current etcd revision, from a consistent (quorum) list.
-    async fn revision(&self) -> Result<u64> {
-        let list = timed(
-            "list",
-            self.timeout,
-            self.api.list(&ListParams::default().limit(1)),
-        )
-        .await
-        .map_err(|e| e.into_error("list"))?;
-        parse_rv(list.metadata.resource_version.as_deref())
-    }
-
-    /// The token of a new grant: the revision the grant is conditioned on (or, for a create, the
-    /// current revision), floored above every token this store knows for the name.
+    /// The token of a new grant (ADR 0040): `at_least` (the version of the create that decided
+    /// the grant, or one above the version a granting replace is conditioned on), floored above
+    /// every token this store knows for the name (a defence only: under etcd semantics the floor
+    /// never exceeds `at_least`).
     fn next_token(
         &self,
         name: &str,
-        revision: u64,
+        at_least: u64,
         recorded: Option<FencingToken>,
     ) -> Result<FencingToken> {
-        let mut t = revision;
+        let mut t = at_least;
         for known in [recorded, self.floor(name)].into_iter().flatten() {
             t = t.max(known.get().saturating_add(1));
         }
@@ -549,21 +573,22 @@ impl LeaseStore for KubeLeaseStore {
         for _ in 0..MAX_RACES {
             match self.read(&name).await? {
                 None => {
-                    let token = self.next_token(&name, self.revision().await?, None)?;
-                    let obj = record::new_grant(&name, &req.owner, token, secs);
+                    // The create decides the holder, but its version (the token) is assigned by
+                    // the write itself: create a claim without a token, then write the token
+                    // into it with a replace conditioned on the created version, and report the
+                    // grant only after that (ADR 0040). Until then, readers report the claim's
+                    // term as its resourceVersion, which is that same token.
+                    let obj = record::new_claim(&name, &req.owner, secs);
+                    self.pause(TestPoint::BeforeCreate, &name).await;
                     let sent = Instant::now();
-                    match timed(
+                    let created = match timed(
                         "create",
                         self.timeout,
                         self.api.create(&PostParams::default(), &obj),
                     )
                     .await
                     {
-                        Ok(created) => {
-                            return Ok(AcquireOutcome::Acquired(
-                                self.granted(req, &name, &created, token, ttl, sent)?,
-                            ));
-                        }
+                        Ok(created) => created,
                         Err(KubeError::AlreadyExists) => continue,
                         Err(KubeError::NotFound(message)) => {
                             return Err(Error::config(
@@ -576,6 +601,26 @@ impl LeaseStore for KubeLeaseStore {
                             ));
                         }
                         Err(e) => return Err(e.into_error("create")),
+                    };
+                    let rec = Record::parse(&created)?;
+                    self.observe(&name, &created, &rec);
+                    let token = self.next_token(&name, rec.rv, None)?;
+                    let next = record::with_token(&created, &req.owner, token);
+                    match timed(
+                        "replace",
+                        self.timeout,
+                        self.api.replace(&name, &PostParams::default(), &next),
+                    )
+                    .await
+                    {
+                        Ok(obj) => {
+                            return Ok(AcquireOutcome::Acquired(
+                                self.granted(req, &name, &obj, token, ttl, sent)?,
+                            ));
+                        }
+                        // Someone wrote or deleted the claim first: no grant; look again.
+                        Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
+                        Err(e) => return Err(e.into_error("replace")),
                     }
                 }
                 Some((obj, rec, first_seen)) => {
