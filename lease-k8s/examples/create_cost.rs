@@ -18,7 +18,10 @@ fn summary(name: &str, mut v: Vec<Duration>) -> String {
     v.sort();
     let n = v.len().max(1);
     let mean = v.iter().sum::<Duration>() / u32::try_from(n).unwrap_or(u32::MAX);
-    let at = |q: usize| v.get((v.len() * q / 100).min(v.len().saturating_sub(1))).copied();
+    let at = |q: usize| {
+        v.get((v.len() * q / 100).min(v.len().saturating_sub(1)))
+            .copied()
+    };
     format!(
         "{name}: n={} p50={:?} p90={:?} mean={mean:?}",
         v.len(),
@@ -63,6 +66,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     println!("{}", summary("create path (first grant)", create));
-    println!("{}", summary("replace path (grant of a released Lease)", replace));
+    println!(
+        "{}",
+        summary("replace path (grant of a released Lease)", replace)
+    );
     Ok(())
 }

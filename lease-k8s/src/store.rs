@@ -636,7 +636,17 @@ impl LeaseStore for KubeLeaseStore {
                             ttl: rec.duration,
                         }));
                     }
-                    let token = self.next_token(&name, rec.rv, rec.token)?;
+                    // The replace writes a version above `rec.rv`: the token is the first
+                    // revision of that interval, never the version replaced (which a client-go
+                    // holder reports as its term).
+                    let at_least = rec.rv.checked_add(1).ok_or_else(|| {
+                        Error::backend(
+                            BACKEND,
+                            format!("resourceVersion {} overflows", rec.rv),
+                            None,
+                        )
+                    })?;
+                    let token = self.next_token(&name, at_least, rec.token)?;
                     let next = record::regrant(&obj, &rec, &req.owner, token, secs);
                     let sent = Instant::now();
                     match timed(

@@ -38,6 +38,10 @@ pub(crate) fn all() -> Vec<Case> {
         case!("k8s", interop::kubectl_reads_the_lease),
         case!(
             "k8s",
+            interop::terms_are_unique_across_a_go_to_rust_handover
+        ),
+        case!(
+            "k8s",
             tokens::stalled_create_after_deletion_gets_a_greater_token
         ),
         case!("k8s", adoption::renewal_dropped_after_sending_is_adopted),
