@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use lease_core::{Lease, LeaseStore, OwnerId, RenewOutcome};
+use lease_core::supervisor::{Health, Supervisor, SupervisorConfig};
+use lease_core::{Lease, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome};
 use lease_k8s::KubeLeaseStore;
 use lease_testkit::proxy::{FaultProxy, Mode};
 use lease_testkit::{CaseResult, Ctx, Failed};
@@ -136,6 +137,15 @@ pub(crate) async fn renewal_dropped_after_sending_is_adopted(ctx: Ctx) -> CaseRe
     renewal.abort();
     let _ = renewal.await;
     proxy.heal();
+    // Reading first (this store now sees a version it has no confirmation of) changes nothing:
+    // the holder is still us, and the renewal still adopts the write.
+    let seen = store.inspect(&key).await;
+    let seen = match seen {
+        Err(e) if e.is_retryable() => store.inspect(&key).await?,
+        other => other?,
+    };
+    let seen = seen.holder.ok_or("not held after the lost renewal")?;
+    assert_eq!((&seen.owner, seen.token), (&a, lease.token()));
     let adopted = renew_until_answered(&store, &lease).await?;
     assert_eq!(adopted.token(), lease.token());
     carries_on(&ctx, &store, &adopted, &a).await
@@ -161,4 +171,69 @@ pub(crate) async fn renewal_timed_out_after_sending_is_adopted(ctx: Ctx) -> Case
     let adopted = renew_until_answered(&store, &lease).await?;
     assert_eq!(adopted.token(), lease.token());
     carries_on(&ctx, &store, &adopted, &a).await
+}
+
+/// Waits (bounded) until the guard's health satisfies `done`; returns it.
+async fn health_until(
+    rx: &mut tokio::sync::watch::Receiver<Health>,
+    within: Duration,
+    done: impl Fn(Health) -> bool,
+) -> Result<Health, Failed> {
+    let deadline = Instant::now() + within;
+    loop {
+        let h = *rx.borrow_and_update();
+        if done(h) {
+            return Ok(h);
+        }
+        match tokio::time::timeout_at(deadline, rx.changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(format!("supervisor gone at {h:?}").into()),
+            Err(_) => return Err(format!("health still {h:?} after {within:?}").into()),
+        }
+    }
+}
+
+/// Through the supervisor: its call bound (1 s, below the store's 60 s request timeout) drops a
+/// renewal the apiserver applied; once the network heals, the guard is `Held` again, never lost.
+pub(crate) async fn supervised_renewal_dropped_by_its_bound_stays_held(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("sup-dropped");
+    let (proxy, store) = proxied_store(Duration::from_secs(60)).await?;
+    let cfg = SupervisorConfig::new(ctx.long_ttl())
+        .with_renew_interval(Duration::from_millis(300))
+        .with_op_timeout(Duration::from_secs(1));
+    let supervisor = Supervisor::new(store, cfg);
+    let guard = supervisor
+        .acquire(&key)
+        .await?
+        .guard()
+        .ok_or("not acquired")?;
+    let token = guard.token();
+    let mut rx = guard.subscribe();
+    let before = current_rv(key.as_str()).await?;
+    proxy.set_mode(Mode::DropResponses);
+    applied_after(key.as_str(), &before).await?;
+    let h = health_until(&mut rx, Duration::from_secs(20), |h| h != Health::Held).await?;
+    assert_eq!(
+        h,
+        Health::AtRisk,
+        "the supervisor did not give up on the call"
+    );
+    proxy.heal();
+    let h = health_until(&mut rx, Duration::from_secs(20), |h| {
+        h == Health::Held || h.is_final()
+    })
+    .await?;
+    assert_eq!(h, Health::Held, "our own lost renewal ended the lease");
+    assert!(guard.may_act());
+    assert_eq!(guard.token(), token);
+    let seen = ctx
+        .other_client()
+        .await?
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("not held")?;
+    assert_eq!((&seen.owner, seen.token), (supervisor.owner(), token));
+    assert_eq!(guard.release().await?, ReleaseOutcome::Released);
+    Ok(())
 }

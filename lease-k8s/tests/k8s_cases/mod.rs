@@ -46,5 +46,9 @@ pub(crate) fn all() -> Vec<Case> {
         ),
         case!("k8s", adoption::renewal_dropped_after_sending_is_adopted),
         case!("k8s", adoption::renewal_timed_out_after_sending_is_adopted),
+        case!(
+            "k8s",
+            adoption::supervised_renewal_dropped_by_its_bound_stays_held
+        ),
     ]
 }
