@@ -37,15 +37,16 @@
 //! they are legal object names unchanged and two keys never share an object.
 //!
 //! ## Every change is conditional
-//! A grant is a `create` (409 `AlreadyExists`: another candidate won) or a `replace` carrying the
+//! A grant is a `create` (409 `AlreadyExists`: another candidate won) followed by a `replace`
+//! conditioned on the created version that writes the token, or a `replace` carrying the
 //! `metadata.resourceVersion` that was read (409 `Conflict`: someone else wrote first). Renewals
 //! and releases are conditional replaces too. Nothing is ever patched unconditionally, so two
 //! writers can never both believe their write decided the holder. A renewal is conditioned on the
 //! **last version this store wrote** for the Lease: if anyone else wrote the object since (a
 //! takeover, a deletion, even a label), the renewal is a 409 and the lease is
 //! [`RenewOutcome::Lost`](lease_core::RenewOutcome::Lost) at once. (A renewal whose answer was
-//! lost, a timeout or a dropped connection, may have been applied; the next renewal recognises
-//! that write as its own by its exact content and continues.)
+//! lost, to a timeout, a dropped connection or a dropped future, may have been applied; the next
+//! renewal recognises that write as its own by its exact content and continues.)
 //! Our writes keep every field they do not own (labels, other annotations, newer spec fields).
 //!
 //! ## The client-go rules (LeaseLock interoperability)
@@ -95,17 +96,20 @@
 //! [`Capabilities`](lease_core::Capabilities) says `min_ttl = ttl_granularity = 1 s`.
 //!
 //! ## Fencing tokens
-//! A grant's token is the etcd revision it is conditioned on: the resourceVersion of the record it
-//! replaces or, when the object does not exist, the current revision (from a consistent `list`),
-//! floored above the token annotation on the object ([`TOKEN_ANNOTATION`]). Revisions are
-//! cluster-wide and only increase, so tokens never go back, even when the Lease is deleted and
-//! recreated or the apiserver restarts. This assumes what every etcd3-backed apiserver does
-//! (resourceVersions are numeric etcd revisions) although the API calls them opaque; a
-//! non-numeric resourceVersion is an [`Error::Backend`](lease_core::Error::Backend). See
-//! `docs/adr/0040-k8s-fencing-token.md`. A holder that did not acquire through this crate (a Go
-//! controller) has no token of ours; [`Holder::token`](lease_core::Holder) then reports the
-//! record's resourceVersion, and [`KeyState::last_token`](lease_core::KeyState) still reports
-//! the last token this crate issued.
+//! A grant's token comes from the etcd revision of the write that decides it
+//! (`docs/adr/0040-k8s-fencing-token.md`): a grant that replaces the record read at version `X`
+//! gets token `X + 1` (the replace is conditioned on `X` and writes a version above it); a grant
+//! that creates the Lease gets the created object's resourceVersion, written into the token
+//! annotation ([`TOKEN_ANNOTATION`]) by one replace conditioned on that version before the grant is
+//! reported (so a first grant costs a `create` and a `replace`). Revisions are cluster-wide and
+//! only increase, so tokens never go back, even when the Lease is deleted and recreated or the
+//! apiserver restarts, and two holders never share a term. This assumes what every etcd3-backed
+//! apiserver does (resourceVersions are numeric etcd revisions) although the API calls them
+//! opaque; a non-numeric resourceVersion is an [`Error::Backend`](lease_core::Error::Backend). A
+//! holder that did not acquire through this crate (a Go controller) has no token of ours;
+//! [`Holder::token`](lease_core::Holder) then reports the record's resourceVersion (so its term
+//! grows with each of its renewals, and the Rust grant that follows it is above all of them), and
+//! [`KeyState::last_token`](lease_core::KeyState) still reports the last token this crate issued.
 //!
 //! ## Waiting
 //! [`LeaseStore::watch`](lease_core::LeaseStore::watch) opens a watch on the one Lease
@@ -123,8 +127,8 @@
 //! kind.
 //!
 //! ## RBAC
-//! The minimal Role for [`KubeLeaseStore`] (`list` is needed for the revision of a first grant and
-//! for the watch):
+//! The minimal Role for [`KubeLeaseStore`] (`list` and `watch` are needed for
+//! [`LeaseStore::watch`](lease_core::LeaseStore::watch)):
 //! ```yaml
 //! apiVersion: rbac.authorization.k8s.io/v1
 //! kind: Role
@@ -160,3 +164,5 @@ pub use store::{
     DEFAULT_REQUEST_TIMEOUT, KubeLeaseStore, KubeLeaseStoreBuilder, MAX_PREFIX_LEN,
     client_from_kubeconfig, infer_client,
 };
+#[doc(hidden)]
+pub use store::{TestHook, TestPoint};

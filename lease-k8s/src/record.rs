@@ -89,8 +89,16 @@ impl Record {
     }
 }
 
-fn now() -> MicroTime {
-    MicroTime(jiff::Timestamp::now())
+/// Now, in whole microseconds: what the apiserver keeps of a `MicroTime`. An object we send
+/// must read back equal to what we remember sending (ADR 0041: a renewal whose answer was lost is
+/// recognised by its exact content), so no nanoseconds that the server would drop.
+pub(crate) fn now() -> MicroTime {
+    MicroTime(micros(jiff::Timestamp::now()))
+}
+
+fn micros(t: jiff::Timestamp) -> jiff::Timestamp {
+    // Truncation to whole microseconds of a valid timestamp is itself valid.
+    jiff::Timestamp::from_microsecond(t.as_microsecond()).unwrap_or(t)
 }
 
 /// Seconds for `leaseDurationSeconds`: `ttl` rounded up to whole seconds (at least 1).
@@ -100,13 +108,14 @@ pub(crate) fn duration_secs(ttl: Duration) -> Result<i32> {
         .map_err(|_| corrupt(format!("ttl {ttl:?} does not fit leaseDurationSeconds")))
 }
 
-/// A new Lease object granting `name` to `owner`.
-pub(crate) fn new_grant(name: &str, owner: &OwnerId, token: FencingToken, secs: i32) -> KubeLease {
+/// A new Lease object claiming `name` for `owner`, without a token: the token is the version the
+/// create is given, written into the object by [`with_token`] before the grant is reported
+/// (ADR 0040). Until then [`Record::holder_token`] reports that same version.
+pub(crate) fn new_claim(name: &str, owner: &OwnerId, secs: i32) -> KubeLease {
     let t = now();
     KubeLease {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
-            annotations: Some(token_annotations(BTreeMap::new(), owner, token)),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -118,6 +127,15 @@ pub(crate) fn new_grant(name: &str, owner: &OwnerId, token: FencingToken, secs: 
             ..LeaseSpec::default()
         }),
     }
+}
+
+/// `created` (keeping its resourceVersion, so the replace is conditioned on it) with the token
+/// annotations of `owner`'s grant added; the spec is unchanged.
+pub(crate) fn with_token(created: &KubeLease, owner: &OwnerId, token: FencingToken) -> KubeLease {
+    let mut next = created.clone();
+    let annotations = next.metadata.annotations.take().unwrap_or_default();
+    next.metadata.annotations = Some(token_annotations(annotations, owner, token));
+    next
 }
 
 fn token_annotations(
@@ -208,7 +226,10 @@ mod tests {
     #[test]
     fn grant_regrant_and_release_follow_client_go() {
         let t = FencingToken::new(10).unwrap();
-        let obj = with_rv(new_grant("k", &owner("a"), t, 5), "11");
+        let obj = with_rv(
+            with_token(&new_claim("k", &owner("a"), 5), &owner("a"), t),
+            "11",
+        );
         let rec = Record::parse(&obj).unwrap();
         assert_eq!(
             (rec.rv, rec.holder.as_deref(), rec.duration, rec.transitions),
@@ -259,7 +280,11 @@ mod tests {
     #[test]
     fn a_foreign_holder_has_no_token_of_ours() {
         let obj = with_rv(
-            new_grant("k", &owner("a"), FencingToken::new(10).unwrap(), 5),
+            with_token(
+                &new_claim("k", &owner("a"), 5),
+                &owner("a"),
+                FencingToken::new(10).unwrap(),
+            ),
             "11",
         );
         let mut go = obj.clone();
@@ -268,6 +293,38 @@ mod tests {
         let rec = Record::parse(&go).unwrap();
         assert_eq!(rec.holder_token().unwrap(), FencingToken::new(15).unwrap());
         assert!(!rec.is_held_by(&owner("go-controller"), FencingToken::new(10).unwrap()));
+    }
+
+    #[test]
+    fn a_claim_reports_its_own_version_until_the_token_is_written() {
+        let claim = with_rv(new_claim("k", &owner("a"), 5), "40");
+        let rec = Record::parse(&claim).unwrap();
+        assert_eq!(rec.holder.as_deref(), Some("a"));
+        assert_eq!(rec.token, None);
+        assert_eq!(rec.holder_token().unwrap(), FencingToken::new(40).unwrap());
+        let t = FencingToken::new(40).unwrap();
+        let granted = with_token(&claim, &owner("a"), t);
+        assert_eq!(
+            granted.spec, claim.spec,
+            "the token write changes no spec field"
+        );
+        assert_eq!(granted.metadata.resource_version.as_deref(), Some("40"));
+        let rec = Record::parse(&with_rv(granted, "41")).unwrap();
+        assert!(rec.is_held_by(&owner("a"), t));
+        assert_eq!(rec.holder_token().unwrap(), t);
+    }
+
+    #[test]
+    fn a_renewal_reads_back_exactly_as_sent() {
+        // The apiserver keeps MicroTime to the microsecond; what we remember sending must equal
+        // what it stores, or a renewal whose answer was lost is never recognised (ADR 0041).
+        let base = with_rv(new_claim("k", &owner("a"), 5), "7");
+        for _ in 0..100 {
+            let sent = renewal(&base, 5);
+            let wire = serde_json::to_string(&sent).unwrap();
+            let back: KubeLease = serde_json::from_str(&wire).unwrap();
+            assert_eq!(back.spec, sent.spec, "{wire}");
+        }
     }
 
     #[test]

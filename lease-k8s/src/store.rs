@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
@@ -18,7 +19,7 @@ use lease_core::{
 use tokio::time::Instant;
 
 use crate::error::{BACKEND, KubeError, timed};
-use crate::record::{self, Record, duration_secs, parse_rv};
+use crate::record::{self, Record, duration_secs};
 
 /// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
 const MAX_RACES: usize = 16;
@@ -81,7 +82,22 @@ pub struct KubeLeaseStore {
     prefix: String,
     timeout: Duration,
     state: Arc<Mutex<State>>,
+    hook: Option<TestHook>,
 }
+
+/// A point inside the store's protocol where a test can hold an operation (hidden: for this
+/// crate's own interleaving tests, not part of the supported API).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TestPoint {
+    /// `acquire` found no Lease object and is about to create it.
+    BeforeCreate,
+}
+
+/// A test hook: awaited at each [`TestPoint`] with the Lease object's name (hidden).
+#[doc(hidden)]
+pub type TestHook = Arc<dyn Fn(TestPoint, &str) -> BoxFuture<'static, ()> + Send + Sync>;
 
 impl fmt::Debug for KubeLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -113,6 +129,7 @@ pub struct KubeLeaseStoreBuilder {
     namespace: Option<String>,
     prefix: String,
     timeout: Duration,
+    hook: Option<TestHook>,
 }
 
 impl fmt::Debug for KubeLeaseStoreBuilder {
@@ -146,6 +163,14 @@ impl KubeLeaseStoreBuilder {
         self
     }
 
+    /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's
+    /// interleaving tests only).
+    #[doc(hidden)]
+    pub fn test_hook(mut self, hook: TestHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
     /// Validates the configuration and builds the store. Sends nothing.
     ///
     /// # Errors
@@ -170,6 +195,7 @@ impl KubeLeaseStoreBuilder {
             prefix: self.prefix,
             timeout: self.timeout,
             state: Arc::default(),
+            hook: self.hook,
         })
     }
 }
@@ -277,6 +303,7 @@ impl KubeLeaseStore {
             namespace: None,
             prefix: String::new(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
+            hook: None,
         }
     }
 
@@ -330,6 +357,13 @@ impl KubeLeaseStore {
         self.timeout
     }
 
+    /// Awaits the test hook at `point`, if one is installed.
+    async fn pause(&self, point: TestPoint, name: &str) {
+        if let Some(hook) = &self.hook {
+            hook(point, name).await;
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -368,6 +402,23 @@ impl KubeLeaseStore {
         st.written.insert(name.to_string(), rec.rv);
         st.pending.remove(name);
         Ok(rec)
+    }
+
+    /// Remembers a renewal about to be sent, whose outcome stays unknown until a later write of
+    /// ours is confirmed or the object is read again (`adopt_pending`).
+    fn remember_pending(&self, name: &str, sent: &KubeLease) {
+        let mut st = self.lock();
+        let pending = st.pending.entry(name.to_string()).or_default();
+        if pending.len() < MAX_PENDING {
+            pending.push(sent.clone());
+        }
+    }
+
+    /// Forgets a renewal that was certainly not applied (the server refused it).
+    fn forget_pending(&self, name: &str, sent: &KubeLease) {
+        if let Some(pending) = self.lock().pending.get_mut(name) {
+            pending.retain(|p| p != sent);
+        }
     }
 
     fn floor(&self, name: &str) -> Option<FencingToken> {
@@ -425,38 +476,33 @@ impl KubeLeaseStore {
             return Ok(None);
         };
         let current = self.read(name).await?;
-        // Known either way now: ours (adopted) or someone else's (lost).
-        self.lock().pending.remove(name);
-        Ok(current.filter(|(obj, _, _)| {
+        let adopted = current.filter(|(obj, _, _)| {
             sent.iter().any(|s| {
                 obj.spec == s.spec
                     && obj.metadata.annotations == s.metadata.annotations
                     && obj.metadata.labels == s.metadata.labels
             })
-        }))
+        });
+        // Known either way now: ours (adopted: the last version we wrote) or someone else's.
+        let mut st = self.lock();
+        st.pending.remove(name);
+        if let Some((_, rec, _)) = &adopted {
+            st.written.insert(name.to_string(), rec.rv);
+        }
+        Ok(adopted)
     }
 
-    /// The current etcd revision, from a consistent (quorum) list.
-    async fn revision(&self) -> Result<u64> {
-        let list = timed(
-            "list",
-            self.timeout,
-            self.api.list(&ListParams::default().limit(1)),
-        )
-        .await
-        .map_err(|e| e.into_error("list"))?;
-        parse_rv(list.metadata.resource_version.as_deref())
-    }
-
-    /// The token of a new grant: the revision the grant is conditioned on (or, for a create, the
-    /// current revision), floored above every token this store knows for the name.
+    /// The token of a new grant (ADR 0040): `at_least` (the version of the create that decided
+    /// the grant, or one above the version a granting replace is conditioned on), floored above
+    /// every token this store knows for the name (a defence only: under etcd semantics the floor
+    /// never exceeds `at_least`).
     fn next_token(
         &self,
         name: &str,
-        revision: u64,
+        at_least: u64,
         recorded: Option<FencingToken>,
     ) -> Result<FencingToken> {
-        let mut t = revision;
+        let mut t = at_least;
         for known in [recorded, self.floor(name)].into_iter().flatten() {
             t = t.max(known.get().saturating_add(1));
         }
@@ -527,21 +573,22 @@ impl LeaseStore for KubeLeaseStore {
         for _ in 0..MAX_RACES {
             match self.read(&name).await? {
                 None => {
-                    let token = self.next_token(&name, self.revision().await?, None)?;
-                    let obj = record::new_grant(&name, &req.owner, token, secs);
+                    // The create decides the holder, but its version (the token) is assigned by
+                    // the write itself: create a claim without a token, then write the token
+                    // into it with a replace conditioned on the created version, and report the
+                    // grant only after that (ADR 0040). Until then, readers report the claim's
+                    // term as its resourceVersion, which is that same token.
+                    let obj = record::new_claim(&name, &req.owner, secs);
+                    self.pause(TestPoint::BeforeCreate, &name).await;
                     let sent = Instant::now();
-                    match timed(
+                    let created = match timed(
                         "create",
                         self.timeout,
                         self.api.create(&PostParams::default(), &obj),
                     )
                     .await
                     {
-                        Ok(created) => {
-                            return Ok(AcquireOutcome::Acquired(
-                                self.granted(req, &name, &created, token, ttl, sent)?,
-                            ));
-                        }
+                        Ok(created) => created,
                         Err(KubeError::AlreadyExists) => continue,
                         Err(KubeError::NotFound(message)) => {
                             return Err(Error::config(
@@ -554,6 +601,26 @@ impl LeaseStore for KubeLeaseStore {
                             ));
                         }
                         Err(e) => return Err(e.into_error("create")),
+                    };
+                    let rec = Record::parse(&created)?;
+                    self.observe(&name, &created, &rec);
+                    let token = self.next_token(&name, rec.rv, None)?;
+                    let next = record::with_token(&created, &req.owner, token);
+                    match timed(
+                        "replace",
+                        self.timeout,
+                        self.api.replace(&name, &PostParams::default(), &next),
+                    )
+                    .await
+                    {
+                        Ok(obj) => {
+                            return Ok(AcquireOutcome::Acquired(
+                                self.granted(req, &name, &obj, token, ttl, sent)?,
+                            ));
+                        }
+                        // Someone wrote or deleted the claim first: no grant; look again.
+                        Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
+                        Err(e) => return Err(e.into_error("replace")),
                     }
                 }
                 Some((obj, rec, first_seen)) => {
@@ -569,7 +636,17 @@ impl LeaseStore for KubeLeaseStore {
                             ttl: rec.duration,
                         }));
                     }
-                    let token = self.next_token(&name, rec.rv, rec.token)?;
+                    // The replace writes a version above `rec.rv`: the token is the first
+                    // revision of that interval, never the version replaced (which a client-go
+                    // holder reports as its term).
+                    let at_least = rec.rv.checked_add(1).ok_or_else(|| {
+                        Error::backend(
+                            BACKEND,
+                            format!("resourceVersion {} overflows", rec.rv),
+                            None,
+                        )
+                    })?;
+                    let token = self.next_token(&name, at_least, rec.token)?;
                     let next = record::regrant(&obj, &rec, &req.owner, token, secs);
                     let sent = Instant::now();
                     match timed(
@@ -615,6 +692,11 @@ impl LeaseStore for KubeLeaseStore {
                 return Ok(RenewOutcome::Lost);
             }
             let next = record::renewal(&base, secs);
+            // Remembered before it is sent: if the answer is lost (a timeout, a dropped
+            // connection, or the caller dropping this future, as the supervisor does when its
+            // bound passes first), the write may have been applied, and the next renewal must
+            // recognise it as ours. A confirmed write forgets it.
+            self.remember_pending(&name, &next);
             let sent = Instant::now();
             match timed(
                 "replace",
@@ -634,16 +716,15 @@ impl LeaseStore for KubeLeaseStore {
                 }
                 // Someone else wrote, unless the write we find is our own earlier renewal whose
                 // answer was lost: then it is exactly what we sent, and we renew on top of it.
-                Err(KubeError::Conflict) => current = self.adopt_pending(&name).await?,
+                Err(KubeError::Conflict) => {
+                    self.forget_pending(&name, &next);
+                    current = self.adopt_pending(&name).await?;
+                }
                 Err(KubeError::NotFound(_)) => break,
                 Err(e) => {
                     let e = e.into_error("replace");
-                    if e.outcome_unknown() {
-                        let mut st = self.lock();
-                        let sent = st.pending.entry(name.clone()).or_default();
-                        if sent.len() < MAX_PENDING {
-                            sent.push(next);
-                        }
+                    if !e.outcome_unknown() {
+                        self.forget_pending(&name, &next);
                     }
                     return Err(e);
                 }

@@ -298,3 +298,54 @@ pub(crate) async fn kubectl_reads_the_lease(ctx: Ctx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A Go controller leads (its term, as any process reports it, is its record's resourceVersion),
+/// stops renewing, and a Rust candidate takes over after observed expiry: an observer must see two
+/// different terms, the Rust one greater, for the two leaders.
+pub(crate) async fn terms_are_unique_across_a_go_to_rust_handover(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("go-handover");
+    let api = env::leases().await?;
+    api.create(
+        &PostParams::default(),
+        &go_record(
+            key.as_str(),
+            "go-controller-2",
+            1,
+            jiff::Timestamp::now(),
+            0,
+        ),
+    )
+    .await
+    .map_err(ks)?;
+    let observer = env::store().await?;
+    let go = observer
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("the Go holder is not seen")?;
+    assert_eq!(go.owner.as_str(), "go-controller-2");
+
+    let a = OwnerId::with_label("rust");
+    let lease = ctx
+        .acquire_within(
+            &**ctx.store(),
+            &key,
+            &a,
+            ctx.long_ttl(),
+            Duration::from_secs(8),
+        )
+        .await?;
+    let rust = observer
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("the Rust holder is not seen")?;
+    assert_eq!((&rust.owner, rust.token), (&a, lease.token()));
+    assert!(
+        rust.token > go.token,
+        "one term for two leaders: the Go holder reported {} and the Rust grant after it {}",
+        go.token,
+        rust.token
+    );
+    Ok(())
+}

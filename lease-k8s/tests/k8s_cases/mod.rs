@@ -1,8 +1,10 @@
 //! Kubernetes-specific failure cases, run by `conformance.rs` next to the shared suite.
 
+mod adoption;
 pub(crate) mod env;
 mod failure;
 mod interop;
+mod tokens;
 
 use lease_testkit::case;
 use lease_testkit::cases::Case;
@@ -34,5 +36,19 @@ pub(crate) fn all() -> Vec<Case> {
         case!("k8s", interop::expiry_ignores_the_timestamps_in_the_record),
         case!("k8s", interop::released_record_reads_as_client_go_release),
         case!("k8s", interop::kubectl_reads_the_lease),
+        case!(
+            "k8s",
+            interop::terms_are_unique_across_a_go_to_rust_handover
+        ),
+        case!(
+            "k8s",
+            tokens::stalled_create_after_deletion_gets_a_greater_token
+        ),
+        case!("k8s", adoption::renewal_dropped_after_sending_is_adopted),
+        case!("k8s", adoption::renewal_timed_out_after_sending_is_adopted),
+        case!(
+            "k8s",
+            adoption::supervised_renewal_dropped_by_its_bound_stays_held
+        ),
     ]
 }
