@@ -83,6 +83,7 @@
 //! - [`election`]: leader election.
 
 pub mod capability;
+pub mod clock;
 pub mod election;
 pub mod error;
 pub mod fencing;
