@@ -57,7 +57,7 @@ impl Grid {
             return at;
         };
         let half_wait = at.saturating_duration_since(now) / 2;
-        if snapped >= now + half_wait {
+        if snapped >= crate::clock::saturating_add(now, half_wait) {
             snapped
         } else {
             at
@@ -114,7 +114,7 @@ async fn run(
 ) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let close = Instant::now() + window;
+        let close = crate::clock::saturating_add(Instant::now(), window);
         while batch.len() < MAX_BATCH {
             tokio::select! {
                 r = rx.recv() => match r {
