@@ -159,8 +159,9 @@ impl SupervisorConfig {
     /// - [`Error::InvalidTtl`](crate::Error::InvalidTtl) for a zero or absurd TTL.
     /// - [`Error::InvalidInput`](crate::Error::InvalidInput) when the timings leave no time to
     ///   renew: the drift margin plus the loss lead (capped at half the TTL) use up the TTL, or
-    ///   the renewal interval (plus the batching window) is not shorter than what is left, so the
-    ///   lease would be given up before its first renewal.
+    ///   the renewal interval (plus the batching window and 1 ms of timer resolution) is not
+    ///   shorter than what is left, so the lease would be given up before its first renewal; or the batching window is not shorter
+    ///   than the op timeout, so every batched renewal would time out.
     pub fn validate(&self) -> Result<()> {
         validate_ttl(self.ttl, Duration::from_millis(1))?;
         let drift = self.drift_margin();
@@ -173,16 +174,29 @@ impl SupervisorConfig {
                 self.ttl
             )));
         }
+        // A timer may fire up to a millisecond late (tokio's resolution): keep that much slack.
         let renew = self
             .renew_interval()
-            .saturating_add(self.batch_window.unwrap_or(Duration::ZERO));
+            .saturating_add(self.batch_window.unwrap_or(Duration::ZERO))
+            .saturating_add(Duration::from_millis(1));
         if renew >= budget {
             return Err(Error::InvalidInput(format!(
-                "the renewal interval {:?} (plus a batching window of {:?}) must be shorter than \
-                 the {budget:?} a lease of {:?} is trusted (TTL minus drift margin and loss lead)",
+                "the renewal interval {:?} (plus a batching window of {:?} and 1 ms of timer \
+                 resolution) must be shorter than the {budget:?} a lease of {:?} is trusted \
+                 (TTL minus drift margin and loss lead)",
                 self.renew_interval(),
                 self.batch_window.unwrap_or(Duration::ZERO),
                 self.ttl
+            )));
+        }
+        if let Some(window) = self.batch_window
+            && window.saturating_add(Duration::from_millis(1)) >= self.op_timeout()
+        {
+            return Err(Error::InvalidInput(format!(
+                "the renewal batching window {window:?} (plus 1 ms of timer resolution) must be \
+                 shorter than the op timeout {:?}: a batched renewal waits for its window before \
+                 it is sent",
+                self.op_timeout()
             )));
         }
         Ok(())

@@ -32,6 +32,8 @@ mod batch;
 mod config;
 mod hook;
 pub mod state;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::future::Future;
