@@ -5,6 +5,12 @@
 //! leader-only work, stepped down with a reason); anyone can [`observe`](Election::observe) who
 //! leads with which term.
 //!
+//! A term ends (leader-only work cancelled, [`ElectionEvent::SteppedDown`] sent, role back to
+//! follower) whenever the leader's lease is lost: renewal refused or not confirmed in time, a host
+//! suspend past the loss deadline (see [`clock`](crate::clock)), or the renewal or campaign task
+//! ending early (a panicking hook). Store calls of campaigns and observers are bounded by the op
+//! timeout.
+//!
 //! # A leader flag is never authority
 //! A leader can be paused past its lease and resume believing it still leads. Carry the term into
 //! every downstream write and let the resource reject older terms:

@@ -9,7 +9,29 @@
 //!   before the loss deadline. Health moves `Held -> AtRisk -> Lost` (or `Released`), published on
 //!   a `tokio::sync::watch` channel ([`LeaseGuard::health`]).
 //! - Loss is signalled strictly **before** the lease's local validity deadline, and the guard's
-//!   [`CancellationToken`] is cancelled at that moment.
+//!   [`CancellationToken`] is cancelled at that moment. [`LeaseGuard::may_act`] checks the same
+//!   *loss deadline* on the spot; a guard whose loss deadline passed before it was handed out (a
+//!   very slow answer) is born `Lost`.
+//!
+//! # Host suspend
+//! Validity is judged on the configured [`Clock`]
+//! ([`SupervisorConfig::with_clock`]; by default the system clock): tokio's monotonic clock plus
+//! the time the host spent suspended. Linux counts suspend and hibernation (`CLOCK_BOOTTIME`);
+//! other operating systems count none, so there a suspend goes unnoticed until the next renewal
+//! is refused. Timers run on tokio's clock, which does not count a suspend, so every sleep of the
+//! renewal task wakes at least every [`SupervisorConfig::clock_check_interval`] (a twentieth of
+//! the TTL, 1 ms to 1 s) to look at the clock. After a resume past the loss deadline:
+//! `may_act()` is false at once; health turns `Lost(DeadlineReached)`, the work is cancelled and
+//! an election leader steps down within that interval. A renewal confirmed after the resume does
+//! not revive the lease.
+//!
+//! # Failure of the renewal task
+//! If the renewal task ends early (a panicking [`Hook`], its runtime shutting down), the work is
+//! cancelled and health becomes `Lost(RenewalTaskEnded)`; nobody is left `Held` without renewal.
+//! Durations never panic: [`SupervisorConfig::validate`] (run by every acquire) rejects timings
+//! that leave no time to renew with a typed error, and every other wait or timeout, up to
+//! `Duration::MAX`, saturates. Opening a store's watch is bounded like any store call; a watch
+//! that does not open in time leaves the acquirer polling.
 //!
 //! ```
 //! use std::time::Duration;
@@ -117,6 +139,7 @@ impl Supervisor {
             store.clone(),
             config.renewal_batching(),
             config.renew_interval(),
+            config.op_timeout(),
         );
         Supervisor {
             store,
