@@ -16,6 +16,11 @@
 //!   the next renewal is refused (fencing tokens still reject the stale holder's writes).
 //! - [`ManualClock`] is for tests: [`ManualClock::jump`] simulates a suspend of any length.
 //!
+//! Only a suspend the kernel itself performs is counted. A pause it does not see (a virtual
+//! machine stopped by its hypervisor, a process stopped with `SIGSTOP`, a long GC pause) is not:
+//! the supervisor notices it at its next wake-up only if the monotonic clock moved meanwhile, and
+//! otherwise only the fencing token protects the resource.
+//!
 //! ```
 //! use std::time::Duration;
 //! use lease_core::clock::{Clock, ManualClock};

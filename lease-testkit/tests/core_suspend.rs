@@ -70,6 +70,31 @@ async fn a_suspend_between_the_loss_deadline_and_the_deadline_stops_the_holder()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_suspend_cuts_a_drain_short() {
+    let clock = ManualClock::new();
+    let mem = MemoryLeaseStore::new();
+    let guard = hold(&Supervisor::new(mem.clone(), config(&clock))).await;
+    let jump = async {
+        sleep(Duration::from_millis(500)).await;
+        clock.jump(TTL * 10);
+        tokio::time::Instant::now()
+    };
+    let drain = async {
+        let out = guard.drain_and_release(std::future::pending::<()>()).await;
+        (out, tokio::time::Instant::now())
+    };
+    let (jumped_at, (out, drained_at)) = tokio::join!(jump, drain);
+    // The work was cut off (the memory store did not see the suspend, so it may still answer
+    // the release; a real store would say NotHeld).
+    assert_eq!(out.unwrap().0, None);
+    assert!(
+        drained_at - jumped_at <= TTL / 10,
+        "the drain ran {:?} past the resume",
+        drained_at - jumped_at
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_short_suspend_keeps_the_lease() {
     let clock = ManualClock::new();
     let mem = MemoryLeaseStore::new();
