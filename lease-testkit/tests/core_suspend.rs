@@ -23,6 +23,12 @@ fn key() -> LeaseKey {
     LeaseKey::new("job").unwrap()
 }
 
+/// How soon after a resume the supervisor must have noticed it: its clock check interval (a
+/// twentieth of the TTL), plus one tick of tokio's timer.
+fn promptly() -> Duration {
+    SupervisorConfig::new(TTL).clock_check_interval() + Duration::from_millis(1)
+}
+
 fn config(clock: &ManualClock) -> SupervisorConfig {
     SupervisorConfig::new(TTL).with_clock(Arc::new(clock.clone()))
 }
@@ -50,9 +56,9 @@ async fn a_suspend_past_the_deadline_stops_the_holder_at_once() {
         !view.may_act(),
         "the work's view may_act() true after resume"
     );
-    let health = timeout(TTL / 10, guard.lost())
+    let health = timeout(promptly(), guard.lost())
         .await
-        .expect("health not Lost within a tenth of the TTL after resume");
+        .expect("health not Lost within the clock check interval after resume");
     assert_eq!(health, Health::Lost(LossReason::DeadlineReached));
     assert!(work.is_cancelled(), "guarded work not cancelled");
 }
@@ -65,12 +71,13 @@ async fn a_suspend_between_the_loss_deadline_and_the_deadline_stops_the_holder()
     let remaining = guard.lease().remaining();
     clock.jump(remaining - TTL / 20);
     assert!(!guard.may_act(), "may_act() true past the loss deadline");
-    let health = timeout(TTL / 10, guard.lost()).await.expect("not Lost");
+    let health = timeout(promptly(), guard.lost()).await.expect("not Lost");
     assert_eq!(health, Health::Lost(LossReason::DeadlineReached));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_suspend_cuts_a_drain_short() {
+    assert_eq!(promptly(), Duration::from_millis(151));
     let clock = ManualClock::new();
     let mem = MemoryLeaseStore::new();
     let guard = hold(&Supervisor::new(mem.clone(), config(&clock))).await;
@@ -88,7 +95,7 @@ async fn a_suspend_cuts_a_drain_short() {
     // the release; a real store would say NotHeld).
     assert_eq!(out.unwrap().0, None);
     assert!(
-        drained_at - jumped_at <= TTL / 10,
+        drained_at - jumped_at <= promptly(),
         "the drain ran {:?} past the resume",
         drained_at - jumped_at
     );
@@ -168,9 +175,9 @@ async fn a_suspended_leader_steps_down() {
     };
     sleep(Duration::from_secs(2)).await;
     clock.jump(TTL * 10);
-    let event = timeout(TTL / 10, me.next_event())
+    let event = timeout(promptly(), me.next_event())
         .await
-        .expect("the leader did not step down within a tenth of the TTL after resume");
+        .expect("the leader did not step down within the clock check interval after resume");
     match event {
         Some(ElectionEvent::SteppedDown {
             term: ended,
