@@ -5,6 +5,12 @@
 //! leader-only work, stepped down with a reason); anyone can [`observe`](Election::observe) who
 //! leads with which term.
 //!
+//! A term ends (leader-only work cancelled, [`ElectionEvent::SteppedDown`] sent, role back to
+//! follower) whenever the leader's lease is lost: renewal refused or not confirmed in time, a host
+//! suspend past the loss deadline (see [`clock`](crate::clock)), or the renewal or campaign task
+//! ending early (a panicking hook). Store calls of campaigns and observers are bounded by the op
+//! timeout.
+//!
 //! # A leader flag is never authority
 //! A leader can be paused past its lease and resume believing it still leads. Carry the term into
 //! every downstream write and let the resource reject older terms:
@@ -36,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::fencing::FencingToken;
@@ -185,6 +191,7 @@ impl Election {
             self.store.clone(),
             self.key.clone(),
             poll,
+            self.config.op_timeout(),
             tx,
             stop.clone(),
         ));
@@ -276,6 +283,28 @@ impl Observer {
     }
 }
 
+/// The campaign's outputs. If the campaign task ends without returning (a panicking hook, or
+/// its runtime shutting down), dropping this ends the term it announced and leaves the candidate
+/// a follower, so nobody is left believing it leads.
+struct CampaignEnd {
+    events: mpsc::UnboundedSender<ElectionEvent>,
+    role: watch::Sender<Role>,
+    /// The term announced and not yet ended.
+    term: Option<FencingToken>,
+}
+
+impl Drop for CampaignEnd {
+    fn drop(&mut self) {
+        if let Some(term) = self.term.take() {
+            let _ = self.events.send(ElectionEvent::SteppedDown {
+                term,
+                reason: StepDownReason::Lost(LossReason::RenewalTaskEnded),
+            });
+        }
+        self.role.send_replace(Role::Follower);
+    }
+}
+
 async fn campaign(
     sup: Supervisor,
     key: LeaseKey,
@@ -283,16 +312,22 @@ async fn campaign(
     role: watch::Sender<Role>,
     stop: CancellationToken,
 ) {
+    let mut out = CampaignEnd {
+        events,
+        role,
+        term: None,
+    };
     let mut failures: u32 = 0;
     while !stop.is_cancelled() {
         match sup.acquire_until_cancelled(&key, &stop).await {
             Ok(Acquisition::Acquired(guard)) => {
                 failures = 0;
                 let term = guard.token();
-                role.send_replace(Role::Leader { term });
+                out.term = Some(term);
+                out.role.send_replace(Role::Leader { term });
                 tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, "elected leader");
                 sup.hook().leadership(&key, sup.owner(), Some(term));
-                let _ = events.send(ElectionEvent::Elected {
+                let _ = out.events.send(ElectionEvent::Elected {
                     term,
                     work: guard.cancellation(),
                 });
@@ -306,14 +341,15 @@ async fn campaign(
                         StepDownReason::Resigned
                     }
                 };
-                role.send_replace(Role::Follower);
+                out.role.send_replace(Role::Follower);
+                out.term = None;
                 sup.hook().leadership(&key, sup.owner(), None);
                 if reason == StepDownReason::Resigned {
                     tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
                 } else {
                     tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
                 }
-                let _ = events.send(ElectionEvent::SteppedDown { term, reason });
+                let _ = out.events.send(ElectionEvent::SteppedDown { term, reason });
             }
             Ok(Acquisition::NotAcquired { .. }) => {}
             Ok(Acquisition::Cancelled) => break,
@@ -323,24 +359,29 @@ async fn campaign(
                 let pause = sup.config().backoff(failures);
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    _ = sleep_until(Instant::now() + pause) => {}
+                    _ = sleep(pause) => {}
                 }
             }
         }
     }
-    role.send_replace(Role::Follower);
 }
 
 async fn observe(
     store: Arc<dyn LeaseStore>,
     key: LeaseKey,
     poll: Duration,
+    op_timeout: Duration,
     tx: watch::Sender<Leadership>,
     stop: CancellationToken,
 ) {
-    let mut watch = store.watch(&key).await.ok().flatten();
+    // Every store call is bounded: a watch that does not open in time leaves us polling.
+    let mut watch = timeout(op_timeout, store.watch(&key))
+        .await
+        .ok()
+        .and_then(|w| w.ok())
+        .flatten();
     loop {
-        if let Ok(state) = store.inspect(&key).await {
+        if let Ok(Ok(state)) = timeout(op_timeout, store.inspect(&key)).await {
             let now = Leadership {
                 leader: state.holder.as_ref().map(|h| h.owner.clone()),
                 term: state.holder.as_ref().map(|h| h.token),
@@ -357,7 +398,7 @@ async fn observe(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tx.closed() => return,
-            _ = sleep_until(Instant::now() + poll) => {}
+            _ = sleep(poll) => {}
             changed = async {
                 match watch.as_mut() {
                     Some(w) => w.changed().await,

@@ -361,7 +361,7 @@ impl Lease {
         drift_margin: Duration,
         sent: Instant,
     ) -> Self {
-        let deadline = sent + ttl.saturating_sub(drift_margin);
+        let deadline = deadline_after(sent, ttl, drift_margin);
         Lease {
             key,
             owner,
@@ -392,7 +392,16 @@ impl Lease {
     pub fn renewed(&self, ttl: Duration, sent: Instant) -> Self {
         let mut next = self.clone();
         next.ttl = ttl;
-        next.deadline = sent + ttl.saturating_sub(self.drift_margin);
+        next.deadline = deadline_after(sent, ttl, self.drift_margin);
+        next
+    }
+
+    /// The same lease with its deadline moved `by` later: the deadline on the supervisor's
+    /// validity clock, for a request sent when the host had been suspended for `by` in total.
+    pub(crate) fn shifted(&self, by: Duration) -> Self {
+        let mut next = self.clone();
+        // Unrepresentable only for absurd shifts; the unshifted deadline is the earlier one.
+        next.deadline = self.deadline.checked_add(by).unwrap_or(self.deadline);
         next
     }
 
@@ -434,6 +443,11 @@ impl Lease {
     }
 
     /// The local validity deadline (tokio's clock).
+    ///
+    /// Tokio's clock is monotonic and stops while the host is suspended, so this deadline (and
+    /// [`remaining`](Lease::remaining), [`is_valid`](Lease::is_valid)) does not see a suspend. A
+    /// supervised lease's [`may_act`](crate::supervisor::LeaseGuard::may_act) does (see
+    /// [`clock`](crate::clock)).
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
@@ -448,6 +462,12 @@ impl Lease {
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.deadline
     }
+}
+
+/// `sent + ttl - drift`. A deadline this process cannot represent (a TTL of centuries) is taken as
+/// `sent`: a lease whose end cannot be computed is not trusted at all.
+fn deadline_after(sent: Instant, ttl: Duration, drift: Duration) -> Instant {
+    sent.checked_add(ttl.saturating_sub(drift)).unwrap_or(sent)
 }
 
 /// The current holder of a key, as the store sees it.

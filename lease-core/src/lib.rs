@@ -15,6 +15,13 @@
 //! - Expiry is judged by the store's clock (or, without one, by local monotonic time), never by
 //!   comparing wall clocks of different hosts. Every [`Lease`] carries a local deadline computed
 //!   from the instant its request was *sent*, so this process gives up before the store expires it.
+//! - A **host suspend** (sleep, hibernation) stops the monotonic clock but not the store's. The
+//!   supervisor therefore judges its leases on *validity time*, the monotonic clock plus the time
+//!   spent suspended ([`clock`]): on Linux it reads `CLOCK_BOOTTIME`, so after resume
+//!   `may_act()` is false at once, and health turns `Lost` (work cancelled, leadership ended)
+//!   within a twentieth of the TTL (at most 1 s) of tokio time. On other operating systems only the
+//!   monotonic clock is read: a suspend goes unnoticed locally until a renewal is refused, and only
+//!   the fencing token protects the resource meanwhile.
 //!
 //! ## Quick start
 //! ```
@@ -79,10 +86,12 @@
 //! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.
 //! - [`fencing`]: [`FencingToken`], [`FencedResource`], [`MemoryFencedResource`].
 //! - [`capability`]: what each backend promises.
+//! - [`clock`]: the suspend-aware clock validity is judged on.
 //! - [`supervisor`]: bounded acquisition, renewal, health, guards.
 //! - [`election`]: leader election.
 
 pub mod capability;
+pub mod clock;
 pub mod election;
 pub mod error;
 pub mod fencing;

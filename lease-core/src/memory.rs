@@ -120,7 +120,7 @@ impl LeaseStore for MemoryLeaseStore {
             owner: req.owner.clone(),
             token,
             ttl: req.ttl,
-            expires: now + req.ttl,
+            expires: crate::clock::saturating_add(now, req.ttl),
         });
         entry.notify();
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
@@ -144,7 +144,7 @@ impl LeaseStore for MemoryLeaseStore {
         };
         match entry.held.as_mut() {
             Some(h) if h.expires > now && h.owner == *lease.owner() && h.token == lease.token() => {
-                h.expires = now + lease.ttl();
+                h.expires = crate::clock::saturating_add(now, lease.ttl());
                 h.ttl = lease.ttl();
                 tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
                 Ok(RenewOutcome::Renewed(lease.renewed(lease.ttl(), sent)))

@@ -57,7 +57,7 @@ impl Grid {
             return at;
         };
         let half_wait = at.saturating_duration_since(now) / 2;
-        if snapped >= now + half_wait {
+        if snapped >= crate::clock::saturating_add(now, half_wait) {
             snapped
         } else {
             at
@@ -70,13 +70,14 @@ impl Renewer {
         store: Arc<dyn LeaseStore>,
         window: Option<Duration>,
         renew_interval: Duration,
+        op_timeout: Duration,
     ) -> Self {
         match window {
             None => Renewer::Direct(store),
             Some(window) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let backend = store.backend();
-                tokio::spawn(run(store, window, rx));
+                tokio::spawn(run(store, window, op_timeout, rx));
                 Renewer::Batched(tx, backend, Grid::new(Instant::now(), renew_interval))
             }
         }
@@ -110,11 +111,12 @@ impl Renewer {
 async fn run(
     store: Arc<dyn LeaseStore>,
     window: Duration,
+    op_timeout: Duration,
     mut rx: mpsc::UnboundedReceiver<Request>,
 ) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        let close = Instant::now() + window;
+        let close = crate::clock::saturating_add(Instant::now(), window);
         while batch.len() < MAX_BATCH {
             tokio::select! {
                 r = rx.recv() => match r {
@@ -128,7 +130,18 @@ async fn run(
         // Each batch runs on its own task so a slow store does not delay the next window.
         let store = store.clone();
         tokio::spawn(async move {
-            match store.renew_many(&leases).await {
+            // Bounded like every store call: a hung batch must not keep its task forever (the
+            // guards have given up on it at their own bound already).
+            let answer = tokio::time::timeout(op_timeout, store.renew_many(&leases))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Timeout {
+                        backend: store.backend(),
+                        operation: "renew_many",
+                        after: op_timeout,
+                    })
+                });
+            match answer {
                 Ok(outcomes) => {
                     let mut outcomes = outcomes.into_iter();
                     for (_, reply) in batch {

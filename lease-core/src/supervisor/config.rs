@@ -1,8 +1,10 @@
 //! Supervisor configuration.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
 use crate::lease::{default_drift, validate_ttl};
 
 /// How a [`Supervisor`](super::Supervisor) acquires and renews.
@@ -17,7 +19,7 @@ use crate::lease::{default_drift, validate_ttl};
 /// assert_eq!(cfg.renew_interval(), Duration::from_secs(10));
 /// assert_eq!(cfg.loss_lead(), Duration::from_secs(3));
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SupervisorConfig {
     ttl: Duration,
     acquire_wait: Duration,
@@ -28,7 +30,30 @@ pub struct SupervisorConfig {
     backoff_min: Duration,
     backoff_max: Option<Duration>,
     batch_window: Option<Duration>,
+    clock: Option<Arc<dyn Clock>>,
 }
+
+impl PartialEq for SupervisorConfig {
+    fn eq(&self, other: &Self) -> bool {
+        let same_clock = match (&self.clock, &other.clock) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_clock
+            && self.ttl == other.ttl
+            && self.acquire_wait == other.acquire_wait
+            && self.renew_interval == other.renew_interval
+            && self.op_timeout == other.op_timeout
+            && self.drift_margin == other.drift_margin
+            && self.loss_lead == other.loss_lead
+            && self.backoff_min == other.backoff_min
+            && self.backoff_max == other.backoff_max
+            && self.batch_window == other.batch_window
+    }
+}
+
+impl Eq for SupervisorConfig {}
 
 impl SupervisorConfig {
     /// A configuration for leases of `ttl`, trying once to acquire (no wait).
@@ -43,7 +68,21 @@ impl SupervisorConfig {
             backoff_min: Duration::from_millis(10),
             backoff_max: None,
             batch_window: None,
+            clock: None,
         }
+    }
+
+    /// The clock validity is judged on (default: [`SystemClock::shared`], which counts host
+    /// suspend on Linux). Tests pass a [`ManualClock`](crate::clock::ManualClock) to simulate a
+    /// suspend; see the [`clock`](crate::clock) module.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The clock validity is judged on.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone().unwrap_or_else(SystemClock::shared)
     }
 
     /// How long [`acquire`](super::Supervisor::acquire) may wait for a held key (default: zero,
@@ -113,12 +152,69 @@ impl SupervisorConfig {
         self.batch_window
     }
 
-    /// Checks the TTL and the derived timings.
+    /// Checks the TTL and the derived timings. Every other duration may be anything up to
+    /// `Duration::MAX`: waits and timeouts saturate instead of overflowing.
     ///
     /// # Errors
-    /// [`Error::InvalidTtl`](crate::Error::InvalidTtl) for a zero or absurd TTL.
+    /// - [`Error::InvalidTtl`](crate::Error::InvalidTtl) for a zero or absurd TTL.
+    /// - [`Error::InvalidInput`](crate::Error::InvalidInput) when the timings leave no time to
+    ///   renew: the drift margin plus the loss lead (capped at half the TTL) use up the TTL, or
+    ///   the renewal interval (plus the batching window and 1 ms of timer resolution) is not
+    ///   shorter than what is left, so the lease would be given up before its first renewal; or the batching window is not shorter
+    ///   than the op timeout, so every batched renewal would time out.
     pub fn validate(&self) -> Result<()> {
-        validate_ttl(self.ttl, Duration::from_millis(1))
+        validate_ttl(self.ttl, Duration::from_millis(1))?;
+        let drift = self.drift_margin();
+        let lead = self.loss_lead().min(self.ttl / 2);
+        let budget = self.loss_budget();
+        if budget.is_zero() {
+            return Err(Error::InvalidInput(format!(
+                "a TTL of {:?} minus the drift margin {drift:?} and the loss lead {lead:?} \
+                 leaves no time in which the lease may be trusted",
+                self.ttl
+            )));
+        }
+        // A timer may fire up to a millisecond late (tokio's resolution): keep that much slack.
+        let renew = self
+            .renew_interval()
+            .saturating_add(self.batch_window.unwrap_or(Duration::ZERO))
+            .saturating_add(Duration::from_millis(1));
+        if renew >= budget {
+            return Err(Error::InvalidInput(format!(
+                "the renewal interval {:?} (plus a batching window of {:?} and 1 ms of timer \
+                 resolution) must be shorter than the {budget:?} a lease of {:?} is trusted \
+                 (TTL minus drift margin and loss lead)",
+                self.renew_interval(),
+                self.batch_window.unwrap_or(Duration::ZERO),
+                self.ttl
+            )));
+        }
+        if let Some(window) = self.batch_window
+            && window.saturating_add(Duration::from_millis(1)) >= self.op_timeout()
+        {
+            return Err(Error::InvalidInput(format!(
+                "the renewal batching window {window:?} (plus 1 ms of timer resolution) must be \
+                 shorter than the op timeout {:?}: a batched renewal waits for its window before \
+                 it is sent",
+                self.op_timeout()
+            )));
+        }
+        Ok(())
+    }
+
+    /// How long after a request is sent the lease it obtains is trusted: the TTL minus the drift
+    /// margin and the loss lead (capped at half the TTL). Zero if nothing is left.
+    pub(crate) fn loss_budget(&self) -> Duration {
+        self.ttl
+            .saturating_sub(self.drift_margin())
+            .saturating_sub(self.loss_lead().min(self.ttl / 2))
+    }
+
+    /// How often a sleeping supervisor wakes to look at the [clock](Self::with_clock), so that a
+    /// host suspend is noticed soon after resume: a twentieth of the TTL, between 1 ms and 1 s.
+    pub fn clock_check_interval(&self) -> Duration {
+        let ms = (self.ttl / 20).as_millis().clamp(1, 1000);
+        Duration::from_millis(u64::try_from(ms).unwrap_or(1000))
     }
 
     /// The TTL.
@@ -170,12 +266,14 @@ impl SupervisorConfig {
     }
 
     /// A jittered exponential backoff for attempt `n` (0-based): `min * 2^n`, capped, times a
-    /// random factor in [0.5, 1.0].
+    /// random factor in [0.5, 1.0]; never below 1 ms (a zero backoff would spin on the store).
     pub fn backoff(&self, attempt: u32) -> Duration {
         let base = self
             .backoff_min
             .saturating_mul(1u32 << attempt.min(16))
             .min(self.backoff_max());
-        base.mul_f64(0.5 + fastrand::f64() * 0.5)
+        let half = base / 2;
+        half.saturating_add(half.mul_f64(fastrand::f64()))
+            .max(Duration::from_millis(1))
     }
 }

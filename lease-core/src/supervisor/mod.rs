@@ -9,7 +9,29 @@
 //!   before the loss deadline. Health moves `Held -> AtRisk -> Lost` (or `Released`), published on
 //!   a `tokio::sync::watch` channel ([`LeaseGuard::health`]).
 //! - Loss is signalled strictly **before** the lease's local validity deadline, and the guard's
-//!   [`CancellationToken`] is cancelled at that moment.
+//!   [`CancellationToken`] is cancelled at that moment. [`LeaseGuard::may_act`] checks the same
+//!   *loss deadline* on the spot; a guard whose loss deadline passed before it was handed out (a
+//!   very slow answer) is born `Lost`.
+//!
+//! # Host suspend
+//! Validity is judged on the configured [`Clock`]
+//! ([`SupervisorConfig::with_clock`]; by default the system clock): tokio's monotonic clock plus
+//! the time the host spent suspended. Linux counts suspend and hibernation (`CLOCK_BOOTTIME`);
+//! other operating systems count none, so there a suspend goes unnoticed until the next renewal
+//! is refused. Timers run on tokio's clock, which does not count a suspend, so every sleep of the
+//! renewal task wakes at least every [`SupervisorConfig::clock_check_interval`] (a twentieth of
+//! the TTL, 1 ms to 1 s) to look at the clock. After a resume past the loss deadline:
+//! `may_act()` is false at once; health turns `Lost(DeadlineReached)`, the work is cancelled and
+//! an election leader steps down within that interval. A renewal confirmed after the resume does
+//! not revive the lease.
+//!
+//! # Failure of the renewal task
+//! If the renewal task ends early (a panicking [`Hook`], its runtime shutting down), the work is
+//! cancelled and health becomes `Lost(RenewalTaskEnded)`; nobody is left `Held` without renewal.
+//! Durations never panic: [`SupervisorConfig::validate`] (run by every acquire) rejects timings
+//! that leave no time to renew with a typed error, and every other wait or timeout, up to
+//! `Duration::MAX`, saturates. Opening a store's watch is bounded like any store call; a watch
+//! that does not open in time leaves the acquirer polling.
 //!
 //! ```
 //! use std::time::Duration;
@@ -32,6 +54,8 @@ mod batch;
 mod config;
 mod hook;
 pub mod state;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::future::Future;
@@ -39,7 +63,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 pub use config::SupervisorConfig;
@@ -47,6 +71,7 @@ pub use hook::{Hook, NoHook, RenewalResult};
 use state::{Event, Machine, Next};
 pub use state::{Health, LossReason};
 
+use crate::clock::{Clock, saturating_add};
 use crate::error::{Error, Result};
 use crate::fencing::{FencedResource, FencingToken};
 use crate::lease::{
@@ -114,6 +139,7 @@ impl Supervisor {
             store.clone(),
             config.renewal_batching(),
             config.renew_interval(),
+            config.op_timeout(),
         );
         Supervisor {
             store,
@@ -191,13 +217,27 @@ impl Supervisor {
         cancel: &CancellationToken,
     ) -> Result<Acquisition> {
         self.config.validate()?;
+        let clock = self.config.clock();
         let started = Instant::now();
-        let deadline = started + self.config.acquire_wait();
+        let deadline = saturating_add(started, self.config.acquire_wait());
         let req = AcquireRequest::new(key.clone(), self.owner.clone(), self.config.ttl())
             .with_drift_margin(self.config.drift_margin());
         let mut watch = if self.store.capabilities().watch && !self.config.acquire_wait().is_zero()
         {
-            self.store.watch(key).await.ok().flatten()
+            // Bounded like any store call: a watch that does not open in time (a subscription
+            // on a black-holed connection) leaves us polling.
+            let bound = self.config.op_timeout().min(self.config.acquire_wait());
+            match timeout(bound, self.store.watch(key)).await {
+                Ok(Ok(w)) => w,
+                Ok(Err(e)) => {
+                    tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "watch failed; polling");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!(backend = self.store.backend(), key = %key, "watch did not open in time; polling");
+                    None
+                }
+            }
         } else {
             None
         };
@@ -205,6 +245,9 @@ impl Supervisor {
         let mut holder = None;
         loop {
             let op = self.config.op_timeout();
+            // Suspended time before the request is sent: the grant's deadline is placed on the
+            // validity clock with it (a suspend during the call only makes it earlier).
+            let suspended = clock.suspended();
             let result = match timeout(op, self.store.acquire(&req)).await {
                 Ok(r) => r,
                 Err(_) => Err(Error::Timeout {
@@ -220,11 +263,14 @@ impl Supervisor {
                         return Ok(Acquisition::Cancelled);
                     }
                     self.hook.acquired(&lease, started.elapsed());
-                    return self.start(lease).await.map(Acquisition::Acquired);
+                    return self
+                        .start(lease, suspended)
+                        .await
+                        .map(Acquisition::Acquired);
                 }
                 Ok(AcquireOutcome::Held(h)) => {
                     // Retry when the holder's lease would expire, or earlier with backoff.
-                    let until_expiry = h.remaining + Duration::from_millis(1);
+                    let until_expiry = h.remaining.saturating_add(Duration::from_millis(1));
                     holder = Some(h);
                     self.config
                         .backoff(attempt)
@@ -249,13 +295,13 @@ impl Supervisor {
                     waited: now - started,
                 });
             }
-            let wake = (now + wait).min(deadline);
+            let wake = saturating_add(now, wait).min(deadline);
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.hook.not_acquired(key, started.elapsed());
                     return Ok(Acquisition::Cancelled);
                 }
-                _ = sleep_until(wake) => {}
+                _ = tokio::time::sleep_until(wake) => {}
                 changed = async {
                     match watch.as_mut() {
                         Some(w) => w.changed().await,
@@ -299,7 +345,9 @@ impl Supervisor {
         }
     }
 
-    async fn start(&self, lease: Lease) -> Result<LeaseGuard> {
+    /// Hands out the guard for `lease`, granted to a request sent after `suspended` of host
+    /// suspend.
+    async fn start(&self, lease: Lease, suspended: Duration) -> Result<LeaseGuard> {
         if let Some(fence) = &self.fence {
             let out = match timeout(
                 self.config.op_timeout(),
@@ -336,6 +384,7 @@ impl Supervisor {
             self.store.clone(),
             self.config.clone(),
             lease,
+            suspended,
             self.hook.clone(),
             self.renewer.clone(),
         ))
@@ -370,8 +419,20 @@ struct Shared {
     work: CancellationToken,
     /// Cancelled by the guard to stop renewing (release or drop).
     stop: CancellationToken,
-    /// The configured loss lead (see [`SupervisorConfig::with_loss_lead`]).
-    loss_lead: Duration,
+    /// The loss deadline of the latest confirmed lease, on the validity clock: computed by the
+    /// machine ([`Machine::loss_deadline`]) and nowhere else.
+    loss_deadline: watch::Sender<Instant>,
+    /// The validity clock.
+    clock: Arc<dyn Clock>,
+    /// How often a sleep looks at the clock (see [`SupervisorConfig::clock_check_interval`]).
+    nap: Duration,
+}
+
+impl Shared {
+    /// Health is `Held` and the loss deadline has not passed on the validity clock.
+    fn may_act(&self, health: Health) -> bool {
+        health == Health::Held && self.clock.now() < *self.loss_deadline.borrow()
+    }
 }
 
 /// A held lease, renewed in the background until released, dropped or lost.
@@ -396,6 +457,7 @@ pub struct LeaseGuardRef {
     health: watch::Receiver<Health>,
     lease: watch::Receiver<Lease>,
     work: CancellationToken,
+    shared: Arc<Shared>,
 }
 
 impl LeaseGuardRef {
@@ -416,10 +478,12 @@ impl LeaseGuardRef {
         self.work.child_token()
     }
     /// Whether it is still reasonable to *start* a side effect: health is `Held` **and** the
-    /// local validity deadline has not passed. The deadline is checked on the spot, so a process
-    /// resuming from a long pause gets `false` even before the renewal task has run.
+    /// loss deadline (the local validity deadline minus the loss lead) has not passed. The
+    /// deadline is checked on the spot, on the validity clock, so a process resuming from a long
+    /// pause or a host suspend gets `false` at once, before the renewal task has run (see
+    /// [`clock`](crate::clock) for which suspends are seen).
     pub fn may_act(&self) -> bool {
-        matches!(self.health(), Health::Held) && self.lease.borrow().is_valid()
+        self.shared.may_act(self.health())
     }
     /// The latest lease (its deadline moves with each confirmed renewal).
     pub fn lease(&self) -> Lease {
@@ -428,25 +492,45 @@ impl LeaseGuardRef {
 }
 
 impl LeaseGuard {
+    /// A guard for `lease`, granted to a request sent after `suspended` of host suspend. Its
+    /// health is decided here, before it is handed out: a lease already past its loss deadline
+    /// is born `Lost`, with its work cancelled.
     fn spawn(
         store: Arc<dyn LeaseStore>,
         config: SupervisorConfig,
         lease: Lease,
+        suspended: Duration,
         hook: Arc<dyn Hook>,
         renewer: batch::Renewer,
     ) -> Self {
-        let (health_tx, health_rx) = watch::channel(Health::Held);
+        let clock = config.clock();
+        let retry = (config.renew_interval() / 4).max(config.backoff_min());
+        let m = Machine::new(
+            lease.shifted(suspended),
+            config.renew_interval(),
+            retry,
+            config.loss_lead(),
+            clock.now(),
+        );
+        let (health_tx, health_rx) = watch::channel(m.health());
         let (lease_tx, _) = watch::channel(lease.clone());
+        let (loss_tx, _) = watch::channel(m.loss_deadline());
         let shared = Arc::new(Shared {
             health: health_tx,
             lease: lease_tx,
             work: CancellationToken::new(),
             stop: CancellationToken::new(),
-            loss_lead: config.loss_lead(),
+            loss_deadline: loss_tx,
+            clock,
+            nap: config.clock_check_interval(),
         });
+        if m.health().is_final() {
+            shared.work.cancel();
+        }
         let task = tokio::spawn(drive(
             store,
             config,
+            m,
             lease.clone(),
             shared.clone(),
             hook,
@@ -487,9 +571,10 @@ impl LeaseGuard {
         *self.health.borrow()
     }
 
-    /// Whether it is still reasonable to *start* a side effect (see [`LeaseGuardRef::may_act`]).
+    /// Whether it is still reasonable to *start* a side effect: health is `Held` and the loss
+    /// deadline has not passed on the validity clock (see [`LeaseGuardRef::may_act`]).
     pub fn may_act(&self) -> bool {
-        matches!(self.health(), Health::Held) && self.shared.lease.borrow().is_valid()
+        self.shared.may_act(self.health())
     }
 
     /// A receiver of health changes.
@@ -505,6 +590,7 @@ impl LeaseGuard {
             health: self.health.clone(),
             lease: self.shared.lease.subscribe(),
             work: self.shared.work.clone(),
+            shared: self.shared.clone(),
         }
     }
 
@@ -591,15 +677,10 @@ impl LeaseGuard {
         self,
         work: F,
     ) -> Result<(Option<F::Output>, ReleaseOutcome)> {
-        let lease = self.lease();
-        let lead = self.shared.loss_lead.min(lease.ttl() / 2);
-        let until = lease
-            .deadline()
-            .checked_sub(lead)
-            .unwrap_or(lease.deadline());
+        let until = *self.shared.loss_deadline.borrow();
         let out = tokio::select! {
             v = work => Some(v),
-            _ = sleep_until(until) => None,
+            _ = sleep_until_valid(&*self.shared.clock, until, self.shared.nap) => None,
             _ = self.shared.work.cancelled() => None,
         };
         let released = self.release().await?;
@@ -609,43 +690,70 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        // Stop renewing and let the background task release; never block, never panic.
+        // Stop the work, stop renewing and let the background task release; never block, never
+        // panic.
+        self.shared.work.cancel();
         self.shared.stop.cancel();
     }
 }
 
-async fn drive(
-    store: Arc<dyn LeaseStore>,
-    config: SupervisorConfig,
-    lease: Lease,
-    shared: Arc<Shared>,
-    hook: Arc<dyn Hook>,
-    renewer: batch::Renewer,
-) -> ReleaseOutcome {
-    let backend = store.backend();
-    let started = Instant::now();
-    let retry = (config.renew_interval() / 4).max(config.backoff_min());
-    let mut m = Machine::new(
-        lease,
-        config.renew_interval(),
-        retry,
-        config.loss_lead(),
-        started,
-    );
-    let mut last = Health::Held;
-    let mut publish = |m: &Machine| {
-        let h = m.health();
-        if h.is_final() {
-            // Cancel the guarded work before anyone can observe the final state.
-            shared.work.cancel();
-        }
-        if h == last {
+/// Sleeps until `target` on the validity clock, waking at least every `nap` of tokio time: a
+/// tokio timer does not count a host suspend, so a long sleep would oversleep a resume.
+async fn sleep_until_valid(clock: &dyn Clock, target: Instant, nap: Duration) {
+    loop {
+        let now = clock.now();
+        if now >= target {
             return;
         }
-        let l = m.lease();
-        hook.health_changed(l, last, h);
-        last = h;
-        shared.health.send_replace(h);
+        sleep((target - now).min(nap)).await;
+    }
+}
+
+/// Ends the guard when the renewal task ends without returning (a panic, in a hook for example,
+/// or its runtime shutting down): cancels the work and publishes `Lost`. On a normal return the
+/// health is already final and this does nothing more than cancel the (cancelled) work.
+struct TaskEnd(Arc<Shared>);
+
+impl Drop for TaskEnd {
+    fn drop(&mut self) {
+        self.0.work.cancel();
+        let ended = self.0.health.send_if_modified(|h| {
+            if h.is_final() {
+                false
+            } else {
+                *h = Health::Lost(LossReason::RenewalTaskEnded);
+                true
+            }
+        });
+        if ended {
+            let l = self.0.lease.borrow();
+            tracing::error!(key = %l.key(), owner = %l.owner(), token = %l.token(), "the renewal task ended unexpectedly; lease given up");
+        }
+    }
+}
+
+/// Publishes health changes to the guard, the hook and the log.
+struct Publisher<'a> {
+    shared: &'a Shared,
+    hook: &'a dyn Hook,
+    backend: &'static str,
+    last: Health,
+}
+
+impl Publisher<'_> {
+    /// Publishes `h` for `l` (the lease as the store issued it).
+    fn publish(&mut self, h: Health, l: &Lease) {
+        if h.is_final() {
+            // Cancel the guarded work before anyone can observe the final state.
+            self.shared.work.cancel();
+        }
+        if h == self.last {
+            return;
+        }
+        let backend = self.backend;
+        self.hook.health_changed(l, self.last, h);
+        self.last = h;
+        self.shared.health.send_replace(h);
         match h {
             Health::Lost(reason) => {
                 tracing::warn!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), %reason, "lease lost")
@@ -660,42 +768,77 @@ async fn drive(
                 tracing::info!(backend, key = %l.key(), owner = %l.owner(), token = %l.token(), "lease released")
             }
         }
+    }
+}
+
+/// The renewal task. `m` runs on the validity clock (its lease's deadline shifted by the
+/// suspended time at sending); `issued` is the same lease as the store issued it, which is what
+/// the store, the hook and the guard's [`lease`](LeaseGuard::lease) see.
+async fn drive(
+    store: Arc<dyn LeaseStore>,
+    config: SupervisorConfig,
+    mut m: Machine,
+    mut issued: Lease,
+    shared: Arc<Shared>,
+    hook: Arc<dyn Hook>,
+    renewer: batch::Renewer,
+) -> ReleaseOutcome {
+    let _end = TaskEnd(shared.clone());
+    let backend = store.backend();
+    let clock = shared.clock.clone();
+    let clock = &*clock;
+    let nap = shared.nap;
+    let started = Instant::now();
+    let mut out = Publisher {
+        shared: &shared,
+        hook: &*hook,
+        backend,
+        last: Health::Held,
     };
-    publish(&m);
+    out.publish(m.health(), &issued);
     loop {
-        let now = Instant::now();
+        let now = clock.now();
         let Next::RenewAt { at, loss_deadline } = m.next(now) else {
-            hook.ended(m.lease(), started.elapsed(), None);
+            hook.ended(&issued, started.elapsed(), None);
             return ReleaseOutcome::NotHeld;
         };
         // Batched guards renew on the supervisor's shared grid (earlier, never later); retries
-        // after a failure keep their own timing.
+        // after a failure keep their own timing. The grid runs on tokio's clock.
         let at = if m.health() == Health::Held {
-            renewer.align(at, now)
+            let s = clock.suspended();
+            match at.checked_sub(s) {
+                Some(mono) => saturating_add(renewer.align(mono, Instant::now()), s),
+                None => at,
+            }
         } else {
             at
         };
-        // Wait for the renewal time, the loss deadline, or a stop request.
+        // Wait for the renewal time or the loss deadline (looking at the clock on the way), or a
+        // stop request.
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
-            _ = sleep_until(loss_deadline) => {
-                m.step(Event::Tick, Instant::now());
-                publish(&m);
-                continue;
-            }
-            _ = sleep_until(at) => {}
+            _ = sleep_until_valid(clock, at.min(loss_deadline), nap) => {}
         }
+        if clock.now() >= loss_deadline {
+            m.step(Event::Tick, clock.now());
+            out.publish(m.health(), &issued);
+            continue;
+        }
+        let suspended = clock.suspended();
         let sent = Instant::now();
-        let bound = (sent + config.op_timeout()).min(loss_deadline);
-        let current = m.lease().clone();
+        let bound =
+            saturating_add(saturating_add(sent, suspended), config.op_timeout()).min(loss_deadline);
+        let current = issued.clone();
         let (event, result) = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
             r = renewer.renew(&current) => match r {
                 Ok(RenewOutcome::Renewed(l)) => (
                     Event::RenewConfirmed(l),
-                    RenewalResult::Confirmed { remaining_before: current.remaining() },
+                    RenewalResult::Confirmed {
+                        remaining_before: m.lease().deadline().saturating_duration_since(clock.now()),
+                    },
                 ),
                 Ok(RenewOutcome::Lost) => (Event::RenewRefused, RenewalResult::Refused),
                 Err(e) if e.is_retryable() => {
@@ -707,37 +850,47 @@ async fn drive(
                     (Event::RenewFatal, RenewalResult::Failed)
                 }
             },
-            _ = sleep_until(bound) => (Event::RenewFailed, RenewalResult::TimedOut),
+            _ = sleep_until_valid(clock, bound, nap) => (Event::RenewFailed, RenewalResult::TimedOut),
         };
-        match &event {
-            Event::RenewConfirmed(renewed) => hook.renewal(renewed, result, sent.elapsed()),
-            _ => hook.renewal(&current, result, sent.elapsed()),
+        let renewed = match event {
+            Event::RenewConfirmed(l) => {
+                hook.renewal(&l, result, sent.elapsed());
+                let valid = l.shifted(suspended);
+                m.step(Event::RenewConfirmed(valid.clone()), clock.now());
+                Some((l, valid))
+            }
+            other => {
+                hook.renewal(&current, result, sent.elapsed());
+                m.step(other, clock.now());
+                None
+            }
+        };
+        if let Some((l, valid)) = renewed
+            && m.health() == Health::Held
+            && *m.lease() == valid
+        {
+            issued = l;
+            shared.lease.send_replace(issued.clone());
+            shared.loss_deadline.send_replace(m.loss_deadline());
         }
-        m.step(event, Instant::now());
-        if m.health() == Health::Held {
-            let l = m.lease().clone();
-            shared.lease.send_replace(l);
-        }
-        publish(&m);
+        out.publish(m.health(), &issued);
     }
     // Stop requested: cancel work, then release (bounded by the time the lease is still valid).
     shared.work.cancel();
     if m.health().is_final() {
-        hook.ended(m.lease(), started.elapsed(), None);
+        hook.ended(&issued, started.elapsed(), None);
         return ReleaseOutcome::NotHeld;
     }
-    let lease = m.lease().clone();
-    let bound = config
-        .op_timeout()
-        .min(lease.remaining().max(Duration::from_millis(1)));
-    let outcome = match timeout(bound, store.release(&lease)).await {
+    let left = m.lease().deadline().saturating_duration_since(clock.now());
+    let bound = config.op_timeout().min(left.max(Duration::from_millis(1)));
+    let outcome = match timeout(bound, store.release(&issued)).await {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => {
-            tracing::warn!(backend, key = %lease.key(), error = %e, "release failed; the lease will expire");
+            tracing::warn!(backend, key = %issued.key(), error = %e, "release failed; the lease will expire");
             ReleaseOutcome::NotHeld
         }
         Err(_) => {
-            tracing::warn!(backend, key = %lease.key(), "release timed out; the lease will expire");
+            tracing::warn!(backend, key = %issued.key(), "release timed out; the lease will expire");
             ReleaseOutcome::NotHeld
         }
     };
@@ -745,8 +898,8 @@ async fn drive(
         ReleaseOutcome::Released => Event::Released,
         ReleaseOutcome::NotHeld => Event::ReleaseNotHeld,
     };
-    m.step(ev, Instant::now());
-    publish(&m);
-    hook.ended(&lease, started.elapsed(), Some(outcome));
+    m.step(ev, clock.now());
+    out.publish(m.health(), &issued);
+    hook.ended(&issued, started.elapsed(), Some(outcome));
     outcome
 }

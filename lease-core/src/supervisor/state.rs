@@ -9,12 +9,17 @@
 //! ```
 //! `Lost` and `Released` are final. The *loss deadline* is the lease's local validity deadline
 //! minus the loss lead, so loss is always signalled strictly before the deadline passes.
+//!
+//! The machine is pure: the driver gives it every instant (and every lease's deadline) on one
+//! scale. The supervisor uses validity time ([`Clock::now`](crate::clock::Clock::now)), which
+//! keeps counting through a host suspend.
 
 use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::saturating_add;
 use crate::lease::Lease;
 
 /// Why a lease was lost.
@@ -29,6 +34,9 @@ pub enum LossReason {
     StoreError,
     /// The guard was released but the store no longer held the lease.
     NotHeldAtRelease,
+    /// The renewal task ended without a release: it panicked (in a [`Hook`](super::Hook), for
+    /// example) or its runtime shut down. Nobody renews any more, so the lease is given up.
+    RenewalTaskEnded,
 }
 
 impl fmt::Display for LossReason {
@@ -38,6 +46,7 @@ impl fmt::Display for LossReason {
             LossReason::DeadlineReached => "no confirmed renewal before the deadline",
             LossReason::StoreError => "store error",
             LossReason::NotHeldAtRelease => "not held at release",
+            LossReason::RenewalTaskEnded => "the renewal task ended",
         })
     }
 }
@@ -141,7 +150,10 @@ impl Machine {
         &self.lease
     }
 
-    /// The instant at which loss is declared without a confirmed renewal.
+    /// The instant at which loss is declared without a confirmed renewal: the lease's deadline
+    /// minus the loss lead (capped at half the TTL). This is the one place it is computed; the
+    /// guard's [`may_act`](super::LeaseGuard::may_act) and the drain use the value published from
+    /// here.
     pub fn loss_deadline(&self) -> Instant {
         let lead = self.loss_lead.min(self.lease.ttl() / 2);
         self.lease
@@ -188,8 +200,8 @@ impl Machine {
         }
         let loss_deadline = self.loss_deadline();
         let at = match self.health {
-            Health::Held => self.last_confirmed + self.renew_interval,
-            _ => now + self.retry_interval,
+            Health::Held => saturating_add(self.last_confirmed, self.renew_interval),
+            _ => saturating_add(now, self.retry_interval),
         };
         Next::RenewAt {
             at: at.min(loss_deadline),
