@@ -97,6 +97,10 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
                 "etcd",
                 sharing::a_renewal_through_another_store_holds_to_its_deadline
             ),
+            case!(
+                "etcd",
+                sharing::a_store_without_sharing_refuses_a_shared_key
+            ),
             case!("etcd", interop::store_holds_and_etcdctl_waits),
             case!(
                 "etcd",

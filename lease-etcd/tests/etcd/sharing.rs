@@ -222,3 +222,27 @@ pub(crate) async fn a_renewal_through_another_store_holds_to_its_deadline(ctx: C
     assert!(lb.token() > l2.token());
     Ok(())
 }
+
+/// A store without lease sharing cannot know when a shared etcd lease's store sweeps a key, so it
+/// refuses (`InvalidInput`) to renew a lease acquired with `PerTtl`, with or without its handle,
+/// and changes nothing: the acquiring store still renews it.
+pub(crate) async fn a_store_without_sharing_refuses_a_shared_key(ctx: Ctx) -> CaseResult {
+    let shared = EtcdLeaseStore::connect(super::config()).await?;
+    let plain =
+        EtcdLeaseStore::connect(super::config().with_lease_sharing(LeaseSharing::PerGrant)).await?;
+    let ttl = Duration::from_secs(4);
+    let key = ctx.key("mixed");
+    let lease = super::must_acquire(&shared, &key, &OwnerId::with_label("a"), ttl).await?;
+    let resumed = lease_core::Lease::resume(key.clone(), lease.owner().clone(), lease.token(), ttl);
+    for l in [&lease, &resumed] {
+        match plain.renew(l).await {
+            Err(lease_core::Error::InvalidInput(_)) => {}
+            other => return Err(format!("expected InvalidInput, got {other:?}").into()),
+        }
+    }
+    assert!(matches!(
+        shared.renew(&lease).await?,
+        RenewOutcome::Renewed(l) if l.token() == lease.token()
+    ));
+    Ok(())
+}
