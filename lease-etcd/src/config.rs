@@ -30,13 +30,14 @@ pub enum LeaseSharing {
     /// All keys one store grants with the same TTL (in whole seconds) share one etcd lease.
     /// Renewals of those keys within a tenth of the TTL share one keepalive, so a process holding
     /// thousands of keys sends a few keepalives per interval. Per-key expiry is enforced by the
-    /// store itself: a background task deletes a key (by transaction on its create revision)
-    /// once its holder stopped renewing it for its TTL. If the process dies, the shared etcd lease
-    /// expires and etcd deletes every key. The cost: a key whose holder hangs while the process
-    /// lives is freed by the sweeper (within about 100 ms of its expiry) rather than by etcd, and
-    /// a lease must be renewed through a store of the process that acquired it (renewing it
-    /// elsewhere keeps the etcd lease alive, but the acquiring store still expires the key). See
-    /// `docs/adr/0030-etcd-lease-sharing.md`.
+    /// store itself: a background task deletes a key (by transaction on its create revision and
+    /// etcd lease) once its holder stopped renewing it for its TTL, and deletes the key of an
+    /// acquire whose outcome its caller never learned (an error, or a dropped future) within
+    /// about 100 ms. If the process dies, the shared etcd lease expires and etcd deletes every
+    /// key. A lease renewed through another store (another process) has its key moved onto that
+    /// store's etcd lease first (one extra write), so only one store ever sweeps it. The cost: a
+    /// key whose holder hangs while the process lives is freed by the sweeper rather than by etcd.
+    /// See `docs/adr/0030-etcd-lease-sharing.md`.
     PerTtl,
 }
 

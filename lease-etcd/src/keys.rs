@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use etcd_client::KeyValue;
-use lease_core::{FencingToken, OwnerId, Result};
+use lease_core::{Error, FencingToken, OwnerId, Result};
 
 use crate::error::protocol;
 
@@ -17,14 +17,36 @@ pub(crate) fn encode_owner(owner: &OwnerId) -> String {
     format!("{VALUE_TAG}{owner}")
 }
 
-/// The owner named in a lock key: ours carry the owner id; a key of `etcdctl lock` or a Go mutex
-/// is reported as `etcd-lock:<lock key>` (shortened to a legal owner id).
+/// The prefix of the stand-in owner ids under which holders of etcd's own lock (`etcdctl lock`,
+/// Go's `concurrency.Mutex`) are reported. Reserved: no operation accepts such an owner.
+pub(crate) const FOREIGN_OWNER: &str = "etcd-lock:";
+
+/// Refuses owners in the stand-in form `etcd-lock:<key>`: they name holders of etcd's own lock,
+/// whom nobody may renew or release through this crate.
+pub(crate) fn check_owner(owner: &OwnerId) -> Result<()> {
+    if owner.as_str().starts_with(FOREIGN_OWNER) {
+        return Err(Error::InvalidOwner {
+            owner: owner.as_str().chars().take(128).collect(),
+            reason: "owner ids starting with \"etcd-lock:\" stand for holders of etcd's own lock \
+                     (etcdctl lock, Go's concurrency.Mutex); nobody may act as them",
+        });
+    }
+    Ok(())
+}
+
+/// The owner of a lock key written by this crate; `None` for any other key (`etcdctl lock`, a Go
+/// mutex, a value written by hand), which no lease of this crate can hold.
+pub(crate) fn our_owner(kv: &KeyValue) -> Option<OwnerId> {
+    let owner = std::str::from_utf8(kv.value())
+        .ok()?
+        .strip_prefix(VALUE_TAG)?;
+    OwnerId::new(owner).ok().filter(|o| check_owner(o).is_ok())
+}
+
+/// The owner named in a lock key, for reports: ours carry the owner id; a key of `etcdctl lock` or
+/// a Go mutex is reported as `etcd-lock:<lock key>` (shortened to a legal owner id).
 pub(crate) fn owner_of(kv: &KeyValue) -> OwnerId {
-    if let Some(owner) = std::str::from_utf8(kv.value())
-        .ok()
-        .and_then(|v| v.strip_prefix(VALUE_TAG))
-        && let Ok(owner) = OwnerId::new(owner)
-    {
+    if let Some(owner) = our_owner(kv) {
         return owner;
     }
     let key = String::from_utf8_lossy(kv.key());
@@ -36,11 +58,11 @@ pub(crate) fn owner_of(kv: &KeyValue) -> OwnerId {
         .into_iter()
         .rev()
         .collect();
-    let text: String = format!("etcd-lock:{tail}")
+    let text: String = format!("{FOREIGN_OWNER}{tail}")
         .chars()
         .map(|c| if c.is_ascii_graphic() { c } else { '_' })
         .collect();
-    OwnerId::new(text).unwrap_or_else(|_| OwnerId::with_label("etcd-lock"))
+    OwnerId::new(text).unwrap_or_else(|_| OwnerId::with_label(FOREIGN_OWNER))
 }
 
 pub(crate) fn token_of(kv: &KeyValue) -> Result<FencingToken> {
@@ -48,19 +70,23 @@ pub(crate) fn token_of(kv: &KeyValue) -> Result<FencingToken> {
         .map_err(|e| protocol(format!("lock key create revision: {e}")))
 }
 
-/// What a lease's handle records: its etcd lease, the granted TTL in seconds, and the nonce of
-/// its lock key when the etcd lease is shared. Written as hex fields separated by `/`.
+/// What a lease's handle records: its etcd lease, the granted TTL in seconds, the nonce of its
+/// lock key when the etcd lease is shared, and the etcd lease named in the lock key (differs from
+/// `lease_id` once a renewal moved the key onto another store's etcd lease). Written as hex
+/// fields separated by `/`; the last one only when it differs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Handle {
     pub(crate) lease_id: i64,
     pub(crate) ttl_secs: i64,
     pub(crate) nonce: Option<u64>,
+    pub(crate) named: i64,
 }
 
 impl fmt::Display for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:x}/{:x}", self.lease_id, self.ttl_secs)?;
         match self.nonce {
+            Some(n) if self.named != self.lease_id => write!(f, "/{n:x}/{:x}", self.named),
             Some(n) => write!(f, "/{n:x}"),
             None => Ok(()),
         }
@@ -75,6 +101,10 @@ pub(crate) fn parse_handle(handle: Option<&str>) -> Option<Handle> {
         Some(n) => Some(u64::from_str_radix(n, 16).ok()?),
         None => None,
     };
+    let named = match parts.next() {
+        Some(n) => i64::from_str_radix(n, 16).ok()?,
+        None => lease_id,
+    };
     if parts.next().is_some() {
         return None;
     }
@@ -82,6 +112,7 @@ pub(crate) fn parse_handle(handle: Option<&str>) -> Option<Handle> {
         lease_id,
         ttl_secs,
         nonce,
+        named,
     })
 }
 
@@ -92,6 +123,14 @@ pub(crate) fn nonce_of(lock_key: &[u8]) -> Option<u64> {
     let (_, last) = name.rsplit_once('/')?;
     let (_, nonce) = last.split_once('-')?;
     u64::from_str_radix(nonce, 16).ok()
+}
+
+/// The etcd lease named in a lock key (`<lock name>/<lease hex>[-<nonce hex>]`).
+pub(crate) fn named_lease_of(lock_key: &[u8]) -> Option<i64> {
+    let name = std::str::from_utf8(lock_key).ok()?;
+    let (_, last) = name.rsplit_once('/')?;
+    let hex = last.split_once('-').map_or(last, |(l, _)| l);
+    i64::from_str_radix(hex, 16).ok()
 }
 
 /// A TTL in whole seconds, rounded up. TTLs are at most a day, so this always fits.
@@ -122,11 +161,19 @@ mod tests {
                 lease_id: 0x694d_7b1a_22f3,
                 ttl_secs: 30,
                 nonce: None,
+                named: 0x694d_7b1a_22f3,
             },
             Handle {
                 lease_id: 7,
                 ttl_secs: 2,
                 nonce: Some(0x1f),
+                named: 7,
+            },
+            Handle {
+                lease_id: 7,
+                ttl_secs: 2,
+                nonce: Some(0x1f),
+                named: 0x9,
             },
         ] {
             assert_eq!(parse_handle(Some(&h.to_string())), Some(h));
@@ -141,5 +188,11 @@ mod tests {
         assert_eq!(nonce_of(b"lease/k/694d7b1a22f3"), None);
         assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-zz"), None);
         assert_eq!(nonce_of(b"no-slash"), None);
+        assert_eq!(
+            named_lease_of(b"lease/k/694d7b1a22f3-1f"),
+            Some(0x694d_7b1a_22f3)
+        );
+        assert_eq!(named_lease_of(b"lease/k/1f"), Some(0x1f));
+        assert_eq!(named_lease_of(b"lease/k/zz"), None);
     }
 }

@@ -32,7 +32,10 @@
 //! its key is always the lowest; it never queues. So `etcdctl lock lease/k` blocks while this crate
 //! holds `k`, and this crate reports [`AcquireOutcome::Held`](lease_core::AcquireOutcome::Held)
 //! (owner `etcd-lock:<key>`) while `etcdctl` holds it. Our keys carry the owner id as their value;
-//! keys of other lock clients have an empty value.
+//! keys of other lock clients have an empty value. The `etcd-lock:` prefix is reserved: every
+//! operation given such an owner (acquire, renew, `renew_many`, release, a resumed lease) fails
+//! with [`Error::InvalidOwner`](lease_core::Error::InvalidOwner) and changes nothing, so nobody
+//! can renew or release an `etcdctl lock` holder's key by resuming as its stand-in owner.
 //!
 //! ## Fencing tokens: the create revision
 //! The token of a grant is the etcd revision of the transaction that created the lock key (the
@@ -82,8 +85,11 @@
 //! enforced by etcd alone and a release revokes just that lease, but a process holding thousands
 //! of keys renews thousands of etcd leases. With [`LeaseSharing::PerTtl`] all keys a store grants
 //! with the same TTL share one etcd lease, renewals within a tenth of the TTL share one
-//! keepalive, and a background sweeper deletes keys whose holders stopped renewing; the
-//! trade-offs are in `docs/adr/0030-etcd-lease-sharing.md`.
+//! keepalive, and a background sweeper deletes keys whose holders stopped renewing (and keys of
+//! acquires whose outcome was never learned); a lease renewed through another store has its key
+//! moved onto that store's etcd lease. A store with [`LeaseSharing::PerGrant`] refuses
+//! (`InvalidInput`) to renew a key that lives on a shared etcd lease. The trade-offs are in
+//! `docs/adr/0030-etcd-lease-sharing.md`.
 //!
 //! ## Waiting
 //! [`LeaseStore::watch`] watches deletions under the lock prefix (release, expiry, revocation)

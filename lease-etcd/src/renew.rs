@@ -12,14 +12,40 @@
 
 use std::collections::{HashMap, HashSet};
 
-use etcd_client::{GetOptions, KeyValue};
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
 use futures::{StreamExt, TryStreamExt};
-use lease_core::{Lease, RenewOutcome, Result, validate_ttl};
+use lease_core::{AcquireRequest, Error, Lease, RenewOutcome, Result, validate_ttl};
 use tokio::time::Instant;
 
 use crate::BACKEND;
-use crate::keys::{Handle, nonce_of, owner_of, parse_handle, secs};
+use crate::keys::{
+    Handle, check_owner, encode_owner, named_lease_of, nonce_of, our_owner, parse_handle, secs,
+    whole_secs,
+};
+use crate::shared::{PutKind, Shared};
 use crate::store::{BATCH_CONCURRENCY, EtcdLeaseStore};
+
+/// A lease whose key was created on a shared etcd lease, given to a store without sharing.
+fn shared_key_without_sharing() -> Error {
+    Error::InvalidInput(
+        "this lease's lock key lives on a shared etcd lease (LeaseSharing::PerTtl): renew it \
+         through a store with LeaseSharing::PerTtl, whose sweeper may otherwise delete it"
+            .to_string(),
+    )
+}
+
+/// A lease whose key must move onto this store's shared etcd lease before it can be renewed.
+struct Move<'a> {
+    slot: usize,
+    lease: &'a Lease,
+    lock_key: String,
+    ttl_secs: i64,
+    nonce: Option<u64>,
+    named: i64,
+}
 
 /// How many keys one range request of a batched renewal returns at most: the supervisor's
 /// largest batch. A lock key is at most about 230 bytes of name, 140 of value (ours: the owner
@@ -43,23 +69,50 @@ impl EtcdLeaseStore {
         let mut out: Vec<Option<Result<RenewOutcome>>> = leases.iter().map(|_| None).collect();
         let mut handled = Vec::new();
         let mut resumed = Vec::new();
+        let mut moves = Vec::new();
         for (slot, lease) in leases.iter().enumerate() {
-            if let Err(e) = validate_ttl(lease.ttl(), self.min_ttl) {
+            if let Err(e) = validate_ttl(lease.ttl(), self.min_ttl).and(check_owner(lease.owner()))
+            {
                 out[slot] = Some(Err(e));
                 continue;
             }
-            match parse_handle(lease.handle()) {
-                Some(handle) => handled.push(Handled {
+            let Some(handle) = parse_handle(lease.handle()) else {
+                resumed.push(slot);
+                continue;
+            };
+            let lock_key = self.lock_key(lease.key(), handle.named, handle.nonce);
+            match (&self.shared, handle.nonce) {
+                (None, Some(_)) => out[slot] = Some(Err(shared_key_without_sharing())),
+                // On another store's shared etcd lease: that store's sweeper would delete it on
+                // its own schedule, so it moves here first.
+                (Some(shared), Some(_)) if !shared.owns(handle.lease_id) => moves.push(Move {
                     slot,
                     lease,
-                    lock_key: self.lock_key(lease.key(), handle.lease_id, handle.nonce),
+                    lock_key,
+                    ttl_secs: handle.ttl_secs,
+                    nonce: handle.nonce,
+                    named: handle.named,
+                }),
+                _ => handled.push(Handled {
+                    slot,
+                    lease,
+                    lock_key,
                     handle,
                 }),
-                None => resumed.push(slot),
             }
         }
-        for (slot, outcome) in self.renew_handled(handled).await? {
+        let (done, moved_away) = self.renew_handled(handled).await?;
+        for (slot, outcome) in done {
             out[slot] = Some(Ok(outcome));
+        }
+        moves.extend(moved_away);
+        if let Some(shared) = &self.shared {
+            for chunk in moves.chunks(BATCH_CONCURRENCY) {
+                let renewals = chunk.iter().map(|m| self.move_here(shared, m));
+                for (m, r) in chunk.iter().zip(futures::future::join_all(renewals).await) {
+                    out[m.slot] = Some(Ok(r?));
+                }
+            }
         }
         for chunk in resumed.chunks(BATCH_CONCURRENCY) {
             let renewals = chunk.iter().map(|&slot| self.renew_resumed(&leases[slot]));
@@ -76,27 +129,16 @@ impl EtcdLeaseStore {
             .collect())
     }
 
-    /// [`LeaseStore::renew`](lease_core::LeaseStore::renew) of a lease with a handle: the batch
-    /// path with one lease (one keepalive, one read of its lock key).
-    pub(crate) async fn renew_one(&self, lease: &Lease, handle: Handle) -> Result<RenewOutcome> {
-        let one = Handled {
-            slot: 0,
-            lease,
-            lock_key: self.lock_key(lease.key(), handle.lease_id, handle.nonce),
-            handle,
-        };
-        let mut outcomes = self.renew_handled(vec![one]).await?;
-        outcomes
-            .pop()
-            .map(|(_, outcome)| outcome)
-            .ok_or_else(|| crate::error::protocol("a renewal without an outcome"))
-    }
-
     /// Keeps the batch's etcd leases alive, then reads its lock keys back and judges each lease.
-    /// Returns one outcome per entry, with its slot.
-    async fn renew_handled(&self, batch: Vec<Handled<'_>>) -> Result<Vec<(usize, RenewOutcome)>> {
+    /// Returns one outcome per entry, with its slot, and the leases whose keys another store
+    /// moved onto its own shared etcd lease (they move back here).
+    async fn renew_handled<'a>(
+        &self,
+        batch: Vec<Handled<'a>>,
+    ) -> Result<(Vec<(usize, RenewOutcome)>, Vec<Move<'a>>)> {
+        let mut moved = Vec::new();
         if batch.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), moved));
         }
         let alive = self.keep_alive_all(&batch).await?;
         let mut out = Vec::with_capacity(batch.len());
@@ -112,9 +154,12 @@ impl EtcdLeaseStore {
                 continue;
             };
             if let Some(shared) = self.shared.as_ref()
+                && shared.owns(h.handle.lease_id)
                 && !shared.extend(
                     h.lock_key.as_bytes(),
+                    h.handle.lease_id,
                     h.lease.token().to_i64(),
+                    secs(h.handle.ttl_secs),
                     sent + secs(h.handle.ttl_secs),
                 )
             {
@@ -128,13 +173,28 @@ impl EtcdLeaseStore {
             .read_lock_keys(pending.iter().map(|(h, _)| h.lock_key.as_str()))
             .await?;
         for (h, sent) in pending {
-            let held = found.get(h.lock_key.as_bytes()).is_some_and(|kv| {
+            let ours = found.get(h.lock_key.as_bytes()).filter(|kv| {
                 kv.create_revision() == h.lease.token().to_i64()
                     && kv.lease() != 0
-                    && kv.lease() == h.handle.lease_id
-                    && owner_of(kv) == *h.lease.owner()
+                    && our_owner(kv).as_ref() == Some(h.lease.owner())
             });
-            if !held {
+            if let Some(kv) = ours
+                && kv.lease() != h.handle.lease_id
+                && self.shared.is_some()
+                && h.handle.nonce.is_some()
+            {
+                // Another store moved the key onto its etcd lease (a renewal through it).
+                moved.push(Move {
+                    slot: h.slot,
+                    lease: h.lease,
+                    lock_key: h.lock_key,
+                    ttl_secs: h.handle.ttl_secs,
+                    nonce: h.handle.nonce,
+                    named: h.handle.named,
+                });
+                continue;
+            }
+            if ours.is_none_or(|kv| kv.lease() != h.handle.lease_id) {
                 if let Some(shared) = self.shared.as_ref() {
                     shared.forget(h.lock_key.as_bytes());
                 }
@@ -148,7 +208,54 @@ impl EtcdLeaseStore {
                 .with_handle(h.handle.to_string());
             out.push((h.slot, RenewOutcome::Renewed(renewed)));
         }
-        Ok(out)
+        Ok((out, moved))
+    }
+
+    /// Renews a lease whose key is on an etcd lease this store did not grant by moving the key
+    /// onto this store's shared etcd lease: one transaction that re-puts it (same name, value and
+    /// create revision, so the same token) if it still has the lease's token and owner. The
+    /// store that granted the old etcd lease then no longer sweeps it (its deletions compare the
+    /// etcd lease). The put is recorded before it is sent, like an acquire's; a keepalive sent
+    /// after it answered makes the etcd lease, and this store's sweeper, keep the key past every
+    /// deadline any store reported for it before the move.
+    async fn move_here(&self, shared: &Arc<Shared>, m: &Move<'_>) -> Result<RenewOutcome> {
+        let lease = m.lease;
+        let ttl = secs(m.ttl_secs);
+        let req = AcquireRequest::new(lease.key().clone(), lease.owner().clone(), ttl);
+        let (id, _) = shared.lease_or_grant(self, &req, m.ttl_secs).await?;
+        let pending = shared.pending(m.lock_key.as_bytes(), id, ttl, PutKind::Move);
+        let value = encode_owner(lease.owner());
+        let key = m.lock_key.clone();
+        let txn = Txn::new()
+            .when(vec![
+                Compare::create_revision(key.clone(), CompareOp::Equal, lease.token().to_i64()),
+                Compare::value(key.clone(), CompareOp::Equal, value.clone()),
+            ])
+            .and_then(vec![TxnOp::put(
+                key,
+                value,
+                Some(PutOptions::new().with_lease(id)),
+            )]);
+        if !self.txn(txn).await?.succeeded() {
+            pending.cancel();
+            return Ok(self.lost(lease));
+        }
+        let Some(sent) = shared.refresh_within(self, id, Duration::ZERO).await? else {
+            // etcd no longer knows the etcd lease: the key is gone with it.
+            pending.cancel();
+            return Ok(self.lost(lease));
+        };
+        pending.confirm(lease.token().to_i64(), sent + ttl);
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), lease_id = id, "lock key moved onto this store's shared etcd lease");
+        let handle = Handle {
+            lease_id: id,
+            ttl_secs: m.ttl_secs,
+            nonce: m.nonce,
+            named: m.named,
+        };
+        Ok(RenewOutcome::Renewed(
+            lease.renewed(ttl, sent).with_handle(handle.to_string()),
+        ))
     }
 
     /// One keepalive per distinct etcd lease of the batch (with a shared etcd lease, one per
@@ -232,10 +339,28 @@ impl EtcdLeaseStore {
     /// its key is checked first, so that a stale or foreign lease never extends somebody else's
     /// etcd lease; then its etcd lease is kept alive and the key checked again.
     pub(crate) async fn renew_resumed(&self, lease: &Lease) -> Result<RenewOutcome> {
+        check_owner(lease.owner())?;
         let Some(kv) = self.held_kv(lease).await? else {
             return Ok(self.lost(lease));
         };
         let lease_id = kv.lease();
+        let nonce = nonce_of(kv.key());
+        let named = named_lease_of(kv.key()).unwrap_or(lease_id);
+        match (&self.shared, nonce) {
+            (None, Some(_)) => return Err(shared_key_without_sharing()),
+            (Some(shared), Some(_)) if !shared.owns(lease_id) => {
+                let m = Move {
+                    slot: 0,
+                    lease,
+                    lock_key: String::from_utf8_lossy(kv.key()).into_owned(),
+                    ttl_secs: whole_secs(lease.ttl()),
+                    nonce,
+                    named,
+                };
+                return self.move_here(shared, &m).await;
+            }
+            _ => {}
+        }
         let granted = self.time_to_live(lease_id).await?.granted_ttl();
         let sent = match &self.shared {
             Some(shared) => match shared.refresh(self, lease_id, granted).await? {
@@ -257,21 +382,30 @@ impl EtcdLeaseStore {
         else {
             return Ok(self.lost(lease));
         };
-        if let Some(shared) = &self.shared {
-            shared.extend(kv.key(), kv.create_revision(), sent + secs(granted));
+        if let Some(shared) = &self.shared
+            && shared.owns(lease_id)
+            && !shared.extend(
+                kv.key(),
+                lease_id,
+                kv.create_revision(),
+                secs(granted),
+                sent + secs(granted),
+            )
+        {
+            return Ok(self.lost(lease));
         }
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
         let renewed = lease.renewed(secs(granted), sent);
         // The handle must name this very key (with its nonce if a store sharing etcd leases
         // created it); a key this crate would not name so keeps the lease without a handle.
-        let nonce = nonce_of(kv.key());
-        if self.lock_key(lease.key(), lease_id, nonce).as_bytes() != kv.key() {
+        if self.lock_key(lease.key(), named, nonce).as_bytes() != kv.key() {
             return Ok(RenewOutcome::Renewed(renewed));
         }
         let handle = Handle {
             lease_id,
             ttl_secs: granted,
             nonce,
+            named,
         };
         Ok(RenewOutcome::Renewed(
             renewed.with_handle(handle.to_string()),

@@ -16,13 +16,40 @@ use crate::store::EtcdLeaseStore;
 /// How often the sweeper looks for keys whose holders stopped renewing.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
-/// A key this store granted, with the instant after which its holder has not renewed it.
+/// What this store knows of a lock key on one of its shared etcd leases.
 #[derive(Debug)]
 struct Tracked {
-    create_revision: i64,
-    expires: Instant,
-    /// The sweeper decided the key expired and is deleting it: no renewal may extend it now.
-    deleting: bool,
+    /// The etcd lease the key was put on (the sweeper deletes it only while it is still there).
+    lease_id: i64,
+    /// The granted TTL, for keys whose put has an unknown outcome.
+    ttl: Duration,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// A put (acquire or move) is in flight: nobody may sweep or extend the key yet.
+    Pending { kind: PutKind },
+    /// The put's outcome is unknown (it failed, or its future was dropped): the sweeper reads
+    /// the key to resolve it.
+    Abandoned { kind: PutKind },
+    /// Held with this create revision until `expires` unless renewed.
+    Known {
+        create_revision: i64,
+        expires: Instant,
+        /// The sweeper decided the key expired and is deleting it: no renewal may extend it now.
+        deleting: bool,
+    },
+}
+
+/// Why a key is being put on a shared etcd lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PutKind {
+    /// A new grant: nobody was told of it if the outcome is unknown, so the key is deleted.
+    Acquire,
+    /// An existing grant moved onto this store's etcd lease by a renewal: others may have
+    /// reported deadlines for it, so the key is kept one TTL from when the sweeper finds it.
+    Move,
 }
 
 type Slot = Arc<tokio::sync::Mutex<Option<Instant>>>;
@@ -35,8 +62,11 @@ pub(crate) struct Shared {
     /// etcd lease id -> when its last successful keepalive (or grant) was sent. The async mutex
     /// makes concurrent renewals of keys on one lease share one keepalive.
     refreshed: Mutex<HashMap<i64, Slot>>,
-    /// Lock key -> its local expiry.
+    /// Lock key -> what this store knows of it: every key ever put on one of this store's shared
+    /// etcd leases, from before its put is sent until it is deleted or moved away.
     held: Mutex<HashMap<Vec<u8>, Tracked>>,
+    /// The etcd leases this store granted (the only ones it sweeps and renews in place).
+    own: Mutex<std::collections::HashSet<i64>>,
     /// TTL in seconds -> held while an etcd lease for that TTL is granted, so that concurrent
     /// first acquires share one grant instead of each granting (and then keeping alive) its own.
     granting: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
@@ -108,6 +138,7 @@ impl Shared {
     /// Records a freshly granted etcd lease for `ttl_secs`.
     fn adopt(&self, ttl_secs: i64, id: i64, sent: Instant) {
         lock(&self.by_ttl).insert(ttl_secs, id);
+        lock(&self.own).insert(id);
         lock(&self.refreshed).insert(id, Arc::new(tokio::sync::Mutex::new(Some(sent))));
     }
 
@@ -121,9 +152,21 @@ impl Shared {
         ttl_secs: i64,
     ) -> Result<Option<Instant>> {
         let window = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(0)) / 10;
+        self.refresh_within(store, id, window).await
+    }
+
+    /// As [`refresh`](Shared::refresh), but reusing only a keepalive sent within `window`
+    /// (zero: always send one, after everything this call follows).
+    pub(crate) async fn refresh_within(
+        &self,
+        store: &EtcdLeaseStore,
+        id: i64,
+        window: Duration,
+    ) -> Result<Option<Instant>> {
         let slot = lock(&self.refreshed).entry(id).or_default().clone();
         let mut last = slot.lock().await;
         if let Some(sent) = *last
+            && !window.is_zero()
             && sent.elapsed() <= window
         {
             return Ok(Some(sent));
@@ -139,23 +182,80 @@ impl Shared {
         }
     }
 
-    /// Starts or extends the local expiry of a lock key; `false` if the sweeper already decided
-    /// it expired (the renewal came too late and must report the lease lost).
-    pub(crate) fn extend(&self, key: &[u8], create_revision: i64, expires: Instant) -> bool {
+    /// Whether this store granted etcd lease `id` (so it alone sweeps the keys on it).
+    pub(crate) fn owns(&self, id: i64) -> bool {
+        lock(&self.own).contains(&id)
+    }
+
+    /// Records, before the put is sent, that `key` is being put on this store's etcd lease
+    /// `lease_id`. Until the returned guard is confirmed or cancelled the key is neither swept
+    /// nor extended; a guard dropped unresolved (the put failed or its future was dropped) hands
+    /// the key to the sweeper, which finds out whether the put happened and cleans up.
+    pub(crate) fn pending(
+        self: &Arc<Self>,
+        key: &[u8],
+        lease_id: i64,
+        ttl: Duration,
+        kind: PutKind,
+    ) -> PendingPut {
+        lock(&self.held).insert(
+            key.to_vec(),
+            Tracked {
+                lease_id,
+                ttl,
+                state: State::Pending { kind },
+            },
+        );
+        PendingPut {
+            shared: Arc::downgrade(self),
+            key: Some(key.to_vec()),
+        }
+    }
+
+    /// Starts or extends the local expiry of a lock key on one of this store's etcd leases;
+    /// `false` if the key may not be reported renewed: the sweeper already decided it expired,
+    /// or a put of it is in flight or unresolved.
+    pub(crate) fn extend(
+        &self,
+        key: &[u8],
+        lease_id: i64,
+        create_revision: i64,
+        ttl: Duration,
+        expires: Instant,
+    ) -> bool {
         let mut held = lock(&self.held);
         match held.get_mut(key) {
-            Some(t) if t.create_revision == create_revision && t.deleting => false,
-            Some(t) if t.create_revision == create_revision => {
-                t.expires = t.expires.max(expires);
+            Some(Tracked {
+                state:
+                    State::Known {
+                        create_revision: c,
+                        expires: e,
+                        deleting,
+                    },
+                lease_id: l,
+                ..
+            }) if *c == create_revision && *l == lease_id => {
+                if *deleting {
+                    return false;
+                }
+                *e = (*e).max(expires);
                 true
             }
+            Some(Tracked {
+                state: State::Pending { .. } | State::Abandoned { .. },
+                ..
+            }) => false,
             _ => {
                 held.insert(
                     key.to_vec(),
                     Tracked {
-                        create_revision,
-                        expires,
-                        deleting: false,
+                        lease_id,
+                        ttl,
+                        state: State::Known {
+                            create_revision,
+                            expires,
+                            deleting: false,
+                        },
                     },
                 );
                 true
@@ -163,56 +263,214 @@ impl Shared {
         }
     }
 
-    /// Stops tracking a lock key (released or lost).
+    /// Stops tracking a lock key (released, lost or moved away).
     pub(crate) fn forget(&self, key: &[u8]) {
         lock(&self.held).remove(key);
     }
 
-    /// Marks every expired key as being deleted and returns them.
-    fn claim_due(&self, now: Instant) -> Vec<(Vec<u8>, i64)> {
-        lock(&self.held)
-            .iter_mut()
-            .filter(|(_, t)| t.expires <= now && !t.deleting)
-            .map(|(k, t)| {
-                t.deleting = true;
-                (k.clone(), t.create_revision)
-            })
-            .collect()
+    /// Marks every expired key as being deleted, and every abandoned put as being resolved, and
+    /// returns them.
+    fn claim_due(&self, now: Instant) -> Vec<Due> {
+        let mut due = Vec::new();
+        for (k, t) in lock(&self.held).iter_mut() {
+            match &mut t.state {
+                State::Known {
+                    create_revision,
+                    expires,
+                    deleting,
+                } if *expires <= now && !*deleting => {
+                    *deleting = true;
+                    due.push(Due::Expired {
+                        key: k.clone(),
+                        lease_id: t.lease_id,
+                        create_revision: *create_revision,
+                    });
+                }
+                State::Abandoned { kind } => {
+                    let kind = *kind;
+                    // Pending again while it is resolved, so that no renewal extends it meanwhile.
+                    t.state = State::Pending { kind };
+                    due.push(Due::Abandoned {
+                        key: k.clone(),
+                        lease_id: t.lease_id,
+                        ttl: t.ttl,
+                        kind,
+                    });
+                }
+                _ => {}
+            }
+        }
+        due
     }
 
-    /// A deletion failed: the key is tracked as before and retried on the next sweep.
+    /// A sweep step failed: the key is handed back as it was and retried on the next sweep.
     fn unclaim(&self, key: &[u8]) {
         if let Some(t) = lock(&self.held).get_mut(key) {
-            t.deleting = false;
+            match &mut t.state {
+                State::Known { deleting, .. } => *deleting = false,
+                State::Pending { kind } => t.state = State::Abandoned { kind: *kind },
+                State::Abandoned { .. } => {}
+            }
+        }
+    }
+
+    /// A resolved move: the key is held until `expires` unless renewed.
+    fn settle(&self, key: &[u8], create_revision: i64, expires: Instant) {
+        if let Some(t) = lock(&self.held).get_mut(key) {
+            t.state = State::Known {
+                create_revision,
+                expires,
+                deleting: false,
+            };
         }
     }
 }
 
-/// Deletes keys whose holders stopped renewing although their shared etcd lease lives on.
+/// Work for the sweeper.
+enum Due {
+    /// A key whose holder stopped renewing it: delete it if it is still on our etcd lease.
+    Expired {
+        key: Vec<u8>,
+        lease_id: i64,
+        create_revision: i64,
+    },
+    /// A put with an unknown outcome: find out, then delete (acquire) or keep a TTL (move).
+    Abandoned {
+        key: Vec<u8>,
+        lease_id: i64,
+        ttl: Duration,
+        kind: PutKind,
+    },
+}
+
+/// A put of a lock key onto one of this store's etcd leases, registered before it is sent; see
+/// [`Shared::pending`].
+#[derive(Debug)]
+pub(crate) struct PendingPut {
+    shared: Weak<Shared>,
+    key: Option<Vec<u8>>,
+}
+
+impl PendingPut {
+    /// The put happened: the key is held with `create_revision` until `expires`.
+    pub(crate) fn confirm(mut self, create_revision: i64, expires: Instant) {
+        if let (Some(shared), Some(key)) = (self.shared.upgrade(), self.key.take()) {
+            shared.settle(&key, create_revision, expires);
+        }
+    }
+
+    /// The put certainly did not happen (its transaction's comparison failed).
+    pub(crate) fn cancel(mut self) {
+        if let (Some(shared), Some(key)) = (self.shared.upgrade(), self.key.take()) {
+            shared.forget(&key);
+        }
+    }
+}
+
+impl Drop for PendingPut {
+    fn drop(&mut self) {
+        if let (Some(shared), Some(key)) = (self.shared.upgrade(), self.key.take())
+            && let Some(t) = lock(&shared.held).get_mut(&key)
+            && let State::Pending { kind } = t.state
+        {
+            t.state = State::Abandoned { kind };
+        }
+    }
+}
+
+/// Deletes keys whose holders stopped renewing although their shared etcd lease lives on, and
+/// resolves puts whose outcome is unknown. Every deletion is a transaction that compares the
+/// key's create revision and etcd lease, so a key moved onto another store's etcd lease (renewed
+/// there) is left alone.
 async fn sweep(shared: Weak<Shared>, store: EtcdLeaseStore) {
     loop {
         tokio::time::sleep(SWEEP_EVERY).await;
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        for (key, create_revision) in shared.claim_due(Instant::now()) {
-            let txn = Txn::new()
-                .when(vec![Compare::create_revision(
-                    key.clone(),
-                    CompareOp::Equal,
+        for due in shared.claim_due(Instant::now()) {
+            match due {
+                Due::Expired {
+                    key,
+                    lease_id,
                     create_revision,
-                )])
-                .and_then(vec![TxnOp::delete(key.clone(), None)]);
-            match store.txn(txn).await {
-                Ok(_) => {
-                    shared.forget(&key);
-                    tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), token = create_revision, "lease expired unrenewed; lock key deleted");
-                }
-                Err(e) => {
-                    shared.unclaim(&key);
-                    tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), error = %e, "deleting an expired lock key failed; retrying");
-                }
+                } => expire(&shared, &store, key, lease_id, create_revision, None).await,
+                Due::Abandoned {
+                    key,
+                    lease_id,
+                    ttl,
+                    kind,
+                } => resolve(&shared, &store, key, lease_id, ttl, kind).await,
             }
         }
+    }
+}
+
+/// Deletes `key` if it still has `create_revision` and `lease_id` (and `mod_revision`, if
+/// given); forgets it either way once etcd answered.
+async fn expire(
+    shared: &Shared,
+    store: &EtcdLeaseStore,
+    key: Vec<u8>,
+    lease_id: i64,
+    create_revision: i64,
+    mod_revision: Option<i64>,
+) {
+    let mut when = vec![
+        Compare::create_revision(key.clone(), CompareOp::Equal, create_revision),
+        Compare::lease(key.clone(), CompareOp::Equal, lease_id),
+    ];
+    if let Some(m) = mod_revision {
+        when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, m));
+    }
+    let txn = Txn::new()
+        .when(when)
+        .and_then(vec![TxnOp::delete(key.clone(), None)]);
+    match store.txn(txn).await {
+        Ok(resp) => {
+            shared.forget(&key);
+            tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), token = create_revision, deleted = resp.succeeded(), "lease expired unrenewed (or moved away); lock key swept");
+        }
+        Err(e) => {
+            shared.unclaim(&key);
+            tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), error = %e, "deleting an expired lock key failed; retrying");
+        }
+    }
+}
+
+/// Finds out whether an abandoned put of `key` onto etcd lease `lease_id` happened. If not (or
+/// the key has moved on), forgets it. An acquire's key is deleted at once (its caller was told
+/// nothing). A moved key is kept one TTL from now: every deadline reported for it by another
+/// store came from a renewal answered before this read.
+async fn resolve(
+    shared: &Shared,
+    store: &EtcdLeaseStore,
+    key: Vec<u8>,
+    lease_id: i64,
+    ttl: Duration,
+    kind: PutKind,
+) {
+    let kv = match store
+        .get(String::from_utf8_lossy(&key).into_owned(), None)
+        .await
+    {
+        Ok(mut resp) => resp.take_kvs().pop(),
+        Err(e) => {
+            shared.unclaim(&key);
+            tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), error = %e, "reading a lock key with an unknown put failed; retrying");
+            return;
+        }
+    };
+    let read = Instant::now();
+    let Some(kv) = kv.filter(|kv| kv.lease() == lease_id) else {
+        shared.forget(&key);
+        return;
+    };
+    match kind {
+        PutKind::Acquire => {
+            let (c, m) = (kv.create_revision(), kv.mod_revision());
+            expire(shared, store, key, lease_id, c, Some(m)).await;
+        }
+        PutKind::Move => shared.settle(&key, kv.create_revision(), read + ttl),
     }
 }

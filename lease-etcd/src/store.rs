@@ -19,8 +19,11 @@ use crate::BACKEND;
 use crate::config::EtcdConfig;
 use crate::config::LeaseSharing;
 use crate::error::{map, protocol};
-use crate::keys::{Handle, encode_owner, owner_of, parse_handle, secs, token_of, whole_secs};
-use crate::shared::Shared;
+use crate::keys::{
+    Handle, check_owner, encode_owner, our_owner, owner_of, parse_handle, secs, token_of,
+    whole_secs,
+};
+use crate::shared::{PutKind, Shared};
 
 /// How many keepalives (or renewals of resumed leases) of one [`LeaseStore::renew_many`] batch
 /// are in flight at once.
@@ -181,11 +184,9 @@ impl EtcdLeaseStore {
     /// by an etcd lease.
     pub(crate) async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
         let kv = match parse_handle(lease.handle()) {
-            Some(Handle {
-                lease_id, nonce, ..
-            }) => {
+            Some(Handle { named, nonce, .. }) => {
                 let mut resp = self
-                    .get(self.lock_key(lease.key(), lease_id, nonce), None)
+                    .get(self.lock_key(lease.key(), named, nonce), None)
                     .await?;
                 resp.take_kvs().into_iter().next()
             }
@@ -194,7 +195,7 @@ impl EtcdLeaseStore {
         Ok(kv.filter(|kv| {
             kv.create_revision() == lease.token().to_i64()
                 && kv.lease() != 0
-                && owner_of(kv) == *lease.owner()
+                && our_owner(kv).as_ref() == Some(lease.owner())
         }))
     }
 }
@@ -214,6 +215,7 @@ impl LeaseStore for EtcdLeaseStore {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, self.min_ttl)?;
+        check_owner(&req.owner)?;
         let ttl_secs = whole_secs(req.ttl);
         let prefix = self.mutex_prefix(&req.key);
         for _ in 0..MAX_ATTEMPTS {
@@ -226,7 +228,7 @@ impl LeaseStore for EtcdLeaseStore {
                     None,
                 ),
                 // Our own key, alone under the prefix: replace it (a new grant, a greater token).
-                Some(kv) if count == 1 && owner_of(&kv) == req.owner => (
+                Some(kv) if count == 1 && our_owner(&kv).as_ref() == Some(&req.owner) => (
                     vec![
                         Compare::create_revision(
                             prefix.clone(),
@@ -257,6 +259,16 @@ impl LeaseStore for EtcdLeaseStore {
                 }
             };
             let lock_key = self.lock_key(&req.key, lease_id, nonce);
+            // With a shared etcd lease, the key is recorded before the put is sent: if the outcome
+            // never becomes known (an error, or this future dropped), the sweeper deletes it.
+            let pending = self.shared.as_ref().map(|shared| {
+                shared.pending(
+                    lock_key.as_bytes(),
+                    lease_id,
+                    secs(ttl_secs),
+                    PutKind::Acquire,
+                )
+            });
             let mut ops = Vec::with_capacity(2);
             if let Some(kv) = &previous {
                 ops.push(TxnOp::delete(kv.key().to_vec(), None));
@@ -270,7 +282,9 @@ impl LeaseStore for EtcdLeaseStore {
             let resp = match self.txn(txn).await {
                 Ok(resp) => resp,
                 Err(e) => {
-                    // The outcome is unknown: revoking removes a grant that may have happened.
+                    // The outcome is unknown: revoking removes a grant that may have happened;
+                    // with a shared etcd lease, `pending` is dropped here and the sweeper
+                    // deletes the key if the put happened.
                     if self.shared.is_none() {
                         self.revoke_quietly(lease_id).await;
                     }
@@ -278,8 +292,9 @@ impl LeaseStore for EtcdLeaseStore {
                 }
             };
             if !resp.succeeded() {
-                if self.shared.is_none() {
-                    self.revoke_quietly(lease_id).await;
+                match pending {
+                    Some(pending) => pending.cancel(),
+                    None => self.revoke_quietly(lease_id).await,
                 }
                 continue;
             }
@@ -288,15 +303,15 @@ impl LeaseStore for EtcdLeaseStore {
                 .map(|h| h.revision())
                 .ok_or_else(|| protocol("txn without header"))?;
             let token = FencingToken::try_from(revision).map_err(|e| protocol(e.to_string()))?;
-            match (&self.shared, previous) {
-                (Some(shared), previous) => {
+            match (&self.shared, pending, previous) {
+                (Some(shared), Some(pending), previous) => {
                     if let Some(old) = previous {
                         shared.forget(old.key());
                     }
-                    shared.extend(lock_key.as_bytes(), revision, sent + secs(ttl_secs));
+                    pending.confirm(revision, sent + secs(ttl_secs));
                 }
-                (None, Some(old)) => self.revoke_quietly(old.lease()).await,
-                (None, None) => {}
+                (None, _, Some(old)) => self.revoke_quietly(old.lease()).await,
+                _ => {}
             }
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
             let lease = Lease::granted(
@@ -312,6 +327,7 @@ impl LeaseStore for EtcdLeaseStore {
                     lease_id,
                     ttl_secs,
                     nonce,
+                    named: lease_id,
                 }
                 .to_string(),
             );
@@ -328,14 +344,14 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), self.min_ttl)?;
         // A lease this store issued names its etcd lease in its handle: keep that alive, then
         // check the key. A lease without a handle (resumed) is checked first, so that a stale or
-        // foreign one never extends somebody else's etcd lease.
-        match parse_handle(lease.handle()) {
-            Some(handle) => self.renew_one(lease, handle).await,
-            None => self.renew_resumed(lease).await,
-        }
+        // foreign one never extends somebody else's etcd lease. A lease whose key is on another
+        // store's shared etcd lease is moved onto this store's (see `renew_many`).
+        self.renew_batch(std::slice::from_ref(lease))
+            .await?
+            .pop()
+            .unwrap_or(Ok(RenewOutcome::Lost))
     }
 
     /// Renews the batch with one keepalive per distinct etcd lease (at most 64 in flight; with
@@ -351,6 +367,7 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        check_owner(lease.owner())?;
         let Some(kv) = self.held_kv(lease).await? else {
             return Ok(ReleaseOutcome::NotHeld);
         };

@@ -3,7 +3,9 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use lease_core::{AcquireOutcome, LeaseStore, OwnerId, ReleaseOutcome};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Error, Lease, LeaseStore, OwnerId, ReleaseOutcome,
+};
 use lease_etcd::EtcdLeaseStore;
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
@@ -163,6 +165,66 @@ pub(crate) async fn store_holds_and_etcdctl_waits(ctx: Ctx) -> CaseResult {
             return Err(format!("granted token {} while etcdctl holds the lock", l.token()).into());
         }
     }
+    interrupt(child).await?;
+    ctx.wait_free(&key, Duration::from_secs(10)).await
+}
+
+/// The key, create revision, modification revision and etcd lease of `lock_key`, if it exists.
+async fn lock_key_state(
+    store: &EtcdLeaseStore,
+    lock_key: &str,
+) -> Result<Option<(i64, i64, i64)>, Failed> {
+    let resp = store.client().get(lock_key, None).await?;
+    Ok(resp
+        .kvs()
+        .first()
+        .map(|kv| (kv.create_revision(), kv.mod_revision(), kv.lease())))
+}
+
+/// An `etcdctl lock` holder is reported as `etcd-lock:<key>`, but nobody can act as that owner:
+/// acquire, renew, renew_many and release with it (resumed, with and without a forged handle) are
+/// `InvalidOwner` errors, and the holder's key is untouched.
+pub(crate) async fn etcdctl_holders_cannot_be_impersonated(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let key = ctx.key("impersonated");
+    let name = store.config().lock_name(&key);
+    let (child, mut lines) = spawn_lock(&name)?;
+    let held_key = locked_key(&mut lines, Duration::from_secs(10))
+        .await?
+        .ok_or("etcdctl did not lock a free name")?;
+    let before = lock_key_state(&store, &held_key)
+        .await?
+        .ok_or("etcdctl's key is missing")?;
+    let holder = store.inspect(&key).await?.holder.ok_or("no holder")?;
+    assert!(
+        holder.owner.as_str().starts_with("etcd-lock:"),
+        "holder {:?}",
+        holder.owner
+    );
+    let ttl = Duration::from_secs(10);
+    let resumed = Lease::resume(key.clone(), holder.owner.clone(), holder.token, ttl);
+    let forged = resumed.clone().with_handle(format!("{:x}/a", before.2));
+    let invalid = |what: &str, r: std::result::Result<String, Error>| match r {
+        Err(Error::InvalidOwner { .. }) => Ok(()),
+        other => Err(Failed::from(format!(
+            "{what} as {}: expected InvalidOwner, got {other:?}",
+            holder.owner
+        ))),
+    };
+    let req = AcquireRequest::new(key.clone(), holder.owner.clone(), ttl);
+    invalid(
+        "acquire",
+        store.acquire(&req).await.map(|o| format!("{o:?}")),
+    )?;
+    for (what, lease) in [("resumed", &resumed), ("forged handle", &forged)] {
+        invalid(what, store.renew(lease).await.map(|o| format!("{o:?}")))?;
+        let batch = store.renew_many(std::slice::from_ref(lease)).await?;
+        let one = batch.into_iter().next().ok_or("renew_many: no outcome")?;
+        invalid(what, one.map(|o| format!("{o:?}")))?;
+        invalid(what, store.release(lease).await.map(|o| format!("{o:?}")))?;
+    }
+    let after = lock_key_state(&store, &held_key).await?;
+    assert_eq!(after, Some(before), "etcdctl's key was changed");
     interrupt(child).await?;
     ctx.wait_free(&key, Duration::from_secs(10)).await
 }

@@ -1,5 +1,6 @@
 //! etcd-specific cases and the helpers they share.
 
+mod abandoned;
 mod batch;
 pub(crate) mod cluster;
 mod failover;
@@ -89,6 +90,17 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
     if sharing == LeaseSharing::PerTtl {
         return vec![
             case!("etcd", interop::etcdctl_holds_and_the_store_is_refused),
+            case!("etcd", interop::etcdctl_holders_cannot_be_impersonated),
+            case!("etcd", abandoned::a_dropped_acquire_leaves_no_key_alive),
+            case!("etcd", abandoned::a_failed_acquire_leaves_no_key_alive),
+            case!(
+                "etcd",
+                sharing::a_renewal_through_another_store_holds_to_its_deadline
+            ),
+            case!(
+                "etcd",
+                sharing::a_store_without_sharing_refuses_a_shared_key
+            ),
             case!("etcd", interop::store_holds_and_etcdctl_waits),
             case!(
                 "etcd",
@@ -118,6 +130,7 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
     }
     vec![
         case!("etcd", interop::etcdctl_holds_and_the_store_is_refused),
+        case!("etcd", interop::etcdctl_holders_cannot_be_impersonated),
         case!("etcd", interop::store_holds_and_etcdctl_waits),
         case!(
             "etcd",

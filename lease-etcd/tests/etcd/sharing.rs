@@ -147,3 +147,102 @@ pub(crate) async fn an_unrenewed_key_expires_although_its_etcd_lease_lives(ctx: 
     );
     Ok(())
 }
+
+/// Polls `key` every 50 ms until `until`: while `lease` is valid, the key must be held with its
+/// token.
+async fn held_until(
+    store: &EtcdLeaseStore,
+    lease: &lease_core::Lease,
+    until: Instant,
+    what: &str,
+) -> CaseResult {
+    while Instant::now() < until {
+        let holder = store.inspect(lease.key()).await?.holder.map(|h| h.token);
+        if holder != Some(lease.token()) && lease.is_valid() {
+            return Err(format!(
+                "{what}: key {} not held (holder token {holder:?}) {:?} before the reported deadline",
+                lease.key(),
+                lease.remaining()
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Two `PerTtl` stores (as two processes would have): a lease acquired through the first is
+/// renewed through the second, then through the first again. The key stays held for as long as
+/// each reported deadline says (no store's sweeper deletes a key another store renewed), and is
+/// freed once the renewals stop.
+pub(crate) async fn a_renewal_through_another_store_holds_to_its_deadline(ctx: Ctx) -> CaseResult {
+    let first = EtcdLeaseStore::connect(super::config()).await?;
+    let second = EtcdLeaseStore::connect(super::config()).await?;
+    let ttl = Duration::from_secs(4);
+    let key = ctx.key("elsewhere");
+    let a = OwnerId::with_label("a");
+    let l0 = super::must_acquire(&first, &key, &a, ttl).await?;
+    held_until(&first, &l0, Instant::now() + ttl / 2, "acquired").await?;
+    let l1 = match second.renew(&l0).await? {
+        RenewOutcome::Renewed(l) => l,
+        RenewOutcome::Lost => return Err("renewal through the second store: Lost".into()),
+    };
+    held_until(
+        &first,
+        &l1,
+        l1.deadline() - ttl / 4,
+        "renewed through the second store",
+    )
+    .await?;
+    let l2 = match first.renew(&l1).await? {
+        RenewOutcome::Renewed(l) => l,
+        RenewOutcome::Lost => return Err("renewal back through the first store: Lost".into()),
+    };
+    held_until(
+        &first,
+        &l2,
+        l2.deadline(),
+        "renewed back through the first store",
+    )
+    .await?;
+    // Nobody renews any more: the key is freed (not kept alive by either store).
+    let b = OwnerId::with_label("b");
+    let stopped = Instant::now();
+    let lb = super::wait_and_acquire(
+        &second,
+        &ctx.request(&key, &b, ttl),
+        Duration::from_millis(200),
+        ttl * 3,
+    )
+    .await?;
+    println!(
+        "key renewed through two stores freed {:?} after the last deadline",
+        stopped.elapsed()
+    );
+    assert!(lb.token() > l2.token());
+    Ok(())
+}
+
+/// A store without lease sharing cannot know when a shared etcd lease's store sweeps a key, so it
+/// refuses (`InvalidInput`) to renew a lease acquired with `PerTtl`, with or without its handle,
+/// and changes nothing: the acquiring store still renews it.
+pub(crate) async fn a_store_without_sharing_refuses_a_shared_key(ctx: Ctx) -> CaseResult {
+    let shared = EtcdLeaseStore::connect(super::config()).await?;
+    let plain =
+        EtcdLeaseStore::connect(super::config().with_lease_sharing(LeaseSharing::PerGrant)).await?;
+    let ttl = Duration::from_secs(4);
+    let key = ctx.key("mixed");
+    let lease = super::must_acquire(&shared, &key, &OwnerId::with_label("a"), ttl).await?;
+    let resumed = lease_core::Lease::resume(key.clone(), lease.owner().clone(), lease.token(), ttl);
+    for l in [&lease, &resumed] {
+        match plain.renew(l).await {
+            Err(lease_core::Error::InvalidInput(_)) => {}
+            other => return Err(format!("expected InvalidInput, got {other:?}").into()),
+        }
+    }
+    assert!(matches!(
+        shared.renew(&lease).await?,
+        RenewOutcome::Renewed(l) if l.token() == lease.token()
+    ));
+    Ok(())
+}
