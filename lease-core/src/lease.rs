@@ -136,6 +136,13 @@ fn validate_key(key: &str) -> std::result::Result<(), &'static str> {
     Ok(())
 }
 
+fn reserved_prefix(id: &str) -> Option<&'static str> {
+    OwnerId::FOREIGN_PREFIXES
+        .iter()
+        .copied()
+        .find(|p| id.starts_with(p))
+}
+
 fn truncate(s: &str) -> String {
     s.chars().take(64).collect()
 }
@@ -191,23 +198,79 @@ impl OwnerId {
 
     /// A fresh id with a readable label (host or pod name) followed by a random part. Characters
     /// of the label that are not printable ASCII are replaced by `_`; the label is shortened if
-    /// needed.
+    /// needed. A label that would start with a [reserved prefix](OwnerId::FOREIGN_PREFIXES) has
+    /// its `:` replaced by `_`, so the result is always a legal owner.
+    ///
+    /// ```
+    /// use lease_core::OwnerId;
+    /// let id = OwnerId::with_label("etcd-lock:x");
+    /// assert!(!id.is_foreign());
+    /// assert!(id.as_str().starts_with("etcd-lock_x-"));
+    /// ```
     pub fn with_label(label: &str) -> Self {
-        let clean: String = label
+        let mut clean: String = label
             .chars()
             .map(|c| if c.is_ascii_graphic() { c } else { '_' })
             .take(MAX_OWNER_LEN - 37)
             .collect();
+        if reserved_prefix(&clean).is_some() {
+            clean = clean.replace(':', "_");
+        }
         OwnerId(Arc::from(
             format!("{clean}-{}", uuid::Uuid::new_v4()).as_str(),
         ))
+    }
+
+    /// Prefixes reserved for holders that are not clients of this library (for example
+    /// `etcd-lock:` for holders of etcd's own lock, `etcdctl lock` and Go's
+    /// `concurrency.Mutex`). [`OwnerId::new`] refuses them, so nobody can resume, renew or release
+    /// as such a holder; only [`OwnerId::foreign`] builds them, for reports.
+    pub const FOREIGN_PREFIXES: &'static [&'static str] = &["etcd-lock:"];
+
+    /// A holder that is not a client of this library, as a backend reports it in
+    /// [`LeaseInfo`](crate::LeaseInfo) (for example `("etcd-lock:", "/locks/job")`). The result
+    /// is [foreign](OwnerId::is_foreign): every store refuses it as an owner, and
+    /// [`OwnerId::new`] can never produce it. Characters that are not printable ASCII become `_`;
+    /// the name keeps its last characters if it is too long.
+    ///
+    /// # Panics
+    /// Never; a `prefix` that is not one of [`OwnerId::FOREIGN_PREFIXES`] is replaced by the
+    /// first of them.
+    ///
+    /// ```
+    /// use lease_core::OwnerId;
+    /// let go = OwnerId::foreign("etcd-lock:", "/locks/nightly");
+    /// assert!(go.is_foreign());
+    /// assert_eq!(go.as_str(), "etcd-lock:/locks/nightly");
+    /// assert!(OwnerId::new(go.as_str()).is_err());
+    /// ```
+    pub fn foreign(prefix: &str, name: &str) -> Self {
+        let prefix = Self::FOREIGN_PREFIXES
+            .iter()
+            .copied()
+            .find(|p| *p == prefix)
+            .unwrap_or(Self::FOREIGN_PREFIXES[0]);
+        let room = MAX_OWNER_LEN - prefix.len();
+        let chars: Vec<char> = name
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .collect();
+        let tail: String = chars[chars.len().saturating_sub(room)..].iter().collect();
+        OwnerId(Arc::from(format!("{prefix}{tail}").as_str()))
+    }
+
+    /// Whether this id stands for a holder that is not a client of this library (see
+    /// [`OwnerId::foreign`]). Stores refuse such owners with [`Error::InvalidOwner`].
+    pub fn is_foreign(&self) -> bool {
+        reserved_prefix(&self.0).is_some()
     }
 
     /// Uses `id` as it is, after validation. Use this to resume as a known owner (for example a
     /// Kubernetes `holderIdentity` chosen by a Go controller).
     ///
     /// # Errors
-    /// [`Error::InvalidOwner`] if `id` is empty, too long or not printable ASCII.
+    /// [`Error::InvalidOwner`] if `id` is empty, too long, not printable ASCII, or starts with
+    /// one of the [reserved prefixes](OwnerId::FOREIGN_PREFIXES) of foreign holders.
     pub fn new(id: impl AsRef<str>) -> Result<Self> {
         let id = id.as_ref();
         let reason = if id.is_empty() {
@@ -216,6 +279,11 @@ impl OwnerId {
             Some("an owner id must be at most 128 bytes")
         } else if !id.bytes().all(|b| b.is_ascii_graphic()) {
             Some("an owner id must be printable ASCII without spaces")
+        } else if reserved_prefix(id).is_some() {
+            Some(
+                "owner ids starting with a reserved prefix (\"etcd-lock:\") stand for holders \
+                 that are not clients of this library; nobody may act as them",
+            )
         } else {
             None
         };

@@ -24,7 +24,7 @@ pub(crate) const FOREIGN_OWNER: &str = "etcd-lock:";
 /// Refuses owners in the stand-in form `etcd-lock:<key>`: they name holders of etcd's own lock,
 /// whom nobody may renew or release through this crate.
 pub(crate) fn check_owner(owner: &OwnerId) -> Result<()> {
-    if owner.as_str().starts_with(FOREIGN_OWNER) {
+    if owner.is_foreign() || owner.as_str().starts_with(FOREIGN_OWNER) {
         return Err(Error::InvalidOwner {
             owner: owner.as_str().chars().take(128).collect(),
             reason: "owner ids starting with \"etcd-lock:\" stand for holders of etcd's own lock \
@@ -49,20 +49,7 @@ pub(crate) fn owner_of(kv: &KeyValue) -> OwnerId {
     if let Some(owner) = our_owner(kv) {
         return owner;
     }
-    let key = String::from_utf8_lossy(kv.key());
-    let tail: String = key
-        .chars()
-        .rev()
-        .take(100)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    let text: String = format!("{FOREIGN_OWNER}{tail}")
-        .chars()
-        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
-        .collect();
-    OwnerId::new(text).unwrap_or_else(|_| OwnerId::with_label(FOREIGN_OWNER))
+    OwnerId::foreign(FOREIGN_OWNER, &String::from_utf8_lossy(kv.key()))
 }
 
 pub(crate) fn token_of(kv: &KeyValue) -> Result<FencingToken> {

@@ -85,6 +85,7 @@ pub(crate) fn loss_reason(reason: LossReason) -> &'static str {
         LossReason::DeadlineReached => "deadline_reached",
         LossReason::StoreError => "store_error",
         LossReason::NotHeldAtRelease => "not_held_at_release",
+        LossReason::RenewalTaskEnded => "renewal_task_ended",
         _ => "other",
     }
 }

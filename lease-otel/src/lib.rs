@@ -44,7 +44,8 @@
 //! - `lease.since_last_renewal` approaching the TTL: a holder has not had a renewal confirmed for
 //!   a long time; loss is imminent.
 //! - `lease.lost` by `lease.loss.reason`: `deadline_reached` (the store did not answer in time),
-//!   `renewal_refused` (someone took the key over), `store_error`, `not_held_at_release`.
+//!   `renewal_refused` (someone took the key over), `store_error`, `not_held_at_release`,
+//!   `renewal_task_ended` (the renewal task stopped early, for example a panicking hook).
 //! - `lease.fencing.rejections` above zero: a holder kept writing after it lost its lease and
 //!   the resource stopped it. The protocol worked; find out why the holder did not stop.
 //!
@@ -77,7 +78,7 @@
 //! | `lease.renewal.duration` | Histogram | `s` | `lease.backend`, `lease.outcome` (as `lease.renewals`) | Latency of each supervisor renewal attempt (up to its bound when `timed_out`). |
 //! | `lease.renewal.remaining` | Histogram | `s` | `lease.backend` | Local validity left when a renewal was confirmed: the safety margin. |
 //! | `lease.since_last_renewal` | Gauge | `s` | `lease.backend` | Time since the grant or the last confirmed renewal of supervised leases held now (observable; the largest per attribute set; no data point while none is held). |
-//! | `lease.lost` | Counter | `{lease}` | `lease.backend`, `lease.loss.reason` (`renewal_refused`/`deadline_reached`/`store_error`/`not_held_at_release`) | Supervised leases lost. |
+//! | `lease.lost` | Counter | `{lease}` | `lease.backend`, `lease.loss.reason` (`renewal_refused`/`deadline_reached`/`store_error`/`not_held_at_release`/`renewal_task_ended`) | Supervised leases lost. |
 //! | `lease.hold.duration` | Histogram | `s` | `lease.backend`, `lease.outcome` (`released`/`lost`) | How long a supervised lease was held, recorded when it ended. |
 //! | `lease.held` | UpDownCounter | `{lease}` | `lease.backend` | Supervised leases held now. |
 //! | `lease.leader.transitions` | Counter | `{transition}` | `lease.backend`, `lease.leader.event` (`elected`/`stepped_down`) | Leadership changes of election candidates. |

@@ -197,10 +197,18 @@ pub(crate) async fn etcdctl_holders_cannot_be_impersonated(ctx: Ctx) -> CaseResu
         .ok_or("etcdctl's key is missing")?;
     let holder = store.inspect(&key).await?.holder.ok_or("no holder")?;
     assert!(
-        holder.owner.as_str().starts_with("etcd-lock:"),
+        holder.owner.as_str().starts_with("etcd-lock:") && holder.owner.is_foreign(),
         "holder {:?}",
         holder.owner
     );
+    // The reported holder cannot even be spelled as an owner ...
+    if !matches!(
+        lease_core::OwnerId::new(holder.owner.as_str()),
+        Err(Error::InvalidOwner { .. })
+    ) {
+        return Err(format!("OwnerId::new({}) was accepted", holder.owner).into());
+    }
+    // ... and a copy of the reported id is refused by every operation of the store.
     let ttl = Duration::from_secs(10);
     let resumed = Lease::resume(key.clone(), holder.owner.clone(), holder.token, ttl);
     let forged = resumed.clone().with_handle(format!("{:x}/a", before.2));
