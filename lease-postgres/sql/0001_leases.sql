@@ -1,9 +1,10 @@
 -- lease-postgres schema, version 1.
 --
--- This is exactly what `PostgresLeaseStore::migrate()` runs (idempotent), written for the default
--- table "public"."leases". For another table, replace the schema prefix `"public".` and the
--- leading `"leases` of every identifier by your own names (migrate() does exactly that, after
--- validating them), or let migrate() run it.
+-- sql/0001_leases.sql is sql/leases.sql.template rendered for the default table public.leases; it is
+-- exactly what `PostgresLeaseStore::migrate()` runs for that table (idempotent). For another
+-- table, render sql/leases.sql.template, whose placeholders are the words schema and table in
+-- double braces, with your names (migrate() does exactly that, in one pass, after validating
+-- them), or let migrate() run it.
 --
 -- Objects:
 --   "public"."leases"              the lease rows (the seed's columns plus ttl_ms)

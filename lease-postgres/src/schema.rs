@@ -9,8 +9,9 @@ use crate::sql;
 use crate::store::PostgresLeaseStore;
 
 impl PostgresLeaseStore {
-    /// The DDL [`migrate`](Self::migrate) runs for `table`: `sql/0001_leases.sql` with the names
-    /// replaced. Idempotent.
+    /// The DDL [`migrate`](Self::migrate) runs for `table`: `sql/leases.sql.template` with its
+    /// `{{schema}}` and `{{table}}` placeholders replaced in one pass (for the default table this
+    /// is `sql/0001_leases.sql`). Idempotent.
     ///
     /// ```
     /// use lease_postgres::{PostgresLeaseStore, TableName};

@@ -117,6 +117,10 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::schema::migrate_handles_a_schema_named_like_the_table
+            ),
+            case!(
+                "postgres",
                 support::watch::watch_wakes_only_the_released_key
             ),
             case!(

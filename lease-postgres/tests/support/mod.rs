@@ -4,6 +4,7 @@ pub(crate) mod advisory;
 pub(crate) mod failure;
 pub(crate) mod fenced;
 pub(crate) mod row_fence;
+pub(crate) mod schema;
 pub(crate) mod seed;
 pub(crate) mod watch;
 
