@@ -5,6 +5,10 @@ use crate::config::TableName;
 /// The shipped migration, rendered for `"public"."leases"`.
 pub(crate) const MIGRATION: &str = include_str!("../sql/0001_leases.sql");
 
+/// The comment `migrate()` puts on the token trigger's function; `verify_schema()` requires it,
+/// so a schema installed by an earlier version (no clock floor) is refused until migrated.
+pub(crate) const FLOOR_VERSION: &str = "lease-postgres token floor v2";
+
 /// The migration template: `{{schema}}` and `{{table}}` stand for the validated names.
 pub(crate) const TEMPLATE: &str = include_str!("../sql/leases.sql.template");
 
@@ -196,6 +200,7 @@ mod tests {
             "\"locking\".\"jobs_fence\"",
             "\"jobs_token_floor\"",
             "\"locking\".\"lease_token_floor\"()",
+            "\"jobs_token_keep\"",
         ] {
             assert!(sql.contains(name), "{name} missing");
         }
@@ -214,6 +219,7 @@ mod tests {
         }
         assert_eq!(rendered, MIGRATION, "sql/0001_leases.sql is stale: see this test's docs");
         assert!(!MIGRATION.contains("{{"));
+        assert!(MIGRATION.contains(&format!("IS '{FLOOR_VERSION}'")));
     }
 
     /// Issue 18 item 14: names are substituted in one pass, so a schema that starts with

@@ -121,6 +121,10 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::schema::migrate_upgrades_a_version_1_schema
+            ),
+            case!(
+                "postgres",
                 support::watch::watch_wakes_only_the_released_key
             ),
             case!(
