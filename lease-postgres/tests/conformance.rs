@@ -93,6 +93,18 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::deadline::fenced_transaction_has_a_client_deadline
+            ),
+            case!(
+                "postgres",
+                support::deadline::lease_row_fence_has_a_client_deadline
+            ),
+            case!(
+                "postgres",
+                support::deadline::advisory_locks_have_a_client_deadline
+            ),
+            case!(
+                "postgres",
                 support::failure::terminated_connections_lose_no_lease_and_leak_no_lock
             ),
             case!(
