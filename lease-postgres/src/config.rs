@@ -375,3 +375,19 @@ impl PostgresOptions {
         self.notify
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_settings_stay_in_the_servers_range() {
+        assert_eq!(millis_setting(Duration::ZERO), "1ms");
+        assert_eq!(millis_setting(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(millis_setting(Duration::MAX), "2147483647ms");
+        let t = TxTimeouts::default()
+            .with_lock_timeout(Duration::MAX)
+            .with_deadline(Duration::MAX);
+        assert!(t.settings().iter().all(|(_, v)| v.len() < 16));
+    }
+}

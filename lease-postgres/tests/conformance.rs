@@ -93,6 +93,10 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::clock::forward_clock_step_grants_early_and_fencing_rejects_the_old_holder
+            ),
+            case!(
+                "postgres",
                 support::deadline::fenced_transaction_has_a_client_deadline
             ),
             case!(

@@ -1,6 +1,7 @@
 //! Shared helpers and the postgres-specific cases.
 
 pub(crate) mod advisory;
+pub(crate) mod clock;
 pub(crate) mod deadline;
 pub(crate) mod failure;
 pub(crate) mod fenced;
