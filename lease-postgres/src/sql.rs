@@ -217,7 +217,10 @@ mod tests {
             std::fs::write(path, &rendered).expect("write sql/0001_leases.sql");
             return;
         }
-        assert_eq!(rendered, MIGRATION, "sql/0001_leases.sql is stale: see this test's docs");
+        assert_eq!(
+            rendered, MIGRATION,
+            "sql/0001_leases.sql is stale: see this test's docs"
+        );
         assert!(!MIGRATION.contains("{{"));
         assert!(MIGRATION.contains(&format!("IS '{FLOOR_VERSION}'")));
     }
@@ -226,15 +229,25 @@ mod tests {
     /// `leases` (or contains the other name) stays as given.
     #[test]
     fn names_that_look_like_other_names_are_kept() {
-        for (schema, table) in [("leases_app", "jobs"), ("public_x", "leases"), ("leases", "leases_public")] {
+        for (schema, table) in [
+            ("leases_app", "jobs"),
+            ("public_x", "leases"),
+            ("leases", "leases_public"),
+        ] {
             let t = TableName::parse(&format!("{schema}.{table}")).unwrap();
             let sql = migration(&t);
-            assert!(sql.contains(&format!("\"{schema}\".\"{table}\" (")), "{schema}.{table}");
+            assert!(
+                sql.contains(&format!("\"{schema}\".\"{table}\" (")),
+                "{schema}.{table}"
+            );
             assert!(sql.contains(&format!("\"{schema}\".\"{table}_token_seq\"")));
             assert!(sql.contains(&format!("\"{schema}\".\"{table}_fence\"")));
             assert!(!sql.contains("{{"));
         }
-        assert_eq!(render("{{x}} {{schema}}{{table}}", "a{{table}}", "b"), "{{x}} a{{table}}b");
+        assert_eq!(
+            render("{{x}} {{schema}}{{table}}", "a{{table}}", "b"),
+            "{{x}} a{{table}}b"
+        );
     }
 
     #[test]

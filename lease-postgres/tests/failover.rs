@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use lease_core::{
-    AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource,
-    OwnerId, ReleaseOutcome, WriteOp,
+    AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource, OwnerId,
+    ReleaseOutcome, WriteOp,
 };
 use lease_postgres::{PostgresLeaseStore, PostgresOptions};
 
@@ -67,7 +67,10 @@ impl Pair {
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
         let mut cmd = Command::new("bash");
-        cmd.arg(script()).arg(args[0]).arg(&self.dir).args(&args[1..]);
+        cmd.arg(script())
+            .arg(args[0])
+            .arg(&self.dir)
+            .args(&args[1..]);
         let out = cmd
             .output()
             .map_err(|e| format!("cannot run {}: {e}", script().display()))?;
@@ -124,13 +127,12 @@ async fn wait_replayed(primary: &PostgresLeaseStore, standby: &PostgresLeaseStor
         .expect("primary LSN");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let caught_up: Option<bool> = sqlx::query_scalar(
-            "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn",
-        )
-        .bind(&lsn)
-        .fetch_one(standby.pool())
-        .await
-        .expect("standby replay LSN");
+        let caught_up: Option<bool> =
+            sqlx::query_scalar("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn")
+                .bind(&lsn)
+                .fetch_one(standby.pool())
+                .await
+                .expect("standby replay LSN");
         if caught_up == Some(true) {
             return;
         }
@@ -161,7 +163,10 @@ async fn failover_to_an_async_standby_never_reuses_or_undercuts_a_token() {
 
     // A grant that reaches the standby.
     let first = grant(&primary, &key, "a").await;
-    assert_eq!(primary.release(&first).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        primary.release(&first).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     {
         let standby =
             PostgresLeaseStore::connect_lazy(&Pair::url(pair.standby), options()).unwrap();
@@ -172,7 +177,8 @@ async fn failover_to_an_async_standby_never_reuses_or_undercuts_a_token() {
     // The standby stops receiving WAL; the primary keeps granting (asynchronous replication
     // lets every commit return without the standby). More grants than the sequence prelogs
     // (32 values), so the lost WAL holds sequence values too.
-    pair.run(&["stop", "standby", "fast"]).expect("stop the standby");
+    pair.run(&["stop", "standby", "fast"])
+        .expect("stop the standby");
     let mut last = first.token();
     for i in 0..40 {
         let l = grant(&primary, &key, &format!("b{i}")).await;
@@ -191,13 +197,17 @@ async fn failover_to_an_async_standby_never_reuses_or_undercuts_a_token() {
             .is_accepted()
     );
     primary.pool().close().await;
-    pair.run(&["stop", "primary", "immediate"]).expect("kill the primary");
+    pair.run(&["stop", "primary", "immediate"])
+        .expect("kill the primary");
 
     // Failover: the standby comes back without the primary and is promoted.
     pair.run(&["start", "standby"]).expect("start the standby");
     pair.run(&["promote"]).expect("promote the standby");
     let promoted = PostgresLeaseStore::connect_lazy(&Pair::url(pair.standby), options()).unwrap();
-    let state = promoted.inspect(&key).await.expect("inspect after failover");
+    let state = promoted
+        .inspect(&key)
+        .await
+        .expect("inspect after failover");
     assert_eq!(
         state.last_token,
         Some(first.token()),
@@ -218,7 +228,10 @@ async fn failover_to_an_async_standby_never_reuses_or_undercuts_a_token() {
     );
     assert!(accepted.is_accepted(), "{accepted:?}");
     // Tokens keep increasing on the promoted server.
-    assert_eq!(promoted.release(&next).await.unwrap(), ReleaseOutcome::Released);
+    assert_eq!(
+        promoted.release(&next).await.unwrap(),
+        ReleaseOutcome::Released
+    );
     let after = grant(&promoted, &key, "later").await;
     assert!(after.token() > next.token());
     promoted.pool().close().await;

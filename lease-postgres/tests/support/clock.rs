@@ -11,7 +11,7 @@ use lease_postgres::{FencedTx, LeaseRowFence};
 use lease_testkit::{CaseResult, Ctx};
 use sqlx::AssertSqlSafe;
 
-use super::{table, store};
+use super::{store, table};
 
 /// The early grant happens while the old holder's local deadline is still far away, and every
 /// fenced path rejects the old holder afterwards: the fenced transaction reports `LeaseLost`, the
@@ -58,17 +58,17 @@ pub(crate) async fn forward_clock_step_grants_early_and_fencing_rejects_the_old_
         "the old holder's local deadline should still be far away"
     );
     assert!(new.token() > old.token());
-    assert!(
-        table_fence
-            .install(&key, new.token())
-            .await?
-            .is_accepted()
-    );
+    assert!(table_fence.install(&key, new.token()).await?.is_accepted());
 
     // Fencing rejects the old holder everywhere.
     let tx = store
         .fenced_transaction(&old, |conn| {
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ()) })
+            Box::pin(async move {
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
+            })
         })
         .await?;
     assert_eq!(tx, FencedTx::LeaseLost);

@@ -86,7 +86,10 @@ pub(crate) async fn fenced_transaction_has_a_client_deadline(ctx: Ctx) -> CaseRe
         through.fenced_transaction(&lease, |conn| {
             Box::pin(async move {
                 p.set_mode(Mode::Blackhole);
-                sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ())
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
             })
         }),
     )
@@ -96,12 +99,23 @@ pub(crate) async fn fenced_transaction_has_a_client_deadline(ctx: Ctx) -> CaseRe
     let before = proxy.accepted();
     let ok = healed
         .fenced_transaction(&lease, |conn| {
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ()) })
+            Box::pin(async move {
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
+            })
         })
         .await?;
     assert!(ok.committed().is_some());
-    assert!(proxy.accepted() > before, "the black-holed connection was reused");
-    assert_eq!(direct.release(&lease).await?, lease_core::ReleaseOutcome::Released);
+    assert!(
+        proxy.accepted() > before,
+        "the black-holed connection was reused"
+    );
+    assert_eq!(
+        direct.release(&lease).await?,
+        lease_core::ReleaseOutcome::Released
+    );
     Ok(())
 }
 
@@ -126,8 +140,14 @@ pub(crate) async fn lease_row_fence_has_a_client_deadline(ctx: Ctx) -> CaseResul
             .await?
             .is_accepted()
     );
-    assert!(proxy.accepted() > before, "the black-holed connection was reused");
-    assert_eq!(direct.release(&lease).await?, lease_core::ReleaseOutcome::Released);
+    assert!(
+        proxy.accepted() > before,
+        "the black-holed connection was reused"
+    );
+    assert_eq!(
+        direct.release(&lease).await?,
+        lease_core::ReleaseOutcome::Released
+    );
     Ok(())
 }
 
@@ -143,7 +163,10 @@ pub(crate) async fn advisory_locks_have_a_client_deadline(ctx: Ctx) -> CaseResul
         locks.with_lock(&key, |conn| {
             Box::pin(async move {
                 p.set_mode(Mode::Blackhole);
-                sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ())
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
             })
         }),
     )
@@ -153,10 +176,18 @@ pub(crate) async fn advisory_locks_have_a_client_deadline(ctx: Ctx) -> CaseResul
     let before = proxy.accepted();
     let ran = healed
         .try_with_lock(&key, |conn| {
-            Box::pin(async move { sqlx::query("SELECT 1").execute(&mut *conn).await.map(|_| ()) })
+            Box::pin(async move {
+                sqlx::query("SELECT 1")
+                    .execute(&mut *conn)
+                    .await
+                    .map(|_| ())
+            })
         })
         .await?;
     assert!(ran.is_some(), "the lock was left held");
-    assert!(proxy.accepted() > before, "the black-holed connection was reused");
+    assert!(
+        proxy.accepted() > before,
+        "the black-holed connection was reused"
+    );
     Ok(())
 }
