@@ -40,6 +40,7 @@ impl Pair {
             .ok()
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| "/tmp/lease-test".to_string());
+        reap_leftovers(&PathBuf::from(&state));
         let dir = PathBuf::from(state).join(format!(
             "pg-failover-{}-{}",
             std::process::id(),
@@ -66,6 +67,9 @@ impl Pair {
     }
 
     fn run(&self, args: &[&str]) -> Result<String, String> {
+        let started = std::time::Instant::now();
+        let _log =
+            Finally(move || eprintln!("postgres-failover.sh {args:?}: {:?}", started.elapsed()));
         let mut cmd = Command::new("bash");
         cmd.arg(script())
             .arg(args[0])
@@ -90,11 +94,42 @@ impl Pair {
     }
 }
 
+/// Tears down pairs left by an earlier run of this test that was killed before its `Drop` ran
+/// (their directory names carry the pid of a process that no longer exists).
+fn reap_leftovers(state: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(state) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("pg-failover-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !PathBuf::from(format!("/proc/{pid}")).exists() {
+            let _ = Command::new("bash")
+                .arg(script())
+                .arg("teardown")
+                .arg(entry.path())
+                .output();
+        }
+    }
+}
+
 impl Drop for Pair {
     fn drop(&mut self) {
         if let Err(e) = self.run(&["teardown"]) {
             eprintln!("{e}");
         }
+    }
+}
+
+struct Finally<F: FnMut()>(F);
+impl<F: FnMut()> Drop for Finally<F> {
+    fn drop(&mut self) {
+        (self.0)();
     }
 }
 

@@ -58,7 +58,7 @@ CONF
   echo "host replication all 127.0.0.1/32 trust" >>"$dir/primary/pg_hba.conf"
   pgctl -D "$dir/primary" -l "$dir/primary.log" -w -t 60 start >/dev/null || { cat "$dir/primary.log" >&2; die "primary did not start"; }
   as_pg "$BIN/psql" -h 127.0.0.1 -p "$pport" -U postgres -qc 'CREATE DATABASE test' >/dev/null
-  as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres -D "$dir/standby" -R -X stream --no-sync >"$dir/basebackup.log" 2>&1 \
+  as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres -D "$dir/standby" -R -X stream --checkpoint=fast --no-sync >"$dir/basebackup.log" 2>&1 \
     || { cat "$dir/basebackup.log" >&2; die "pg_basebackup failed"; }
   sed -i -E "s/^port = .*/port = $sport/" "$dir/standby/postgresql.conf"
   pgctl -D "$dir/standby" -l "$dir/standby.log" -w -t 60 start >/dev/null || { cat "$dir/standby.log" >&2; die "standby did not start"; }
