@@ -14,11 +14,12 @@
 use futures::future::BoxFuture;
 use lease_core::{LeaseKey, Result};
 use sha2::{Digest, Sha256};
+use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPool};
 
 use crate::config::{PostgresOptions, TxTimeouts};
-use crate::error;
-use crate::fenced::{set_local_timeouts, tx_ctx};
+use crate::error::{self, ErrCtx};
+use crate::fenced::{set_local_timeouts, tx_ctx, within};
 
 /// The advisory lock id of `key`: the first 8 bytes (big-endian, as a signed `i64`) of
 /// `SHA-256("lease-postgres/advisory/v1:" + key)`.
@@ -82,17 +83,22 @@ impl AdvisoryLocks {
         }
     }
 
-    /// Sets the bounds: `lock_timeout` bounds the wait of [`with_lock`](Self::with_lock).
+    /// Sets the bounds: `lock_timeout` bounds the wait of [`with_lock`](Self::with_lock) on the
+    /// server; [`TxTimeouts::deadline`] bounds each whole call on the client.
     pub fn with_timeouts(mut self, timeouts: TxTimeouts) -> Self {
         self.options = self.options.with_tx_timeouts(timeouts);
         self
     }
 
     /// Waits (at most `lock_timeout`) for the key's lock, runs `f` in the same transaction, and
-    /// commits; the lock is released with the transaction.
+    /// commits; the lock is released with the transaction. The whole call is bounded on the
+    /// client by [`TxTimeouts::deadline`] (default 10 s): a connection that stops answering gives
+    /// a retryable timeout and is closed (the server then ends the transaction and its lock when
+    /// it notices, at the latest after `idle_timeout`).
     ///
     /// # Errors
-    /// [`Error::Timeout`](lease_core::Error::Timeout) if the lock was not granted in time; driver
+    /// [`Error::Timeout`](lease_core::Error::Timeout) if the lock was not granted in time or the
+    /// call ran past the deadline (if `COMMIT` had been sent, its outcome is unknown); driver
     /// errors (including `f`'s), mapped; on any error the transaction is rolled back.
     ///
     /// # Cancellation safety
@@ -139,9 +145,35 @@ impl AdvisoryLocks {
             + Send,
     {
         let cx = tx_ctx(&self.options, "advisory lock");
+        within(self.options.tx_timeouts().deadline, cx.operation, async {
+            let mut conn = crate::conn::Guarded::acquire(&self.pool)
+                .await
+                .map_err(|e| error::map(e, cx))?;
+            let out = self.run_on(conn.get(), cx, key, try_only, f).await;
+            conn.finish();
+            out
+        })
+        .await
+    }
+
+    async fn run_on<T, F>(
+        &self,
+        conn: &mut PgConnection,
+        cx: ErrCtx<'_>,
+        key: &LeaseKey,
+        try_only: bool,
+        f: F,
+    ) -> Result<Option<T>>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c mut PgConnection,
+            ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
+            + Send,
+    {
         let map = |e| error::map(e, cx);
         let id = advisory_lock_id(key);
-        let mut tx = self.pool.begin().await.map_err(map)?;
+        let mut tx = conn.begin().await.map_err(map)?;
         set_local_timeouts(&mut tx, self.options.tx_timeouts())
             .await
             .map_err(map)?;

@@ -155,15 +155,27 @@ fn check_ident(part: &str, max: usize, whole: &str) -> Result<()> {
     }
 }
 
-/// Server-side bounds for a transaction that holds a row lock or an advisory lock, so that a
-/// stuck transaction cannot delay a takeover indefinitely. Applied with `SET LOCAL` inside the
-/// transaction only.
+/// Bounds for a transaction that holds a row lock or an advisory lock
+/// ([`fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction), [`LeaseRowFence`](crate::LeaseRowFence),
+/// [`AdvisoryLocks`](crate::AdvisoryLocks)).
+///
+/// The first three are **server-side**, applied with `SET LOCAL` inside the transaction only, so
+/// that a stuck transaction cannot delay a takeover indefinitely. They cannot help when the
+/// client stops hearing from the server (a black-holed connection: the server's answer, even its
+/// cancellation error, never arrives), so [`deadline`](Self::deadline) bounds the whole call on
+/// the **client**: past it the call returns a retryable
+/// [`Error::Timeout`](lease_core::Error::Timeout) and the connection is closed, never returned to
+/// the pool.
 ///
 /// ```
 /// use std::time::Duration;
 /// use lease_postgres::TxTimeouts;
-/// let t = TxTimeouts::default().with_lock_timeout(Duration::from_millis(200));
+/// let t = TxTimeouts::default()
+///     .with_lock_timeout(Duration::from_millis(200))
+///     .with_deadline(Duration::from_secs(3));
 /// assert_eq!(t.lock_timeout, Duration::from_millis(200));
+/// assert_eq!(t.deadline, Duration::from_secs(3));
+/// assert_eq!(TxTimeouts::default().deadline, Duration::from_secs(10));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -176,6 +188,13 @@ pub struct TxTimeouts {
     /// transaction idle between statements before the server ends the session (and with it the
     /// transaction and its locks). Default 5 s.
     pub idle_timeout: Duration,
+    /// The client-side deadline of the whole call: taking a pooled connection, `BEGIN`, the
+    /// lock, the caller's statements and `COMMIT`. Default 10 s (room for a lock wait and a slow
+    /// statement within the server-side bounds above; keep it below the lease TTL when the
+    /// transaction runs under a lease). Past it the call returns a retryable
+    /// [`Error::Timeout`](lease_core::Error::Timeout); if `COMMIT` had been sent, its outcome is
+    /// unknown.
+    pub deadline: Duration,
 }
 
 impl Default for TxTimeouts {
@@ -184,6 +203,7 @@ impl Default for TxTimeouts {
             lock_timeout: Duration::from_secs(2),
             statement_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
+            deadline: Duration::from_secs(10),
         }
     }
 }
@@ -207,6 +227,13 @@ impl TxTimeouts {
         self
     }
 
+    /// Sets [`TxTimeouts::deadline`], the client-side bound of the whole call. Any duration is
+    /// accepted (`Duration::MAX` means no client-side bound); zero makes every call time out.
+    pub fn with_deadline(mut self, d: Duration) -> Self {
+        self.deadline = d;
+        self
+    }
+
     /// The settings as `(name, milliseconds)` pairs, for `set_config(name, value, true)`.
     pub(crate) fn settings(&self) -> [(&'static str, String); 3] {
         [
@@ -220,9 +247,11 @@ impl TxTimeouts {
     }
 }
 
-/// A duration as a PostgreSQL millisecond setting, at least 1 ms (0 would mean "no limit").
+/// A duration as a PostgreSQL millisecond setting, at least 1 ms (0 would mean "no limit") and
+/// at most the largest value the server accepts (`i32::MAX` ms, about 24.8 days).
 pub(crate) fn millis_setting(d: Duration) -> String {
-    format!("{}ms", d.as_millis().max(1))
+    let max = u128::from(i32::MAX.unsigned_abs());
+    format!("{}ms", d.as_millis().clamp(1, max))
 }
 
 /// Everything a [`PostgresLeaseStore`](crate::PostgresLeaseStore) is configured with.
@@ -344,5 +373,21 @@ impl PostgresOptions {
     /// Whether releases notify and `watch` is offered.
     pub fn notify(&self) -> bool {
         self.notify
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_settings_stay_in_the_servers_range() {
+        assert_eq!(millis_setting(Duration::ZERO), "1ms");
+        assert_eq!(millis_setting(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(millis_setting(Duration::MAX), "2147483647ms");
+        let t = TxTimeouts::default()
+            .with_lock_timeout(Duration::MAX)
+            .with_deadline(Duration::MAX);
+        assert!(t.settings().iter().all(|(_, v)| v.len() < 16));
     }
 }

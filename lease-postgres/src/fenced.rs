@@ -9,7 +9,7 @@ use lease_core::{
     FencedResource, FencingToken, Lease, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
 use sqlx::postgres::{PgConnection, PgPool};
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::{AssertSqlSafe, Connection, Row};
 
 use crate::BACKEND;
 use crate::config::{PostgresOptions, TableName, TxTimeouts};
@@ -59,6 +59,21 @@ pub(crate) async fn set_local_timeouts(
     .map(|_| ())
 }
 
+/// Runs `fut` within the client-side `deadline`: past it, a retryable
+/// [`Error::Timeout`](lease_core::Error::Timeout). `fut` should hold its connection in a
+/// [`Guarded`](crate::conn::Guarded), so that a connection abandoned by the deadline is **closed**,
+/// not returned to the pool (its answer may still be on the wire, or never come: a black-holed
+/// connection).
+pub(crate) async fn within<T>(
+    deadline: Duration,
+    operation: &'static str,
+    fut: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(deadline, fut)
+        .await
+        .map_err(|_| error::timeout(operation, deadline))?
+}
+
 impl PostgresLeaseStore {
     /// Runs the caller's statements in one transaction that is fenced by the lease row: the seed's
     /// protected write, as a library call.
@@ -104,9 +119,15 @@ impl PostgresLeaseStore {
     /// # Ok(()) }
     /// ```
     ///
+    /// The whole call (taking a pooled connection included) is bounded on the client by
+    /// [`TxTimeouts::deadline`] (default 10 s): a connection that stops answering (a black-holed
+    /// network path, where even the server's own timeouts never reach the client) gives a
+    /// retryable [`Error::Timeout`](lease_core::Error::Timeout), and that connection is closed.
+    ///
     /// # Errors
     /// [`Error::Timeout`](lease_core::Error::Timeout) if the row lock was not granted within
-    /// `lock_timeout` or a statement ran past `statement_timeout` (nothing committed);
+    /// `lock_timeout`, a statement ran past `statement_timeout` (nothing committed), or the call
+    /// ran past `deadline` (if `COMMIT` had been sent, its outcome is unknown);
     /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection was lost (if lost
     /// during `COMMIT`, the outcome is unknown); `f`'s own error, mapped.
     ///
@@ -125,44 +146,68 @@ impl PostgresLeaseStore {
         let timeouts = self.options().tx_timeouts();
         let cx = tx_ctx(self.options(), "fenced transaction");
         let sql = self.statements();
-        let map = |e| error::map(e, cx);
-        let mut tx = self.pool().begin().await.map_err(map)?;
-        set_local_timeouts(&mut tx, timeouts).await.map_err(map)?;
-        let locked = sqlx::query(AssertSqlSafe(sql.lock_row.as_str()))
-            .bind(lease.key().as_str())
-            .bind(lease.owner().as_str())
-            .bind(lease.token().to_i64())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map)?;
-        if locked.is_none() {
-            let _ = tx.rollback().await;
-            tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction refused: lease lost");
-            return Ok(FencedTx::LeaseLost);
-        }
-        let value = match f(&mut tx).await {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tx.rollback().await;
-                return Err(map(e));
-            }
-        };
-        let valid: Option<bool> = sqlx::query_scalar(AssertSqlSafe(sql.still_valid.as_str()))
-            .bind(lease.key().as_str())
-            .bind(lease.owner().as_str())
-            .bind(lease.token().to_i64())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map)?;
-        if valid != Some(true) {
-            let _ = tx.rollback().await;
-            tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction rolled back: lease expired during it");
-            return Ok(FencedTx::LeaseLost);
-        }
-        tx.commit().await.map_err(map)?;
-        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction committed");
-        Ok(FencedTx::Committed(value))
+        within(timeouts.deadline, cx.operation, async {
+            let mut conn = crate::conn::Guarded::acquire(self.pool())
+                .await
+                .map_err(|e| error::map(e, cx))?;
+            let out = fenced_tx_on(conn.get(), sql, timeouts, cx, lease, f).await;
+            conn.finish();
+            out
+        })
+        .await
     }
+}
+
+async fn fenced_tx_on<T, F>(
+    conn: &mut PgConnection,
+    sql: &Statements,
+    timeouts: TxTimeouts,
+    cx: ErrCtx<'_>,
+    lease: &Lease,
+    f: F,
+) -> Result<FencedTx<T>>
+where
+    T: Send,
+    F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
+        + Send,
+{
+    let map = |e| error::map(e, cx);
+    let mut tx = conn.begin().await.map_err(map)?;
+    set_local_timeouts(&mut tx, timeouts).await.map_err(map)?;
+    let locked = sqlx::query(AssertSqlSafe(sql.lock_row.as_str()))
+        .bind(lease.key().as_str())
+        .bind(lease.owner().as_str())
+        .bind(lease.token().to_i64())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
+    if locked.is_none() {
+        let _ = tx.rollback().await;
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction refused: lease lost");
+        return Ok(FencedTx::LeaseLost);
+    }
+    let value = match f(&mut tx).await {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = tx.rollback().await;
+            return Err(map(e));
+        }
+    };
+    let valid: Option<bool> = sqlx::query_scalar(AssertSqlSafe(sql.still_valid.as_str()))
+        .bind(lease.key().as_str())
+        .bind(lease.owner().as_str())
+        .bind(lease.token().to_i64())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
+    if valid != Some(true) {
+        let _ = tx.rollback().await;
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction rolled back: lease expired during it");
+        return Ok(FencedTx::LeaseLost);
+    }
+    tx.commit().await.map_err(map)?;
+    tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "fenced transaction committed");
+    Ok(FencedTx::Committed(value))
 }
 
 pub(crate) fn tx_ctx<'a>(options: &'a PostgresOptions, operation: &'static str) -> ErrCtx<'a> {
@@ -299,17 +344,15 @@ impl HighWaterTable {
         token: FencingToken,
         op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        let fut = async {
-            let mut conn = self
-                .pool
-                .acquire()
+        within(self.op_timeout, operation, async {
+            let mut conn = crate::conn::Guarded::acquire(&self.pool)
                 .await
                 .map_err(|e| error::map(e, self.cx(operation)))?;
-            self.apply(&mut conn, key, token, op).await
-        };
-        tokio::time::timeout(self.op_timeout, fut)
-            .await
-            .map_err(|_| error::timeout(operation, self.op_timeout))?
+            let out = self.apply(conn.get(), key, token, op).await;
+            conn.finish();
+            out
+        })
+        .await
     }
 }
 

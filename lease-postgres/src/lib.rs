@@ -16,10 +16,29 @@
 //!   the database's clock only.
 //! - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token;
 //!   release keeps the row, so the next token is still greater.
-//! - **Tokens never go back**: a trigger draws every new token from a sequence,
-//!   `greatest(nextval(seq), requested)`. The sequence survives row deletion, and the seed's own
-//!   statements (`fencing_token = fencing_token + 1`) go through the same trigger.
-//!   See `docs/adr/0010-postgres-token-floor.md`.
+//! - **Tokens never go back**, not after release, expiry, row deletion, restart or failover: a
+//!   trigger gives every new token `greatest(requested, nextval(seq), server clock in
+//!   microseconds)`. The row carries a key's generation while it exists (a takeover requests
+//!   `old + 1`); a keep trigger lifts the sequence over a deleted or truncated row's token; and
+//!   the clock floor covers a failover to an **asynchronous standby** that lost the newest grants
+//!   and sequence values. The seed's own statements (`fencing_token = fencing_token + 1`) go
+//!   through the same trigger. See `docs/adr/0010-postgres-token-floor.md`.
+//!
+//!   **Assumption** (failover only): the promoted server's clock does not lag the old primary's
+//!   by more than the failover took (seconds, against clock offsets of milliseconds under NTP).
+//!   With synchronous replication (`synchronous_commit = on` and a synchronous standby) no grant
+//!   is lost and the clock is not needed. The capability is
+//!   [`TokenDurability::ClockFloored`](lease_core::TokenDurability::ClockFloored).
+//!
+//! - **Expiry follows the server's wall clock** (`clock_timestamp()`): a forward step of the
+//!   database server's clock (a manual `date -s`, an NTP *step*) ends every lease early by the
+//!   size of the step, so the next owner is granted while the old holder still believes it holds
+//!   the lease (its local deadline runs on its own monotonic clock). Fencing still rejects the old
+//!   holder's writes: [`fenced_transaction`](PostgresLeaseStore::fenced_transaction) reports
+//!   [`FencedTx::LeaseLost`], and both fenced resources reject its older token once the new owner
+//!   has written or installed. Run the server with a clock that **slews** rather than steps
+//!   (chrony's default `makestep` only at boot, or `ntpd -x`), as for the Redis backend;
+//!   SQLite has the same caveat for its host.
 //!
 //! - **release notifies**: with [`PostgresOptions::with_notify`] on (the default), a release
 //!   that frees a key also runs `pg_notify(<channel>, <key>)` in the same statement, so a waiting

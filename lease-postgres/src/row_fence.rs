@@ -5,11 +5,12 @@ use async_trait::async_trait;
 use lease_core::{
     Error, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
-use sqlx::AssertSqlSafe;
+use sqlx::postgres::PgConnection;
+use sqlx::{AssertSqlSafe, Connection};
 
 use crate::BACKEND;
-use crate::error;
-use crate::fenced::{HighWaterTable, set_local_timeouts, tx_ctx};
+use crate::error::{self, ErrCtx};
+use crate::fenced::{HighWaterTable, set_local_timeouts, tx_ctx, within};
 use crate::store::{PostgresLeaseStore, token_from_row};
 
 /// A [`FencedResource`] whose writes are validated against the **lease row** in the same
@@ -23,6 +24,11 @@ use crate::store::{PostgresLeaseStore, token_from_row};
 /// token can be granted, so an accepted write always commits before any newer holder exists.
 /// It does not check expiry: a token that is still the newest generation is, by definition, not
 /// stale yet (use [`PostgresLeaseStore::fenced_transaction`] to also require an unexpired lease).
+///
+/// Each call is bounded on the client by the store's [`TxTimeouts::deadline`](crate::TxTimeouts::deadline)
+/// (default 10 s): a connection that stops answering gives a retryable
+/// [`Error::Timeout`](lease_core::Error::Timeout) and is closed; if `COMMIT` had been sent, the
+/// write's outcome is unknown.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -58,9 +64,28 @@ impl LeaseRowFence {
     ) -> Result<WriteOutcome> {
         let options = self.store.options();
         let cx = tx_ctx(options, "lease-row fenced write");
+        within(options.tx_timeouts().deadline, cx.operation, async {
+            let mut conn = crate::conn::Guarded::acquire(self.store.pool())
+                .await
+                .map_err(|e| error::map(e, cx))?;
+            let out = self.run_on(conn.get(), cx, key, token, op).await;
+            conn.finish();
+            out
+        })
+        .await
+    }
+
+    async fn run_on(
+        &self,
+        conn: &mut PgConnection,
+        cx: ErrCtx<'_>,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: Option<WriteOp>,
+    ) -> Result<WriteOutcome> {
         let map = |e| error::map(e, cx);
-        let mut tx = self.store.pool().begin().await.map_err(map)?;
-        set_local_timeouts(&mut tx, options.tx_timeouts())
+        let mut tx = conn.begin().await.map_err(map)?;
+        set_local_timeouts(&mut tx, self.store.options().tx_timeouts())
             .await
             .map_err(map)?;
         let generation: Option<i64> = sqlx::query_scalar(AssertSqlSafe(

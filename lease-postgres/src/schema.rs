@@ -9,8 +9,9 @@ use crate::sql;
 use crate::store::PostgresLeaseStore;
 
 impl PostgresLeaseStore {
-    /// The DDL [`migrate`](Self::migrate) runs for `table`: `sql/0001_leases.sql` with the names
-    /// replaced. Idempotent.
+    /// The DDL [`migrate`](Self::migrate) runs for `table`: `sql/leases.sql.template` with its
+    /// `{{schema}}` and `{{table}}` placeholders replaced in one pass (for the default table this
+    /// is `sql/0001_leases.sql`). Idempotent.
     ///
     /// ```
     /// use lease_postgres::{PostgresLeaseStore, TableName};
@@ -56,11 +57,12 @@ impl PostgresLeaseStore {
         Ok(())
     }
 
-    /// Checks that the lease table, its sequence, its token trigger and the high-water-mark table
-    /// exist.
+    /// Checks that the lease table, its sequence, its token triggers (the current version, see
+    /// `docs/adr/0010-postgres-token-floor.md`) and the high-water-mark table exist.
     ///
     /// # Errors
-    /// [`Error::Config`] naming what is missing (run [`migrate`](Self::migrate)).
+    /// [`Error::Config`] naming what is missing or outdated (run [`migrate`](Self::migrate),
+    /// which upgrades an existing schema in place).
     ///
     /// # Cancellation safety
     /// Cancel safe (read only).
@@ -68,29 +70,37 @@ impl PostgresLeaseStore {
         let t = self.table();
         let names = [t.to_string(), t.sibling("_token_seq"), t.sibling("_fence")];
         let trigger = format!("{}_token_floor", t.table());
+        let keep = format!("{}_token_keep", t.table());
         let row = self
             .bounded("verify schema", async {
                 sqlx::query(
                     "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, \
                             to_regclass($3) IS NOT NULL, \
                             EXISTS (SELECT 1 FROM pg_trigger \
-                                    WHERE tgrelid = to_regclass($1) AND tgname = $4 AND tgenabled <> 'D')",
+                                    WHERE tgrelid = to_regclass($1) AND tgname = $4 AND tgenabled <> 'D' \
+                                      AND obj_description(tgfoid, 'pg_proc') = $6), \
+                            EXISTS (SELECT 1 FROM pg_trigger \
+                                    WHERE tgrelid = to_regclass($1) AND tgname = $5 AND tgenabled <> 'D')",
                 )
                 .bind(&names[0])
                 .bind(&names[1])
                 .bind(&names[2])
                 .bind(&trigger)
+                .bind(&keep)
+                .bind(sql::FLOOR_VERSION)
                 .fetch_one(self.pool())
                 .await
             })
             .await
             .map_err(|e| e.into_error(self.cx("verify schema")))?;
-        let present: [bool; 4] = [row.get(0), row.get(1), row.get(2), row.get(3)];
+        let trigger = format!("{trigger} ({})", sql::FLOOR_VERSION);
+        let present: [bool; 5] = [row.get(0), row.get(1), row.get(2), row.get(3), row.get(4)];
         let what = [
             names[0].as_str(),
             names[1].as_str(),
             names[2].as_str(),
             trigger.as_str(),
+            keep.as_str(),
         ];
         let missing: Vec<&str> = what
             .iter()
@@ -104,8 +114,8 @@ impl PostgresLeaseStore {
             Err(Error::config(
                 BACKEND,
                 format!(
-                    "the lease schema is not installed: missing {}; run PostgresLeaseStore::migrate() \
-                     or sql/0001_leases.sql",
+                    "the lease schema is not installed or is outdated: missing {}; run \
+                     PostgresLeaseStore::migrate() (it upgrades in place) or sql/0001_leases.sql",
                     missing.join(", ")
                 ),
                 None,

@@ -2,14 +2,41 @@
 
 use crate::config::TableName;
 
-/// The shipped migration, written for `"public"."leases"`.
+/// The shipped migration, rendered for `"public"."leases"`.
 pub(crate) const MIGRATION: &str = include_str!("../sql/0001_leases.sql");
 
-/// The migration for `table`: the shipped file with the schema and table names replaced.
+/// The comment `migrate()` puts on the token trigger's function; `verify_schema()` requires it,
+/// so a schema installed by an earlier version (no clock floor) is refused until migrated.
+pub(crate) const FLOOR_VERSION: &str = "lease-postgres token floor v2";
+
+/// The migration template: `{{schema}}` and `{{table}}` stand for the validated names.
+pub(crate) const TEMPLATE: &str = include_str!("../sql/leases.sql.template");
+
+/// The migration for `table`: the template with its placeholders replaced in one pass (a name
+/// that contains text looking like another name or placeholder is never rewritten).
 pub(crate) fn migration(table: &TableName) -> String {
-    MIGRATION
-        .replace("\"public\".", &format!("\"{}\".", table.schema()))
-        .replace("\"leases", &format!("\"{}", table.table()))
+    render(TEMPLATE, table.schema(), table.table())
+}
+
+fn render(template: &str, schema: &str, table: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 256);
+    let mut rest = template;
+    while let Some(i) = rest.find("{{") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        if let Some(tail) = after.strip_prefix("{{schema}}") {
+            out.push_str(schema);
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix("{{table}}") {
+            out.push_str(table);
+            rest = tail;
+        } else {
+            out.push_str("{{");
+            rest = &after[2..];
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Every statement the store runs, for one table.
@@ -173,10 +200,54 @@ mod tests {
             "\"locking\".\"jobs_fence\"",
             "\"jobs_token_floor\"",
             "\"locking\".\"lease_token_floor\"()",
+            "\"jobs_token_keep\"",
         ] {
             assert!(sql.contains(name), "{name} missing");
         }
         assert_eq!(migration(&TableName::default()), MIGRATION);
+    }
+
+    /// `sql/0001_leases.sql` is the template rendered for the default table. After editing the
+    /// template, regenerate it with `LEASE_PG_BLESS=1 cargo test -p lease-postgres --lib`.
+    #[test]
+    fn shipped_file_is_the_rendered_template() {
+        let rendered = migration(&TableName::default());
+        if std::env::var_os("LEASE_PG_BLESS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/0001_leases.sql");
+            std::fs::write(path, &rendered).expect("write sql/0001_leases.sql");
+            return;
+        }
+        assert_eq!(
+            rendered, MIGRATION,
+            "sql/0001_leases.sql is stale: see this test's docs"
+        );
+        assert!(!MIGRATION.contains("{{"));
+        assert!(MIGRATION.contains(&format!("IS '{FLOOR_VERSION}'")));
+    }
+
+    /// Issue 18 item 14: names are substituted in one pass, so a schema that starts with
+    /// `leases` (or contains the other name) stays as given.
+    #[test]
+    fn names_that_look_like_other_names_are_kept() {
+        for (schema, table) in [
+            ("leases_app", "jobs"),
+            ("public_x", "leases"),
+            ("leases", "leases_public"),
+        ] {
+            let t = TableName::parse(&format!("{schema}.{table}")).unwrap();
+            let sql = migration(&t);
+            assert!(
+                sql.contains(&format!("\"{schema}\".\"{table}\" (")),
+                "{schema}.{table}"
+            );
+            assert!(sql.contains(&format!("\"{schema}\".\"{table}_token_seq\"")));
+            assert!(sql.contains(&format!("\"{schema}\".\"{table}_fence\"")));
+            assert!(!sql.contains("{{"));
+        }
+        assert_eq!(
+            render("{{x}} {{schema}}{{table}}", "a{{table}}", "b"),
+            "{{x}} a{{table}}b"
+        );
     }
 
     #[test]

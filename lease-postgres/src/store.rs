@@ -29,13 +29,16 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///
 /// - **acquire** is one statement: the seed's upsert (insert, or take over only when
 ///   `lease_until <= clock_timestamp()`), extended so that the same owner may re-acquire. The
-///   token is drawn by a trigger from a sequence, `greatest(nextval(seq), requested)`, so tokens
-///   never go back, even after a row is deleted or when the seed's own statements share the
-///   table (see `docs/adr/0010-postgres-token-floor.md`).
+///   token is drawn by a trigger, `greatest(requested, nextval(seq), server clock in µs)`, so
+///   tokens never go back, even after a row is deleted, when the seed's own statements share the
+///   table, or after a failover to an asynchronous standby (assuming the promoted server's clock
+///   does not lag the old primary's by more than the failover took; see
+///   `docs/adr/0010-postgres-token-floor.md`).
 /// - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token while
 ///   unexpired. Release keeps the row (and so the generation), setting `lease_until` to
 ///   `-infinity`.
-/// - Expiry is decided by the server's `clock_timestamp()` only.
+/// - Expiry is decided by the server's `clock_timestamp()` only: a forward step of the server's
+///   clock ends leases early (fencing still rejects the old holder; see the crate docs).
 /// - TTLs are sent in milliseconds, rounded up; the lease reports the granted TTL.
 /// - **watch** (on by default, [`PostgresOptions::with_notify`]): a release that frees a key
 ///   sends `pg_notify(<channel>, <key>)` in the same statement, on the table's channel
@@ -357,8 +360,12 @@ impl LeaseStore for PostgresLeaseStore {
         BACKEND
     }
 
+    /// Tokens are [`TokenDurability::ClockFloored`]: durable on one server (a WAL-logged sequence
+    /// and table), and floored by the server's clock so that a failover to an asynchronous standby
+    /// that lost the newest grants still issues greater tokens, as long as the promoted server's
+    /// clock does not lag the old primary's by more than the failover took (ADR 0010).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new(TokenDurability::Durable, ExpiryClock::Server)
+        Capabilities::new(TokenDurability::ClockFloored, ExpiryClock::Server)
             .with_watch(self.options.notify())
             .with_min_ttl(MIN_TTL)
             .with_ttl_granularity(Duration::from_millis(1))

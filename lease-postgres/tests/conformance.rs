@@ -93,6 +93,22 @@ fn main() {
             ),
             case!(
                 "postgres",
+                support::clock::forward_clock_step_grants_early_and_fencing_rejects_the_old_holder
+            ),
+            case!(
+                "postgres",
+                support::deadline::fenced_transaction_has_a_client_deadline
+            ),
+            case!(
+                "postgres",
+                support::deadline::lease_row_fence_has_a_client_deadline
+            ),
+            case!(
+                "postgres",
+                support::deadline::advisory_locks_have_a_client_deadline
+            ),
+            case!(
+                "postgres",
                 support::failure::terminated_connections_lose_no_lease_and_leak_no_lock
             ),
             case!(
@@ -114,6 +130,14 @@ fn main() {
             case!(
                 "postgres",
                 support::failure::renew_many_renews_exactly_the_held_leases
+            ),
+            case!(
+                "postgres",
+                support::schema::migrate_handles_a_schema_named_like_the_table
+            ),
+            case!(
+                "postgres",
+                support::schema::migrate_upgrades_a_version_1_schema
             ),
             case!(
                 "postgres",

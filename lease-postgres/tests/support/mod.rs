@@ -1,9 +1,12 @@
 //! Shared helpers and the postgres-specific cases.
 
 pub(crate) mod advisory;
+pub(crate) mod clock;
+pub(crate) mod deadline;
 pub(crate) mod failure;
 pub(crate) mod fenced;
 pub(crate) mod row_fence;
+pub(crate) mod schema;
 pub(crate) mod seed;
 pub(crate) mod watch;
 
