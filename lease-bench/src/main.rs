@@ -100,6 +100,8 @@ struct Target {
     raw: Arc<dyn Raw>,
     minimal: Arc<dyn Raw>,
     renewal_stores: Vec<(&'static str, Arc<dyn LeaseStore>)>,
+    /// SQLite: the library's file, which a holder process must open too.
+    file: Option<PathBuf>,
     version: String,
     cleanup: Cleanup,
 }
@@ -144,6 +146,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Postgres(pool),
             })
@@ -166,6 +169,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store: shared,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Redis(store),
             })
@@ -206,6 +210,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::None,
             })
@@ -237,6 +242,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Kube(Box::new(api)),
             })
@@ -271,6 +277,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                file: Some(path.clone()),
                 version,
                 cleanup: Cleanup::Files(vec![path, raw_path, min_path]),
             })
@@ -374,10 +381,10 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         Arc::new(lease_otel::LeaseMetrics::global().store(store.clone()));
     let sides = [
         Side::Store(store.clone()),
-        Side::Supervisor(Supervisor::from_arc(
+        Side::Supervisor(Box::new(Supervisor::from_arc(
             store.clone(),
             SupervisorConfig::new(side_ttl),
-        )),
+        ))),
         Side::Store(otel),
         Side::Proto(target.raw.clone()),
         Side::Proto(target.minimal.clone()),
@@ -446,9 +453,24 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
                 .0,
         );
     }
+    // 3b. takeover from a SIGKILLed holder process (this binary, re-executed).
+    match std::env::current_exe() {
+        Ok(exe) => {
+            for rep in 0..plan.takeover_reps {
+                let mut holder = tokio::process::Command::new(&exe);
+                holder.arg(HOLD_COMMAND).arg(name);
+                if let Some(file) = &target.file {
+                    holder.env(HOLD_SQLITE_FILE, file);
+                }
+                run.takeover_killed
+                    .push(measure::takeover_killed(&store, &ns, rep, ttl, holder).await);
+            }
+        }
+        Err(e) => run.takeover_killed.push(Err(format!("no executable: {e}"))),
+    }
     eprintln!(
-        "[{name}] takeover watch {:?} poll {:?} store expiry delay {:?}",
-        run.takeover_watch, run.takeover_poll, run.expiry_floor
+        "[{name}] takeover watch {:?} poll {:?} killed process {:?} store expiry delay {:?}",
+        run.takeover_watch, run.takeover_poll, run.takeover_killed, run.expiry_floor
     );
 
     // 4. handoff
@@ -545,7 +567,51 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
+/// The hidden subcommand of the holder process (`lease-bench __hold BACKEND KEY TTL_MS`).
+const HOLD_COMMAND: &str = "__hold";
+/// The SQLite file a holder process opens (the parent's library file).
+const HOLD_SQLITE_FILE: &str = "LEASE_BENCH_HOLD_SQLITE_FILE";
+
+/// The holder process: connects to `backend` on its own, holds the key, waits to be killed.
+fn hold_main(args: &[String]) -> Result<(), String> {
+    let [backend, key, ttl_ms] = args else {
+        return Err(format!(
+            "usage: lease-bench {HOLD_COMMAND} BACKEND KEY TTL_MS"
+        ));
+    };
+    let ttl = Duration::from_millis(ttl_ms.parse().map_err(|e| format!("TTL_MS: {e}"))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let store: Arc<dyn LeaseStore> = match std::env::var_os(HOLD_SQLITE_FILE) {
+            Some(file) if backend == "sqlite" => Arc::new(
+                lease_sqlite::SqliteLeaseStore::open(PathBuf::from(file))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            _ => {
+                let name = BACKENDS
+                    .iter()
+                    .find(|b| **b == backend.as_str())
+                    .ok_or_else(|| format!("unknown backend {backend}"))?;
+                connect(name).await?.store
+            }
+        };
+        measure::hold_until_killed(&store, key, ttl).await
+    })
+}
+
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(HOLD_COMMAND) {
+        if let Err(e) = hold_main(&argv[2..]) {
+            eprintln!("lease-bench {HOLD_COMMAND}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

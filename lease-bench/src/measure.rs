@@ -166,7 +166,7 @@ pub(crate) enum Side {
     /// A bare or decorated [`LeaseStore`]: `acquire` then `release`.
     Store(Arc<dyn LeaseStore>),
     /// The supervisor users run: `Supervisor::acquire` then `LeaseGuard::release`.
-    Supervisor(Supervisor),
+    Supervisor(Box<Supervisor>),
     /// A hand-written protocol: the library's own ([`crate::raw`]) or the minimal floor.
     Proto(Arc<dyn Raw>),
 }
@@ -432,6 +432,84 @@ pub(crate) async fn takeover(
         }
     };
     tokio::join!(take, own)
+}
+
+/// The line a holder process prints once granted: `granted <half its acquire round trip in µs>`.
+pub(crate) const HOLDER_GRANTED: &str = "granted";
+
+/// Takeover from a dead process: a holder in a process of its own (`holder`, given the key and
+/// the TTL in milliseconds as its last two arguments) acquires the free key with its own
+/// connections and reports its grant; it is killed with SIGKILL at once, and a supervisor of
+/// this process (with the store's watch where it has one) waits for the key. Figure:
+/// milliseconds from the store-side expiry (the midpoint of the holder's acquire round trip,
+/// taken as the moment its report is read less half the round trip it measured, plus the TTL)
+/// to the waiter's grant.
+pub(crate) async fn takeover_killed(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    rep: usize,
+    ttl: Duration,
+    mut holder: tokio::process::Command,
+) -> std::result::Result<f64, Failure> {
+    use tokio::io::AsyncBufReadExt;
+    let k = key(ns, &format!("tk{rep}"));
+    let sup = Supervisor::from_arc(
+        store.clone(),
+        SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
+    );
+    random_phase(Duration::from_millis(500)).await;
+    let mut child = holder
+        .arg(k.as_str())
+        .arg(ttl.as_millis().to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting the holder process: {e}"))?;
+    let stdout = child.stdout.take().ok_or("the holder has no stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .map_err(|_| "the holder did not report a grant within 30 s".to_string())?
+        .map_err(|e| e.to_string())?
+        .ok_or("the holder exited without a grant")?;
+    let read_at = Instant::now();
+    // SIGKILL: no release, no clean close of its connections.
+    child.start_kill().map_err(|e| e.to_string())?;
+    let _ = child.wait().await;
+    let half_rtt = line
+        .strip_prefix(HOLDER_GRANTED)
+        .and_then(|us| us.trim().parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .ok_or_else(|| format!("the holder said {line:?}"))?;
+    let expiry = read_at - half_rtt + ttl;
+    let guard = match sup.acquire(&k).await.map_err(|e| e.to_string())? {
+        Acquisition::Acquired(g) => g,
+        other => return Err(format!("the waiter did not take over: {other:?}")),
+    };
+    let granted = Instant::now();
+    let _ = guard.release().await;
+    Ok(signed_ms(granted, expiry))
+}
+
+/// The holder process of [`takeover_killed`]: acquires `key` for `ttl` on `store`, prints
+/// [`HOLDER_GRANTED`] with half its acquire round trip, and waits to be killed (at most a
+/// minute, in case its parent died first).
+pub(crate) async fn hold_until_killed(
+    store: &Arc<dyn LeaseStore>,
+    key: &str,
+    ttl: Duration,
+) -> std::result::Result<(), Failure> {
+    use std::io::Write as _;
+    let k = LeaseKey::new(key).map_err(|e| e.to_string())?;
+    let sent = Instant::now();
+    hold(store, &k, ttl, "takeover-from-a-process").await?;
+    let half = (Instant::now() - sent) / 2;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{HOLDER_GRANTED} {}", half.as_micros()).map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())?;
+    drop(out);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
 }
 
 /// A fresh owner's grant of `k`, which must be free (`what` names the measurement in errors).

@@ -51,6 +51,9 @@ pub(crate) struct BackendRun {
     pub(crate) takeover_ttl: Duration,
     pub(crate) takeover_watch: Vec<M<f64>>,
     pub(crate) takeover_poll: Vec<M<f64>>,
+    /// Takeover from a holder process killed with SIGKILL (the waiter uses the watch where the
+    /// store has one).
+    pub(crate) takeover_killed: Vec<M<f64>>,
     pub(crate) handoff_watch: Vec<M<f64>>,
     pub(crate) handoff_poll: Vec<M<f64>>,
     /// The raw protocol's release then acquire, back to back.
@@ -77,6 +80,7 @@ impl BackendRun {
             takeover_ttl: Duration::ZERO,
             takeover_watch: Vec::new(),
             takeover_poll: Vec::new(),
+            takeover_killed: Vec::new(),
             handoff_watch: Vec::new(),
             handoff_poll: Vec::new(),
             handoff_floor: None,
