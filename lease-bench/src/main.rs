@@ -1,8 +1,11 @@
 //! # lease-bench
 //!
-//! Measures every reachable backend through the library and through its raw protocol (the same
-//! statements, scripts and requests issued directly, with the same driver and connection), in
-//! one run, and writes the report to `docs/benchmarks.md`.
+//! Measures every reachable backend in one run, interleaved, on five sides: the library's bare
+//! store, the supervisor over it, the `lease-otel` decorated store, the library's own protocol
+//! issued directly (the wrapper overhead), and a minimal hand-written lease with a fencing
+//! counter (`minimal.rs`, the floor the goals are judged against); then takeover (also from a
+//! holder process killed with SIGKILL: the binary re-executes itself with a hidden `__hold`
+//! subcommand), handoff and renewal load, and writes the report to `docs/benchmarks.md`.
 //!
 //! ```text
 //! cargo run --release -p lease-bench                 # full run, writes docs/benchmarks.md

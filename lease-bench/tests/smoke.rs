@@ -75,5 +75,19 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             );
         }
     }
+    // The minimal baselines ran: a figure in their throughput column (the 7th) for every backend.
+    let throughput = section(&report, SECTIONS[1]);
+    for b in &measured {
+        for row in throughput
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {b} |")))
+        {
+            let minimal = row.split('|').nth(7).map(str::trim).unwrap_or_default();
+            assert!(
+                minimal.parse::<f64>().is_ok_and(|x| x > 0.0),
+                "{b}: no minimal baseline figure in {row}"
+            );
+        }
+    }
     assert!(report.contains("## Notes"), "the notes are missing");
 }
