@@ -1,8 +1,11 @@
 //! # lease-bench
 //!
-//! Measures every reachable backend through the library and through its raw protocol (the same
-//! statements, scripts and requests issued directly, with the same driver and connection), in
-//! one run, and writes the report to `docs/benchmarks.md`.
+//! Measures every reachable backend in one run, interleaved, on five sides: the library's bare
+//! store, the supervisor over it, the `lease-otel` decorated store, the library's own protocol
+//! issued directly (the wrapper overhead), and a minimal hand-written lease with a fencing
+//! counter (`minimal.rs`, the floor the goals are judged against); then takeover (also from a
+//! holder process killed with SIGKILL: the binary re-executes itself with a hidden `__hold`
+//! subcommand), handoff and renewal load, and writes the report to `docs/benchmarks.md`.
 //!
 //! ```text
 //! cargo run --release -p lease-bench                 # full run, writes docs/benchmarks.md
@@ -19,6 +22,7 @@
 //! of renewal round trips (for checking the figure by eye).
 
 mod measure;
+mod minimal;
 mod raw;
 mod report;
 mod sys;
@@ -31,8 +35,11 @@ use lease_core::LeaseStore;
 use tokio::time::timeout;
 
 use crate::measure::legal_ttl;
+use lease_core::supervisor::{Supervisor, SupervisorConfig};
+
+use crate::measure::Side;
 use crate::raw::Raw;
-use crate::report::{BackendRun, Report};
+use crate::report::{BackendRun, Report, ThroughputRow};
 
 /// Every backend, in run and report order: the in-process SQLite before etcd and Kubernetes,
 /// whose servers keep working for a while after their phase (expiring and deleting the renewal
@@ -46,7 +53,6 @@ struct Plan {
     throughput_for: Duration,
     throughput_block: Duration,
     latency_samples: usize,
-    latency_rounds: usize,
     rtt_samples: usize,
     takeover_reps: usize,
     handoff_reps: usize,
@@ -63,12 +69,11 @@ impl Plan {
             throughput_for: Duration::from_secs(16),
             throughput_block: Duration::from_millis(200),
             latency_samples: 8000,
-            latency_rounds: 1,
             rtt_samples: 50,
             takeover_reps: 9,
             handoff_reps: 5,
             renewal_leases: 10_000,
-            renewal_leases_k8s: 200,
+            renewal_leases_k8s: 10_000,
             renewal_ttl: Duration::from_secs(30),
             renewal_intervals: 3,
         }
@@ -77,10 +82,9 @@ impl Plan {
     fn smoke() -> Self {
         Plan {
             smoke: true,
-            throughput_for: Duration::from_millis(400),
-            throughput_block: Duration::from_millis(100),
+            throughput_for: Duration::from_millis(1500),
+            throughput_block: Duration::from_millis(50),
             latency_samples: 10,
-            latency_rounds: 1,
             rtt_samples: 5,
             takeover_reps: 1,
             handoff_reps: 1,
@@ -92,11 +96,15 @@ impl Plan {
     }
 }
 
-/// A connected backend: the library store, its raw protocol, and the store for renewal load.
+/// A connected backend: the library store, its own protocol issued directly, the minimal
+/// hand-written lease, and the stores for the renewal load (each with its configuration's name).
 struct Target {
     store: Arc<dyn LeaseStore>,
-    raw: Option<Arc<dyn Raw>>,
-    renewal_store: Arc<dyn LeaseStore>,
+    raw: Arc<dyn Raw>,
+    minimal: Arc<dyn Raw>,
+    renewal_stores: Vec<(&'static str, Arc<dyn LeaseStore>)>,
+    /// SQLite: the library's file, which a holder process must open too.
+    file: Option<PathBuf>,
     version: String,
     cleanup: Cleanup,
 }
@@ -134,11 +142,14 @@ async fn connect(name: &str) -> Result<Target, String> {
             let raw = raw::PgRaw(store.pool().clone());
             let version = raw.version().await?;
             let pool = store.pool().clone();
+            let minimal = minimal::PgMinimal::new(pool.clone()).await?;
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
-                renewal_store: store.clone(),
+                renewal_stores: vec![("default", store.clone())],
                 store,
-                raw: Some(Arc::new(raw)),
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Postgres(pool),
             })
@@ -154,11 +165,14 @@ async fn connect(name: &str) -> Result<Target, String> {
                 .map_err(e)?;
             let raw = raw::RedisRaw::new(&store, client);
             let version = raw.version().await?;
+            let minimal = minimal::RedisMinimal::new(store.connection());
             let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
             Ok(Target {
-                renewal_store: shared.clone(),
+                renewal_stores: vec![("default", shared.clone())],
                 store: shared,
-                raw: Some(Arc::new(raw)),
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Redis(store),
             })
@@ -189,10 +203,17 @@ async fn connect(name: &str) -> Result<Target, String> {
                 metrics,
             };
             let version = raw.version().await?;
+            let minimal = minimal::EtcdMinimal(store.client());
+            let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
-                store: Arc::new(store),
-                raw: Some(Arc::new(raw)),
-                renewal_store: Arc::new(shared),
+                renewal_stores: vec![
+                    ("default (LeaseSharing::PerGrant)", store.clone()),
+                    ("LeaseSharing::PerTtl", Arc::new(shared)),
+                ],
+                store,
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::None,
             })
@@ -217,11 +238,14 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store: kube_store.clone(),
             };
             let api = raw.api.clone();
+            let minimal = minimal::KubeMinimal(api.clone());
             let store: Arc<dyn LeaseStore> = Arc::new(kube_store);
             Ok(Target {
-                renewal_store: store.clone(),
+                renewal_stores: vec![("default", store.clone())],
                 store,
-                raw: Some(Arc::new(raw)),
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                file: None,
                 version,
                 cleanup: Cleanup::Kube(Box::new(api)),
             })
@@ -248,13 +272,17 @@ async fn connect(name: &str) -> Result<Target, String> {
             );
             let raw = raw::SqliteRaw::open(&raw_path).await?;
             let version = raw.version().await?;
+            let min_path = path.with_extension("minimal.db");
+            let minimal = minimal::SqliteMinimal::open(&min_path).await?;
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
-                renewal_store: store.clone(),
+                renewal_stores: vec![("default", store.clone())],
                 store,
-                raw: Some(Arc::new(raw)),
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                file: Some(path.clone()),
                 version,
-                cleanup: Cleanup::Files(vec![path, raw_path]),
+                cleanup: Cleanup::Files(vec![path, raw_path, min_path]),
             })
         }
         other => Err(format!("unknown backend {other}")),
@@ -265,8 +293,12 @@ async fn cleanup(c: Cleanup, ns: &str) {
     match c {
         Cleanup::None => {}
         Cleanup::Postgres(pool) => {
-            for table in ["\"public\".\"leases\"", "\"public\".\"leases_fence\""] {
-                let sql = format!("DELETE FROM {table} WHERE starts_with(resource_key, $1)");
+            for (table, column) in [
+                ("\"public\".\"leases\"", "resource_key"),
+                ("\"public\".\"leases_fence\"", "resource_key"),
+                ("lease_bench_minimal", "lease_key"),
+            ] {
+                let sql = format!("DELETE FROM {table} WHERE starts_with({column}, $1)");
                 let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(ns)
                     .execute(&pool)
@@ -274,6 +306,9 @@ async fn cleanup(c: Cleanup, ns: &str) {
             }
         }
         Cleanup::Redis(store) => {
+            minimal::RedisMinimal::new(store.connection())
+                .cleanup(ns)
+                .await;
             let mut con = store.connection();
             let pattern = store.layout().scan_pattern(ns);
             let mut cursor: u64 = 0;
@@ -338,65 +373,69 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     let caps = store.capabilities();
     run.version = target.version.clone();
     run.watch = caps.watch;
-    run.has_raw = target.raw.is_some();
-    let raw = target.raw.as_ref();
-    run.rtt_what = raw.map_or("inspect (one GET)", |r| r.ping_name());
+    let raw = Some(&target.raw);
+    run.rtt_what = target.raw.ping_name();
     run.rtt_ms = measure::rtt(raw, &store, &ns, plan.rtt_samples).await;
     eprintln!("[{name}] {} rtt {:?}", run.version, run.rtt_ms);
+
+    // The sides of measure::SIDES, in that order.
+    let side_ttl = legal_ttl(&caps, Duration::from_secs(10));
+    let otel: Arc<dyn LeaseStore> =
+        Arc::new(lease_otel::LeaseMetrics::global().store(store.clone()));
+    let sides = [
+        Side::Store(store.clone()),
+        Side::Supervisor(Box::new(Supervisor::from_arc(
+            store.clone(),
+            SupervisorConfig::new(side_ttl),
+        ))),
+        Side::Store(otel),
+        Side::Proto(target.raw.clone()),
+        Side::Proto(target.minimal.clone()),
+    ];
 
     // 1. throughput
     for clients in [1usize, 8] {
         // Warm-up (connections, prepared statements, script cache), not counted.
-        let warm = plan.throughput_for / 6;
         let _warm = measure::throughput_interleaved(
-            &store,
-            raw,
+            &sides,
+            side_ttl,
             &format!("{ns}-{clients}w"),
             clients,
-            warm,
+            plan.throughput_for / 6,
             plan.throughput_block,
         )
         .await;
-        let (lib, rawr, aa) = measure::throughput_interleaved(
-            &store,
-            raw,
+        let rates = measure::throughput_interleaved(
+            &sides,
+            side_ttl,
             &format!("{ns}-{clients}m"),
             clients,
             plan.throughput_for,
             plan.throughput_block,
         )
         .await;
-        eprintln!("[{name}] throughput {clients} clients: lib {lib:?} raw {rawr:?} A/A {aa:?}");
-        run.throughput.push((clients, lib, rawr, aa));
+        for (side, (rate, _)) in measure::SIDES.iter().zip(&rates) {
+            eprintln!("[{name}] throughput {clients} clients, {side}: {rate:?}");
+        }
+        run.throughput.push(ThroughputRow { clients, rates });
     }
 
-    // 2. latency: the library and the raw protocol alternately, one sample each (which side
-    // goes first alternates too), so that a burst of load on the machine hits both alike; in
-    // `latency_rounds` consecutive rounds of equal size.
-    let rounds = plan.latency_rounds.max(1);
-    let total = plan.latency_samples / rounds * rounds;
-    let mut lat_lib: Result<Vec<Duration>, String> = Ok(Vec::new());
-    let mut lat_raw: Option<Result<Vec<Duration>, String>> = raw.map(|_| Ok(Vec::new()));
-    for i in 0..total {
-        for side in [i % 2, 1 - i % 2] {
-            if side == 0 {
-                if let (Some(r), Some(Ok(acc))) = (raw, lat_raw.as_mut()) {
-                    match measure::latency_raw(r, &caps, &ns, 1).await {
-                        Ok(v) => acc.extend(v),
-                        Err(e) => lat_raw = Some(Err(e)),
-                    }
-                }
-            } else if let Ok(acc) = lat_lib.as_mut() {
-                match measure::latency_lib(&store, &ns, 1).await {
-                    Ok(v) => acc.extend(v),
-                    Err(e) => lat_lib = Err(e),
-                }
-            }
-        }
+    // 2. latency: every side in turn, one sample each (which side goes first rotates), so that
+    // a burst of load on the machine hits all alike.
+    let owner = lease_core::OwnerId::random();
+    let mut lat: Vec<Result<Vec<Duration>, String>> = vec![Ok(Vec::new()); sides.len()];
+    for round in 0..plan.latency_samples {
+        measure::latency_round(
+            &sides,
+            side_ttl,
+            &format!("{ns}-l"),
+            &owner,
+            round,
+            &mut lat,
+        )
+        .await;
     }
-    run.latency_raw = lat_raw;
-    run.latency_lib = lat_lib;
-    run.latency_rounds = rounds;
+    run.latency = lat;
     eprintln!("[{name}] latency done");
 
     // 3. takeover
@@ -417,18 +456,31 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
                 .0,
         );
     }
+    // 3b. takeover from a SIGKILLed holder process (this binary, re-executed).
+    match std::env::current_exe() {
+        Ok(exe) => {
+            for rep in 0..plan.takeover_reps {
+                let mut holder = tokio::process::Command::new(&exe);
+                holder.arg(HOLD_COMMAND).arg(name);
+                if let Some(file) = &target.file {
+                    holder.env(HOLD_SQLITE_FILE, file);
+                }
+                run.takeover_killed
+                    .push(measure::takeover_killed(&store, &ns, rep, ttl, holder).await);
+            }
+        }
+        Err(e) => run.takeover_killed.push(Err(format!("no executable: {e}"))),
+    }
     eprintln!(
-        "[{name}] takeover watch {:?} poll {:?} store expiry delay {:?}",
-        run.takeover_watch, run.takeover_poll, run.expiry_floor
+        "[{name}] takeover watch {:?} poll {:?} killed process {:?} store expiry delay {:?}",
+        run.takeover_watch, run.takeover_poll, run.takeover_killed, run.expiry_floor
     );
 
     // 4. handoff
-    if let Some(r) = raw {
-        run.handoff_floor =
-            Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
-        run.handoff_notified =
-            Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
-    }
+    let r = &target.raw;
+    run.handoff_floor = Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
+    run.handoff_notified =
+        Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
     for rep in 0..plan.handoff_reps {
         if caps.watch {
             run.handoff_watch
@@ -442,25 +494,26 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         run.handoff_watch, run.handoff_poll
     );
 
-    // 5. renewal load
+    // 5. renewal load, in every configuration the backend has (the default first).
     let n = if name == "k8s" {
         plan.renewal_leases_k8s
     } else {
         plan.renewal_leases
     };
-    run.renewal = Some(
-        measure::renewal_load(
-            &target.renewal_store,
+    for (i, (config, renewal_store)) in target.renewal_stores.iter().enumerate() {
+        let load = measure::renewal_load(
+            renewal_store,
             raw,
-            &format!("{ns}-r"),
+            &format!("{ns}-r{i}"),
             n,
             plan.renewal_ttl,
             plan.renewal_intervals,
             name != "k8s",
         )
-        .await,
-    );
-    eprintln!("[{name}] renewal {:?}", run.renewal);
+        .await;
+        eprintln!("[{name}] renewal ({config}) {load:?}");
+        run.renewal.push((config, load));
+    }
     cleanup(target.cleanup, &ns).await;
     run
 }
@@ -517,7 +570,51 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
+/// The hidden subcommand of the holder process (`lease-bench __hold BACKEND KEY TTL_MS`).
+const HOLD_COMMAND: &str = "__hold";
+/// The SQLite file a holder process opens (the parent's library file).
+const HOLD_SQLITE_FILE: &str = "LEASE_BENCH_HOLD_SQLITE_FILE";
+
+/// The holder process: connects to `backend` on its own, holds the key, waits to be killed.
+fn hold_main(args: &[String]) -> Result<(), String> {
+    let [backend, key, ttl_ms] = args else {
+        return Err(format!(
+            "usage: lease-bench {HOLD_COMMAND} BACKEND KEY TTL_MS"
+        ));
+    };
+    let ttl = Duration::from_millis(ttl_ms.parse().map_err(|e| format!("TTL_MS: {e}"))?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let store: Arc<dyn LeaseStore> = match std::env::var_os(HOLD_SQLITE_FILE) {
+            Some(file) if backend == "sqlite" => Arc::new(
+                lease_sqlite::SqliteLeaseStore::open(PathBuf::from(file))
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            _ => {
+                let name = BACKENDS
+                    .iter()
+                    .find(|b| **b == backend.as_str())
+                    .ok_or_else(|| format!("unknown backend {backend}"))?;
+                connect(name).await?.store
+            }
+        };
+        measure::hold_until_killed(&store, key, ttl).await
+    })
+}
+
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(HOLD_COMMAND) {
+        if let Err(e) = hold_main(&argv[2..]) {
+            eprintln!("lease-bench {HOLD_COMMAND}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {

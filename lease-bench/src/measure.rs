@@ -1,4 +1,5 @@
-//! The five measurements, over any [`LeaseStore`] (library side) and a [`Raw`] protocol.
+//! The five measurements, over the sides of [`SIDES`]: stores, the supervisor, and hand-written
+//! protocols ([`Raw`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +11,34 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, KeyState, KeyWatch, Lease, LeaseKey, LeaseStore,
     OwnerId, ReleaseOutcome, RenewOutcome, Result,
 };
-use lease_testkit::faulty::{FaultyStore, Operation};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
 
 use crate::raw::Raw;
 use crate::sys;
 
 type Failure = String;
+
+/// The sides measured together in throughput and latency, in this order (the index constants
+/// below): the bare store, the supervisor users run over it, the `lease-otel` decorated store,
+/// the library's own protocol issued directly, and the minimal hand-written lease.
+pub(crate) const SIDES: [&str; 5] = [
+    "library",
+    "supervisor",
+    "lease-otel store",
+    "same protocol",
+    "minimal",
+];
+/// Index of the bare library store in [`SIDES`].
+pub(crate) const LIB: usize = 0;
+/// Index of the supervisor in [`SIDES`].
+pub(crate) const SUP: usize = 1;
+/// Index of the `lease-otel` decorated store in [`SIDES`].
+pub(crate) const OTEL: usize = 2;
+/// Index of the library's own protocol, issued directly, in [`SIDES`].
+pub(crate) const RAW: usize = 3;
+/// Index of the minimal hand-written lease in [`SIDES`].
+pub(crate) const MIN: usize = 4;
 
 fn key(ns: &str, name: &str) -> LeaseKey {
     LeaseKey::new(format!("{ns}-{name}")).expect("bench keys are legal")
@@ -30,22 +52,51 @@ pub(crate) fn legal_ttl(caps: &Capabilities, d: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
 }
 
-/// A forwarding store that can hide its watch (the supervisor then waits by bounded polling)
-/// and its batched renewal (`renew_many` then renews one by one through [`LeaseStore::renew`],
-/// as the trait's default does, so a counting store below sees every request).
+/// Calls counted by [`Wrapped`] (the bench's own counter; no test kit needed).
+#[derive(Debug, Default)]
+pub(crate) struct Calls {
+    acquire: AtomicU64,
+    renew: AtomicU64,
+    renew_wall_ns: AtomicU64,
+}
+
+impl Calls {
+    /// Acquire calls so far.
+    pub(crate) fn acquires(&self) -> u64 {
+        self.acquire.load(Ordering::Relaxed)
+    }
+    /// Renewal round trips so far: one per `renew_many` where the store batches, one per
+    /// lease where it renews one by one.
+    pub(crate) fn renews(&self) -> u64 {
+        self.renew.load(Ordering::Relaxed)
+    }
+    /// Wall time spent inside `renew_many` so far.
+    pub(crate) fn renew_wall(&self) -> Duration {
+        Duration::from_nanos(self.renew_wall_ns.load(Ordering::Relaxed))
+    }
+}
+
+/// How many single renewals run at once where a store has no batch (Kubernetes).
+pub(crate) const RENEW_CONCURRENCY: usize = 32;
+
+/// A forwarding store that counts calls, and can hide its watch (the supervisor then waits by
+/// bounded polling) and its batched renewal (`renew_many` then renews one by one through
+/// [`LeaseStore::renew`], at most [`RENEW_CONCURRENCY`] at once, each counted as one request).
 #[derive(Debug)]
 pub(crate) struct Wrapped {
     pub(crate) inner: Arc<dyn LeaseStore>,
     pub(crate) watch: bool,
     pub(crate) batch: bool,
+    pub(crate) calls: Arc<Calls>,
 }
 
 impl Wrapped {
-    pub(crate) fn no_watch(inner: Arc<dyn LeaseStore>) -> Self {
+    pub(crate) fn new(inner: Arc<dyn LeaseStore>, watch: bool) -> Self {
         Wrapped {
             inner,
-            watch: false,
+            watch,
             batch: true,
+            calls: Arc::default(),
         }
     }
 }
@@ -60,9 +111,11 @@ impl LeaseStore for Wrapped {
         caps.with_watch(caps.watch && self.watch)
     }
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        self.calls.acquire.fetch_add(1, Ordering::Relaxed);
         self.inner.acquire(req).await
     }
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        self.calls.renew.fetch_add(1, Ordering::Relaxed);
         self.inner.renew(lease).await
     }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -72,17 +125,31 @@ impl LeaseStore for Wrapped {
         self.inner.inspect(key).await
     }
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        if self.batch {
-            return self.inner.renew_many(leases).await;
-        }
-        let mut out = Vec::with_capacity(leases.len());
-        for lease in leases {
-            match self.inner.renew(lease).await {
-                Err(e) if !e.is_invalid_input() => return Err(e),
-                r => out.push(r),
+        let t = Instant::now();
+        let out = if self.batch {
+            self.calls.renew.fetch_add(1, Ordering::Relaxed);
+            self.inner.renew_many(leases).await
+        } else {
+            let n = u64::try_from(leases.len()).unwrap_or(u64::MAX);
+            self.calls.renew.fetch_add(n, Ordering::Relaxed);
+            let renewals: Vec<_> = leases.iter().map(|l| self.inner.renew(l)).collect();
+            let results: Vec<Result<RenewOutcome>> = futures::stream::iter(renewals)
+                .buffered(RENEW_CONCURRENCY)
+                .collect()
+                .await;
+            let mut out = Vec::with_capacity(results.len());
+            let mut failed = None;
+            for r in results {
+                match r {
+                    Err(e) if !e.is_invalid_input() => failed = failed.or(Some(e)),
+                    r => out.push(r),
+                }
             }
-        }
-        Ok(out)
+            failed.map_or(Ok(out), Err)
+        };
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.calls.renew_wall_ns.fetch_add(ns, Ordering::Relaxed);
+        out
     }
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         if self.watch {
@@ -93,116 +160,159 @@ impl LeaseStore for Wrapped {
     }
 }
 
+/// One way of taking and giving back a lease, measured side by side with the others.
+#[derive(Clone)]
+pub(crate) enum Side {
+    /// A bare or decorated [`LeaseStore`]: `acquire` then `release`.
+    Store(Arc<dyn LeaseStore>),
+    /// The supervisor users run: `Supervisor::acquire` then `LeaseGuard::release`.
+    Supervisor(Box<Supervisor>),
+    /// A hand-written protocol: the library's own ([`crate::raw`]) or the minimal floor.
+    Proto(Arc<dyn Raw>),
+}
+
+impl Side {
+    /// One acquire of the free key `k` (timed: the figure returned) and its release (untimed).
+    async fn pair(
+        &self,
+        k: &LeaseKey,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> std::result::Result<Duration, Failure> {
+        let t = Instant::now();
+        match self {
+            Side::Store(store) => {
+                let r = store
+                    .acquire(&AcquireRequest::new(k.clone(), owner.clone(), ttl))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let took = t.elapsed();
+                let lease = r.lease().ok_or_else(|| format!("{k} held"))?;
+                let _ = store.release(&lease).await.map_err(|e| e.to_string())?;
+                Ok(took)
+            }
+            Side::Supervisor(sup) => {
+                let g = match sup.acquire(k).await.map_err(|e| e.to_string())? {
+                    Acquisition::Acquired(g) => g,
+                    other => return Err(format!("{k}: {other:?}")),
+                };
+                let took = t.elapsed();
+                let _ = g.release().await.map_err(|e| e.to_string())?;
+                Ok(took)
+            }
+            Side::Proto(raw) => {
+                let g = raw
+                    .acquire(k, &owner.to_string(), ttl)
+                    .await?
+                    .ok_or_else(|| format!("{k} held"))?;
+                let took = t.elapsed();
+                raw.release(&g).await?;
+                Ok(took)
+            }
+        }
+    }
+}
+
 // ---- 1. throughput -------------------------------------------------------------------------
 
-/// Acquire+release pairs per second through the library and through the raw protocol, measured
-/// together: `clients` tasks switch between the two sides every `block` (all at the same
-/// moments, so that all clients run the same side at once, as in a run of its own), each on
-/// its own keys. Every task times each of its pairs and adds it to the side it ran on; a side's
-/// rate is the sum over the clients of pairs done / time spent on that side. Slow drifts of a
-/// shared machine (another process's burst, a background compaction of the store) then fall on
-/// both sides alike, which consecutive runs of each side cannot promise. Without a raw
-/// protocol the library runs the whole time.
+/// One side's throughput: its rate (acquire+release pairs per second), and its A/A ratio (the
+/// rate in one half of its blocks over the rate in the other half: the run's own noise).
+pub(crate) type Rate = (std::result::Result<f64, Failure>, Option<f64>);
+
+/// Acquire+release pairs per second of every side, measured together: `clients` tasks switch
+/// side every `block` (all at the same moments, so that all clients run the same side at
+/// once, as in a run of its own), in turn, each on keys of its own. Every task times each of
+/// its pairs and adds it to the side it ran on; a side's rate is the sum over the clients of
+/// pairs done / time spent on that side. Slow drifts of a shared machine (another process's
+/// burst, a background compaction of the store) then fall on all sides alike, which
+/// consecutive runs of each side cannot promise. Each side's blocks alternate between two
+/// halves, A and B, whose ratio (A/A) shows how far two measurements of the same side differ.
 pub(crate) async fn throughput_interleaved(
-    store: &Arc<dyn LeaseStore>,
-    raw: Option<&Arc<dyn Raw>>,
+    sides: &[Side],
+    ttl: Duration,
     ns: &str,
     clients: usize,
     run_for: Duration,
     block: Duration,
-) -> (
-    std::result::Result<f64, Failure>,
-    Option<std::result::Result<f64, Failure>>,
-    Option<f64>,
-) {
-    let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
+) -> Vec<Rate> {
+    let n = sides.len().max(1);
     let start = Instant::now();
     let deadline = start + run_for;
     let block_ns = block.as_nanos().max(1);
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let store = store.clone();
-        let raw = raw.cloned();
-        let req = AcquireRequest::new(key(ns, &format!("tl{c}")), OwnerId::random(), ttl);
-        let raw_key = key(ns, &format!("tr{c}"));
-        let raw_owner = OwnerId::random().to_string();
+        let sides = sides.to_vec();
+        let keys: Vec<LeaseKey> = (0..sides.len())
+            .map(|i| key(ns, &format!("t{i}c{c}")))
+            .collect();
+        let owner = OwnerId::random();
         tasks.push(tokio::spawn(async move {
-            // [library, raw A, raw B]: (pairs, time)
-            let mut sides = [(0u64, Duration::ZERO); 3];
+            // Per side, per half: (pairs, time).
+            let mut done = vec![[(0u64, Duration::ZERO); 2]; sides.len()];
             loop {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
                 }
                 let block_no = (now - start).as_nanos() / block_ns;
-                let raw_turn = raw.is_some() && block_no.is_multiple_of(2);
-                // Raw blocks alternate between two halves, A and B, whose ratio (A/A) shows
-                // how far two measurements of the same protocol differ in this run.
-                let half = if (block_no / 2).is_multiple_of(2) {
-                    1
-                } else {
-                    2
-                };
-                if let (true, Some(raw)) = (raw_turn, raw.as_ref()) {
-                    let g = raw
-                        .acquire(&raw_key, &raw_owner, ttl)
-                        .await
-                        .map_err(|e| (1, e))?
-                        .ok_or_else(|| (1, format!("raw acquire of {raw_key} refused")))?;
-                    raw.release(&g).await.map_err(|e| (1, e))?;
-                    sides[half].0 += 1;
-                    sides[half].1 += now.elapsed();
-                } else {
-                    let lease = match store.acquire(&req).await.map_err(|e| (0, e.to_string()))? {
-                        AcquireOutcome::Acquired(l) => l,
-                        AcquireOutcome::Held(h) => {
-                            return Err((0, format!("held by {}", h.owner)));
-                        }
-                    };
-                    let _ = store
-                        .release(&lease)
-                        .await
-                        .map_err(|e| (0, e.to_string()))?;
-                    sides[0].0 += 1;
-                    sides[0].1 += now.elapsed();
-                }
+                let side = usize::try_from(block_no % n as u128).unwrap_or(0);
+                let half = usize::from(!(block_no / n as u128).is_multiple_of(2));
+                sides[side]
+                    .pair(&keys[side], &owner, ttl)
+                    .await
+                    .map_err(|e| (side, e))?;
+                done[side][half].0 += 1;
+                done[side][half].1 += now.elapsed();
             }
-            Ok::<_, (usize, Failure)>(sides)
+            Ok::<_, (usize, Failure)>(done)
         }));
     }
-    let mut rates = [Ok(0.0), Ok(0.0)];
+    let mut rates: Vec<std::result::Result<f64, Failure>> = vec![Ok(0.0); sides.len()];
     // Σ over the clients of the halves' rates; `None` once a client did not run both halves.
-    let mut halves = Some((0.0, 0.0));
+    let mut halves: Vec<Option<(f64, f64)>> = vec![Some((0.0, 0.0)); sides.len()];
     for t in tasks {
         match t.await {
-            Ok(Ok([l, a, b])) => {
-                let raw_all = (a.0 + b.0, a.1 + b.1);
-                for (r, (n, d)) in rates.iter_mut().zip([l, raw_all]) {
-                    if let (Ok(r), true) = (r, n > 0) {
-                        *r += rate(n, d);
+            Ok(Ok(done)) => {
+                for (i, [a, b]) in done.into_iter().enumerate() {
+                    let (pairs, time) = (a.0 + b.0, a.1 + b.1);
+                    if let (Ok(r), true) = (&mut rates[i], pairs > 0) {
+                        *r += rate(pairs, time);
                     }
+                    halves[i] = match halves[i] {
+                        Some((x, y)) if a.0 > 0 && b.0 > 0 => {
+                            Some((x + rate(a.0, a.1), y + rate(b.0, b.1)))
+                        }
+                        _ => None,
+                    };
                 }
-                halves = match halves {
-                    Some((x, y)) if a.0 > 0 && b.0 > 0 => {
-                        Some((x + rate(a.0, a.1), y + rate(b.0, b.1)))
-                    }
-                    _ => None,
-                };
             }
             Ok(Err((side, e))) => {
-                // The other side's figure lost this client's share: no figure either.
-                rates[1 - side] = Err(format!("the other side failed: {e}"));
-                rates[side] = Err(e);
+                // The other sides' figures lost this client's share: no figures either.
+                for (i, r) in rates.iter_mut().enumerate() {
+                    *r = Err(if i == side {
+                        e.clone()
+                    } else {
+                        format!("another side failed: {e}")
+                    });
+                }
             }
-            Err(e) => rates = [Err(e.to_string()), Err(e.to_string())],
+            Err(e) => rates.iter_mut().for_each(|r| *r = Err(e.to_string())),
         }
     }
-    let [lib, rawr] = rates;
-    let aa = halves
-        .filter(|(_, b)| *b > 0.0)
-        .map(|(a, b)| a / b)
-        .filter(|_| raw.is_some());
-    (lib, raw.map(|_| rawr), aa)
+    rates
+        .into_iter()
+        .zip(halves)
+        .map(|(r, h)| {
+            let r = r.and_then(|x| {
+                if x > 0.0 {
+                    Ok(x)
+                } else {
+                    Err("no pair done (the run was shorter than its blocks)".into())
+                }
+            });
+            (r, h.filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b))
+        })
+        .collect()
 }
 
 fn rate(n: u64, d: Duration) -> f64 {
@@ -212,43 +322,27 @@ fn rate(n: u64, d: Duration) -> f64 {
 
 // ---- 2. latency ----------------------------------------------------------------------------
 
-/// Acquire latencies (the release after each is not timed).
-pub(crate) async fn latency_lib(
-    store: &Arc<dyn LeaseStore>,
+/// One acquire latency of each side, in turn starting with side `round % sides.len()` (so no
+/// side always goes first), added to `acc` (one list per side; a side that failed keeps its
+/// error). The release after each acquire is not timed.
+pub(crate) async fn latency_round(
+    sides: &[Side],
+    ttl: Duration,
     ns: &str,
-    samples: usize,
-) -> std::result::Result<Vec<Duration>, Failure> {
-    let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
-    let req = AcquireRequest::new(key(ns, "ll"), OwnerId::random(), ttl);
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let t = Instant::now();
-        let r = store.acquire(&req).await.map_err(|e| e.to_string())?;
-        out.push(t.elapsed());
-        let lease = r.lease().ok_or("latency key held")?;
-        let _ = store.release(&lease).await.map_err(|e| e.to_string())?;
+    owner: &OwnerId,
+    round: usize,
+    acc: &mut [std::result::Result<Vec<Duration>, Failure>],
+) {
+    let n = sides.len();
+    for j in 0..n {
+        let i = (round + j) % n;
+        if let Ok(v) = &mut acc[i] {
+            match sides[i].pair(&key(ns, &format!("l{i}")), owner, ttl).await {
+                Ok(d) => v.push(d),
+                Err(e) => acc[i] = Err(e),
+            }
+        }
     }
-    Ok(out)
-}
-
-/// Raw acquire latencies.
-pub(crate) async fn latency_raw(
-    raw: &Arc<dyn Raw>,
-    caps: &Capabilities,
-    ns: &str,
-    samples: usize,
-) -> std::result::Result<Vec<Duration>, Failure> {
-    let ttl = legal_ttl(caps, Duration::from_secs(10));
-    let k = key(ns, "lr");
-    let owner = OwnerId::random().to_string();
-    let mut out = Vec::with_capacity(samples);
-    for _ in 0..samples {
-        let t = Instant::now();
-        let g = raw.acquire(&k, &owner, ttl).await?;
-        out.push(t.elapsed());
-        raw.release(&g.ok_or("raw latency key held")?).await?;
-    }
-    Ok(out)
 }
 
 /// The `q` quantile (0..=1) of `v`, in milliseconds.
@@ -264,18 +358,6 @@ pub(crate) fn quantile_ms(v: &[Duration], q: f64) -> f64 {
         .find(|i| f64::from(u32::try_from(*i).unwrap_or(u32::MAX)) >= idx)
         .unwrap_or(v.len() - 1);
     v[idx].as_secs_f64() * 1000.0
-}
-
-/// The `q` quantile of `v` taken as `rounds` consecutive equal rounds: the best (lowest) of the
-/// rounds' quantiles, in milliseconds, as throughput takes the best of its rounds.
-pub(crate) fn best_quantile_ms(v: &[Duration], rounds: usize, q: f64) -> f64 {
-    let per = v.len() / rounds.max(1);
-    if per == 0 {
-        return quantile_ms(v, q);
-    }
-    v.chunks_exact(per)
-        .map(|c| quantile_ms(c, q))
-        .fold(f64::INFINITY, f64::min)
 }
 
 // ---- RTT -----------------------------------------------------------------------------------
@@ -320,11 +402,7 @@ pub(crate) async fn takeover(
 ) {
     let k = key(ns, &format!("to{rep}{}", if watch { "w" } else { "p" }));
     let floor_key = key(ns, &format!("to{rep}f"));
-    let waiter_store: Arc<dyn LeaseStore> = if watch {
-        store.clone()
-    } else {
-        Arc::new(Wrapped::no_watch(store.clone()))
-    };
+    let waiter_store: Arc<dyn LeaseStore> = Arc::new(Wrapped::new(store.clone(), watch));
     let sup = Supervisor::from_arc(
         waiter_store,
         SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
@@ -354,6 +432,84 @@ pub(crate) async fn takeover(
         }
     };
     tokio::join!(take, own)
+}
+
+/// The line a holder process prints once granted: `granted <half its acquire round trip in µs>`.
+pub(crate) const HOLDER_GRANTED: &str = "granted";
+
+/// Takeover from a dead process: a holder in a process of its own (`holder`, given the key and
+/// the TTL in milliseconds as its last two arguments) acquires the free key with its own
+/// connections and reports its grant; it is killed with SIGKILL at once, and a supervisor of
+/// this process (with the store's watch where it has one) waits for the key. Figure:
+/// milliseconds from the store-side expiry (the midpoint of the holder's acquire round trip,
+/// taken as the moment its report is read less half the round trip it measured, plus the TTL)
+/// to the waiter's grant.
+pub(crate) async fn takeover_killed(
+    store: &Arc<dyn LeaseStore>,
+    ns: &str,
+    rep: usize,
+    ttl: Duration,
+    mut holder: tokio::process::Command,
+) -> std::result::Result<f64, Failure> {
+    use tokio::io::AsyncBufReadExt;
+    let k = key(ns, &format!("tk{rep}"));
+    let sup = Supervisor::from_arc(
+        store.clone(),
+        SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3 + Duration::from_secs(5)),
+    );
+    random_phase(Duration::from_millis(500)).await;
+    let mut child = holder
+        .arg(k.as_str())
+        .arg(ttl.as_millis().to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting the holder process: {e}"))?;
+    let stdout = child.stdout.take().ok_or("the holder has no stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .map_err(|_| "the holder did not report a grant within 30 s".to_string())?
+        .map_err(|e| e.to_string())?
+        .ok_or("the holder exited without a grant")?;
+    let read_at = Instant::now();
+    // SIGKILL: no release, no clean close of its connections.
+    child.start_kill().map_err(|e| e.to_string())?;
+    let _ = child.wait().await;
+    let half_rtt = line
+        .strip_prefix(HOLDER_GRANTED)
+        .and_then(|us| us.trim().parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .ok_or_else(|| format!("the holder said {line:?}"))?;
+    let expiry = read_at - half_rtt + ttl;
+    let guard = match sup.acquire(&k).await.map_err(|e| e.to_string())? {
+        Acquisition::Acquired(g) => g,
+        other => return Err(format!("the waiter did not take over: {other:?}")),
+    };
+    let granted = Instant::now();
+    let _ = guard.release().await;
+    Ok(signed_ms(granted, expiry))
+}
+
+/// The holder process of [`takeover_killed`]: acquires `key` for `ttl` on `store`, prints
+/// [`HOLDER_GRANTED`] with half its acquire round trip, and waits to be killed (at most a
+/// minute, in case its parent died first).
+pub(crate) async fn hold_until_killed(
+    store: &Arc<dyn LeaseStore>,
+    key: &str,
+    ttl: Duration,
+) -> std::result::Result<(), Failure> {
+    use std::io::Write as _;
+    let k = LeaseKey::new(key).map_err(|e| e.to_string())?;
+    let sent = Instant::now();
+    hold(store, &k, ttl, "takeover-from-a-process").await?;
+    let half = (Instant::now() - sent) / 2;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{HOLDER_GRANTED} {}", half.as_micros()).map_err(|e| e.to_string())?;
+    out.flush().map_err(|e| e.to_string())?;
+    drop(out);
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
 }
 
 /// A fresh owner's grant of `k`, which must be free (`what` names the measurement in errors).
@@ -391,14 +547,10 @@ pub(crate) async fn handoff(
     let ttl = legal_ttl(&store.capabilities(), Duration::from_secs(10));
     let k = key(ns, &format!("ho{rep}{}", if watch { "w" } else { "p" }));
     let holder = hold(store, &k, ttl, "handoff").await?;
-    let inner: Arc<dyn LeaseStore> = if watch {
-        store.clone()
-    } else {
-        Arc::new(Wrapped::no_watch(store.clone()))
-    };
-    let counted = FaultyStore::new(inner);
+    let counted = Arc::new(Wrapped::new(store.clone(), watch));
+    let calls = counted.calls.clone();
     let sup = Supervisor::from_arc(
-        Arc::new(counted.clone()),
+        counted,
         SupervisorConfig::new(ttl).with_acquire_wait(ttl * 2),
     );
     let waiter = tokio::spawn(async move {
@@ -408,7 +560,7 @@ pub(crate) async fn handoff(
     });
     // Let the waiter make its first attempt and settle into waiting.
     let settle = Instant::now() + Duration::from_secs(10);
-    while counted.calls(Operation::Acquire) == 0 && Instant::now() < settle {
+    while calls.acquires() == 0 && Instant::now() < settle {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -536,6 +688,8 @@ pub(crate) struct RenewalLoad {
     pub(crate) acquire_spread: Duration,
     pub(crate) intervals: u32,
     pub(crate) round_trips_per_interval: f64,
+    /// Wall time spent inside `renew_many` per interval (summed over overlapping calls).
+    pub(crate) renew_wall_ms_per_interval: f64,
     /// Requests counted by the server over the same span, where it counts them.
     pub(crate) server_requests_per_interval: Option<f64>,
     pub(crate) cpu_ms_per_interval: f64,
@@ -557,12 +711,13 @@ pub(crate) async fn renewal_load(
     let ttl = legal_ttl(&store.capabilities(), ttl);
     let interval = ttl / 3;
     let window = interval / 20;
-    let counted = FaultyStore::new(store.clone());
+    let calls = Arc::new(Calls::default());
     let sup = Supervisor::from_arc(
         Arc::new(Wrapped {
-            inner: Arc::new(counted.clone()),
+            inner: store.clone(),
             watch: true,
             batch,
+            calls: calls.clone(),
         }),
         SupervisorConfig::new(ttl)
             .with_renewal_batching(window)
@@ -592,7 +747,8 @@ pub(crate) async fn renewal_load(
     }
     // Warm up one interval (the first renewals), then count.
     tokio::time::sleep(interval + window * 2).await;
-    let calls0 = counted.calls(Operation::Renew);
+    let calls0 = calls.renews();
+    let wall0 = calls.renew_wall();
     let server0 = match raw {
         Some(r) => r.server_requests().await?,
         None => None,
@@ -604,14 +760,15 @@ pub(crate) async fn renewal_load(
             tokio::time::sleep(interval / 10).await;
             eprintln!(
                 "  renew calls so far: {} at +{:?}",
-                counted.calls(Operation::Renew) - calls0,
+                calls.renews() - calls0,
                 start.elapsed()
             );
         }
     } else {
         tokio::time::sleep(interval * intervals).await;
     }
-    let calls1 = counted.calls(Operation::Renew);
+    let calls1 = calls.renews();
+    let wall1 = calls.renew_wall();
     let cpu1 = sys::cpu_time();
     let server1 = match raw {
         Some(r) => r.server_requests().await?,
@@ -619,7 +776,7 @@ pub(crate) async fn renewal_load(
     };
     let still_held = guards.iter().filter(|g| g.may_act()).count();
     release_all(guards).await;
-    let calls = u32::try_from(calls1 - calls0).unwrap_or(u32::MAX);
+    let renew_calls = u32::try_from(calls1 - calls0).unwrap_or(u32::MAX);
     let leases_f = f64::from(u32::try_from(n.max(1)).unwrap_or(u32::MAX));
     let grown = rss1.saturating_sub(rss0);
     Ok(RenewalLoad {
@@ -628,12 +785,12 @@ pub(crate) async fn renewal_load(
         window,
         acquire_spread,
         intervals,
-        round_trips_per_interval: f64::from(calls) / f64::from(intervals),
-        // The two counter reads themselves are one request each (Redis counts the first INFO).
-        server_requests_per_interval: server0.zip(server1).map(|(a, b)| {
-            let d = u32::try_from(b.saturating_sub(a).saturating_sub(1)).unwrap_or(u32::MAX);
-            f64::from(d) / f64::from(intervals)
-        }),
+        round_trips_per_interval: f64::from(renew_calls) / f64::from(intervals),
+        renew_wall_ms_per_interval: wall1.saturating_sub(wall0).as_secs_f64() * 1000.0
+            / f64::from(intervals),
+        server_requests_per_interval: server0
+            .zip(server1)
+            .map(|(a, b)| requests_per_interval(a, b, intervals)),
         cpu_ms_per_interval: cpu1.saturating_sub(cpu0).as_secs_f64() * 1000.0
             / f64::from(intervals),
         rss_bytes_per_lease: f64::from(u32::try_from(grown).unwrap_or(u32::MAX)) / leases_f,
@@ -646,4 +803,11 @@ async fn release_all(guards: Vec<lease_core::supervisor::LeaseGuard>) {
         .buffer_unordered(64)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// Requests per interval between two readings of [`Raw::server_requests`], which leaves out its
+/// own reads: the difference is the requests sent in between, nothing to subtract.
+pub(crate) fn requests_per_interval(before: u64, after: u64, intervals: u32) -> f64 {
+    let d = u32::try_from(after.saturating_sub(before)).unwrap_or(u32::MAX);
+    f64::from(d) / f64::from(intervals.max(1))
 }

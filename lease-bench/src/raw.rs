@@ -21,18 +21,18 @@ use tokio::sync::mpsc;
 /// One grant made through a raw protocol.
 #[derive(Debug, Clone)]
 pub(crate) struct RawGrant {
-    key: LeaseKey,
-    owner: String,
-    token: i64,
+    pub(crate) key: LeaseKey,
+    pub(crate) owner: String,
+    pub(crate) token: i64,
     /// etcd: the lock key and its etcd lease.
-    lock: Option<(String, i64)>,
+    pub(crate) lock: Option<(String, i64)>,
     /// Kubernetes: the Lease object as written by the grant.
-    object: Option<Box<KubeLease>>,
+    pub(crate) object: Option<Box<KubeLease>>,
 }
 
-type R<T> = Result<T, String>;
+pub(crate) type R<T> = Result<T, String>;
 
-fn s<E: std::fmt::Display>(e: E) -> String {
+pub(crate) fn s<E: std::fmt::Display>(e: E) -> String {
     e.to_string()
 }
 
@@ -57,9 +57,6 @@ pub(crate) trait Raw: Send + Sync {
         let _ = (key, ttl);
         Ok(None)
     }
-    /// The number of requests the server has handled so far, counted by the server itself
-    /// (etcd's gRPC metrics, Redis's `INFO commandstats`); `None` where it has no such
-    /// counter. Deltas of it count round trips independently of the client.
     /// Release notifications for `key` through the store's own mechanism (PostgreSQL `NOTIFY`,
     /// the Redis release channel, an etcd watch, a Kubernetes watch, SQLite's in-process wake),
     /// one `()` per event, subscribed before it returns; `None` where the store has none. A hint
@@ -67,6 +64,11 @@ pub(crate) trait Raw: Send + Sync {
     async fn subscribe(&self, _key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
         Ok(None)
     }
+    /// The number of requests the server has handled so far, counted by the server itself
+    /// (etcd's gRPC metrics, Redis's `INFO commandstats`), **not counting the reads of this
+    /// counter** (Redis leaves `INFO` out; etcd's `/metrics` is plain HTTP, not a gRPC
+    /// message); `None` where it has no such counter. The difference of two readings is
+    /// therefore exactly the requests sent between them, with nothing to subtract.
     async fn server_requests(&self) -> R<Option<u64>> {
         Ok(None)
     }
@@ -98,7 +100,7 @@ where
     rx
 }
 
-fn ttl_ms(ttl: Duration) -> i64 {
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
 }
 
@@ -724,7 +726,7 @@ pub(crate) struct KubeRaw {
     pub(crate) store: lease_k8s::KubeLeaseStore,
 }
 
-fn micro_now() -> MicroTime {
+pub(crate) fn micro_now() -> MicroTime {
     MicroTime(jiff::Timestamp::now())
 }
 
@@ -886,5 +888,27 @@ mod tests {
                     cmdstat_info:calls=2,usec=9,usec_per_call=4.50,rejected_calls=0,failed_calls=0\r\n\
                     cmdstat_ping:calls=1,usec=1,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n";
         assert_eq!(redis_client_requests(info, &cmds), 4);
+    }
+
+    /// Issue 22 part 5: `INFO` was subtracted twice, once here (`cmdstat_info` left out) and
+    /// once more in the renewal load's difference of two readings.
+    #[test]
+    fn requests_between_two_info_readings_are_not_reduced_twice() {
+        let cmds = script_commands();
+        let reading = |info_calls: u32, pings: u32| {
+            format!(
+                "# Commandstats\r\n\
+                 cmdstat_info:calls={info_calls},usec=9,usec_per_call=4.50\r\n\
+                 cmdstat_ping:calls={pings},usec=1,usec_per_call=1.00\r\n"
+            )
+        };
+        // First INFO, then exactly 5 PINGs, then the second INFO.
+        let before = redis_client_requests(&reading(1, 10), &cmds);
+        let after = redis_client_requests(&reading(2, 15), &cmds);
+        assert_eq!(
+            crate::measure::requests_per_interval(before, after, 1),
+            5.0,
+            "5 PINGs were sent between the two readings"
+        );
     }
 }

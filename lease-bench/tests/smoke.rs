@@ -1,17 +1,27 @@
 //! Runs the built benchmark once in smoke mode and checks that its report has every section for
 //! every backend it could reach. Under `CI=true` or `LEASE_TEST_REQUIRE=1` every backend must have
-//! been reached (the skip rule of `lease_testkit::require_services`).
+//! been reached (the skip rule of the workspace's conformance suites).
 
 use std::process::Command;
 
 const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
-const SECTIONS: [&str; 5] = [
+const SECTIONS: [&str; 6] = [
+    "## 0. Goals against the minimal floor",
     "## 1. Acquire+release throughput",
     "## 2. Acquire latency",
     "## 3. Takeover after a holder dies",
     "## 4. Graceful handoff",
     "## 5. Renewal load",
 ];
+
+/// Whether every backend is required: under CI (`CI=true`) or with `LEASE_TEST_REQUIRE=1`.
+fn require_services() -> bool {
+    let set = |name: &str| {
+        std::env::var(name)
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    };
+    set("CI") || set("LEASE_TEST_REQUIRE")
+}
 
 /// The rows of the section starting with `heading` (up to the next `## `).
 fn section<'a>(report: &'a str, heading: &str) -> &'a str {
@@ -45,7 +55,7 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             measured.push(b);
         } else {
             assert!(
-                !lease_testkit::require_services(),
+                !require_services(),
                 "backend {b} is required (CI or LEASE_TEST_REQUIRE) but was not measured: {line}"
             );
             eprintln!("WARNING: {line}");
@@ -62,6 +72,20 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             assert!(
                 !row.contains("error:"),
                 "{b} failed a measurement in {heading:?}: {row}"
+            );
+        }
+    }
+    // The minimal baselines ran: a figure in their throughput column (the 7th) for every backend.
+    let throughput = section(&report, SECTIONS[1]);
+    for b in &measured {
+        for row in throughput
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {b} |")))
+        {
+            let minimal = row.split('|').nth(7).map(str::trim).unwrap_or_default();
+            assert!(
+                minimal.parse::<f64>().is_ok_and(|x| x > 0.0),
+                "{b}: no minimal baseline figure in {row}"
             );
         }
     }

@@ -1,0 +1,440 @@
+//! The minimal baselines: a lease with a fencing counter written the way an expert would write
+//! it by hand for each store, and no more. These are the floors the library's goals are judged
+//! against (not the library's own protocol, which `raw.rs` copies to measure the wrapper).
+//!
+//! - PostgreSQL: one upsert on a plain table without trigger; release is one guarded `UPDATE`.
+//! - Redis: `SET NX PX` plus `INCR` in one script; release is a compare-and-delete script.
+//! - etcd: a lease grant, then a txn guarded by `create_revision == 0` that puts the key with
+//!   the lease (the token is the txn's revision); release revokes the lease.
+//! - Kubernetes: a GET, then a resourceVersion-guarded REPLACE (or a CREATE); release is a
+//!   REPLACE with an empty holder. The token is the written object's resourceVersion.
+//! - SQLite: one upsert inside `BEGIN IMMEDIATE`; release is one guarded `UPDATE`.
+//!
+//! Each uses the same driver and connection (pool, connection manager, client) as the library,
+//! on keys or tables of its own.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, PostParams};
+use lease_core::LeaseKey;
+
+use crate::raw::{R, Raw, RawGrant, micro_now, s, ttl_ms};
+
+fn grant(key: &LeaseKey, owner: &str, token: i64) -> RawGrant {
+    RawGrant {
+        key: key.clone(),
+        owner: owner.to_string(),
+        token,
+        lock: None,
+        object: None,
+    }
+}
+
+// ---- PostgreSQL ------------------------------------------------------------------------------
+
+const PG_TABLE: &str = "CREATE TABLE IF NOT EXISTS lease_bench_minimal (\
+     lease_key text PRIMARY KEY, owner_id uuid, \
+     lease_until timestamptz NOT NULL DEFAULT '-infinity', fencing_token bigint NOT NULL DEFAULT 0)";
+
+const PG_ACQUIRE: &str = "INSERT INTO lease_bench_minimal AS l (lease_key, owner_id, lease_until) \
+     VALUES ($1, $2::uuid, clock_timestamp() + $3::bigint * interval '1 millisecond') \
+     ON CONFLICT (lease_key) DO UPDATE SET owner_id = $2::uuid, \
+       lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+       fencing_token = l.fencing_token + 1 \
+     WHERE l.lease_until < clock_timestamp() OR l.owner_id = $2::uuid \
+     RETURNING fencing_token";
+
+const PG_RELEASE: &str = "UPDATE lease_bench_minimal SET lease_until = '-infinity' \
+     WHERE lease_key = $1 AND owner_id = $2::uuid AND fencing_token = $3";
+
+/// The PostgreSQL floor, on the library store's pool.
+pub(crate) struct PgMinimal(pub(crate) sqlx::PgPool);
+
+impl PgMinimal {
+    /// Creates the floor's table if needed.
+    pub(crate) async fn new(pool: sqlx::PgPool) -> R<Self> {
+        sqlx::query(PG_TABLE).execute(&pool).await.map_err(s)?;
+        Ok(PgMinimal(pool))
+    }
+}
+
+#[async_trait]
+impl Raw for PgMinimal {
+    fn ping_name(&self) -> &'static str {
+        "SELECT 1"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let token: Option<i64> = sqlx::query_scalar(PG_ACQUIRE)
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(ttl_ms(ttl))
+            .fetch_optional(&self.0)
+            .await
+            .map_err(s)?;
+        Ok(token.map(|t| grant(key, owner, t)))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        sqlx::query(PG_RELEASE)
+            .bind(g.key.as_str())
+            .bind(g.owner.as_str())
+            .bind(g.token)
+            .execute(&self.0)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        sqlx::query("SELECT 1").execute(&self.0).await.map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}
+
+// ---- Redis -----------------------------------------------------------------------------------
+
+const REDIS_ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+";
+
+const REDIS_RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
+/// The Redis floor, on the library store's connection manager.
+pub(crate) struct RedisMinimal {
+    con: redis::aio::ConnectionManager,
+    acquire: redis::Script,
+    release: redis::Script,
+}
+
+impl RedisMinimal {
+    pub(crate) fn new(con: redis::aio::ConnectionManager) -> Self {
+        RedisMinimal {
+            con,
+            acquire: redis::Script::new(REDIS_ACQUIRE),
+            release: redis::Script::new(REDIS_RELEASE),
+        }
+    }
+
+    /// The holder key and the counter key of `key`.
+    fn keys(key: &LeaseKey) -> (String, String) {
+        (
+            format!("bench-min:{}", key.as_str()),
+            format!("bench-min:{}:token", key.as_str()),
+        )
+    }
+
+    /// Deletes the keys of `ns`.
+    pub(crate) async fn cleanup(&self, ns: &str) {
+        let mut con = self.con.clone();
+        let pattern = format!("bench-min:{ns}*");
+        let mut cursor: u64 = 0;
+        loop {
+            let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut con)
+                .await;
+            let Ok((next, keys)) = r else { break };
+            if !keys.is_empty() {
+                let _: redis::RedisResult<i64> =
+                    redis::cmd("DEL").arg(&keys).query_async(&mut con).await;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+}
+
+#[async_trait]
+impl Raw for RedisMinimal {
+    fn ping_name(&self) -> &'static str {
+        "PING"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let (holder, counter) = Self::keys(key);
+        let mut con = self.con.clone();
+        let token: Option<i64> = self
+            .acquire
+            .key(holder)
+            .key(counter)
+            .arg(owner)
+            .arg(ttl_ms(ttl))
+            .invoke_async(&mut con)
+            .await
+            .map_err(s)?;
+        Ok(token.map(|t| grant(key, owner, t)))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        let (holder, _) = Self::keys(&g.key);
+        let mut con = self.con.clone();
+        let _: i64 = self
+            .release
+            .key(holder)
+            .arg(g.owner.as_str())
+            .invoke_async(&mut con)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        let mut con = self.con.clone();
+        let _: String = redis::cmd("PING").query_async(&mut con).await.map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}
+
+// ---- etcd ------------------------------------------------------------------------------------
+
+/// The etcd floor, on the library store's client.
+pub(crate) struct EtcdMinimal(pub(crate) etcd_client::Client);
+
+#[async_trait]
+impl Raw for EtcdMinimal {
+    fn ping_name(&self) -> &'static str {
+        "Status"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let k = format!("bench-min/{}", key.as_str());
+        let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut lc = self.0.lease_client();
+        let lease_id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                k.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then(vec![TxnOp::put(
+                k.clone(),
+                owner,
+                Some(PutOptions::new().with_lease(lease_id)),
+            )]);
+        let resp = self.0.kv_client().txn(txn).await.map_err(s)?;
+        if !resp.succeeded() {
+            let _ = lc.revoke(lease_id).await;
+            return Ok(None);
+        }
+        let token = resp.header().map(|h| h.revision()).ok_or("no header")?;
+        let mut g = grant(key, owner, token);
+        g.lock = Some((k, lease_id));
+        Ok(Some(g))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        let (_, lease_id) = g.lock.clone().ok_or("not an etcd grant")?;
+        self.0.lease_client().revoke(lease_id).await.map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        self.0.maintenance_client().status().await.map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}
+
+// ---- Kubernetes ------------------------------------------------------------------------------
+
+/// The Kubernetes floor, on a client configured like the library's.
+pub(crate) struct KubeMinimal(pub(crate) Api<KubeLease>);
+
+impl KubeMinimal {
+    fn name(key: &LeaseKey) -> String {
+        format!("min-{}", key.as_str())
+    }
+}
+
+#[async_trait]
+impl Raw for KubeMinimal {
+    fn ping_name(&self) -> &'static str {
+        "GET of an absent Lease"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let name = Self::name(key);
+        let secs = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
+        let t = micro_now();
+        let spec = |old: Option<&LeaseSpec>| LeaseSpec {
+            holder_identity: Some(owner.to_string()),
+            lease_duration_seconds: Some(secs),
+            acquire_time: Some(t.clone()),
+            renew_time: Some(t.clone()),
+            lease_transitions: Some(
+                old.and_then(|o| o.lease_transitions)
+                    .unwrap_or(0)
+                    .saturating_add(1),
+            ),
+            ..LeaseSpec::default()
+        };
+        let written = match self.0.get_opt(&name).await.map_err(s)? {
+            None => {
+                let obj = KubeLease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec(None)),
+                };
+                match self.0.create(&PostParams::default(), &obj).await {
+                    Ok(o) => o,
+                    Err(_) => return Ok(None),
+                }
+            }
+            Some(mut obj) => {
+                let old = obj.spec.take().unwrap_or_default();
+                let holder = old.holder_identity.as_deref().unwrap_or("");
+                let expired = match (&old.renew_time, old.lease_duration_seconds) {
+                    (Some(r), Some(d)) => r.0 + jiff::SignedDuration::from_secs(i64::from(d)) < t.0,
+                    _ => true,
+                };
+                if !holder.is_empty() && holder != owner && !expired {
+                    return Ok(None);
+                }
+                obj.spec = Some(spec(Some(&old)));
+                // The object keeps its resourceVersion: the REPLACE fails if anyone wrote since.
+                match self.0.replace(&name, &PostParams::default(), &obj).await {
+                    Ok(o) => o,
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        let token = written
+            .metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0);
+        let mut g = grant(key, owner, token);
+        g.object = Some(Box::new(written));
+        Ok(Some(g))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        let mut obj = *g.object.clone().ok_or("not a Kubernetes grant")?;
+        let mut spec = obj.spec.take().unwrap_or_default();
+        spec.holder_identity = Some(String::new());
+        obj.spec = Some(spec);
+        self.0
+            .replace(&Self::name(&g.key), &PostParams::default(), &obj)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        self.0
+            .get_opt("lease-bench-absent-rtt-probe")
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}
+
+// ---- SQLite ----------------------------------------------------------------------------------
+
+const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS minimal_lease (\
+     lease_key TEXT PRIMARY KEY, owner_id TEXT NOT NULL, \
+     lease_until INTEGER NOT NULL, fencing_token INTEGER NOT NULL DEFAULT 0)";
+
+const SQLITE_NOW_MS: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
+
+/// The SQLite floor, on a file and pool of its own with the store's settings.
+pub(crate) struct SqliteMinimal {
+    pool: sqlx::SqlitePool,
+    acquire: String,
+    release: &'static str,
+}
+
+impl SqliteMinimal {
+    pub(crate) async fn open(path: &std::path::Path) -> R<Self> {
+        use sqlx::sqlite::{
+            SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+        };
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(opts)
+            .await
+            .map_err(s)?;
+        sqlx::query(SQLITE_TABLE).execute(&pool).await.map_err(s)?;
+        Ok(SqliteMinimal {
+            pool,
+            acquire: format!(
+                "INSERT INTO minimal_lease (lease_key, owner_id, lease_until) \
+                 VALUES (?1, ?2, {SQLITE_NOW_MS} + ?3) \
+                 ON CONFLICT (lease_key) DO UPDATE SET owner_id = ?2, \
+                   lease_until = {SQLITE_NOW_MS} + ?3, fencing_token = fencing_token + 1 \
+                 WHERE lease_until < {SQLITE_NOW_MS} OR owner_id = ?2 \
+                 RETURNING fencing_token"
+            ),
+            release: "UPDATE minimal_lease SET lease_until = 0 \
+                      WHERE lease_key = ?1 AND owner_id = ?2 AND fencing_token = ?3",
+        })
+    }
+}
+
+#[async_trait]
+impl Raw for SqliteMinimal {
+    fn ping_name(&self) -> &'static str {
+        "SELECT 1"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(s)?;
+        let token: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.acquire.as_str()))
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(ttl_ms(ttl))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(s)?;
+        tx.commit().await.map_err(s)?;
+        Ok(token.map(|t| grant(key, owner, t)))
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        sqlx::query(self.release)
+            .bind(g.key.as_str())
+            .bind(g.owner.as_str())
+            .bind(g.token)
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}

@@ -1,0 +1,213 @@
+//! The notes under the tables: what each side sends, and why a missed goal is missed.
+
+use std::fmt::Write as _;
+
+use super::latency::side_quantile;
+use super::{Report, median};
+use crate::measure::{LIB, MIN, RAW, RENEW_CONCURRENCY};
+
+impl Report {
+    pub(super) fn notes(&self, s: &mut String) {
+        let _ = writeln!(s, "## Notes\n");
+        let _ = writeln!(
+            s,
+            "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire `INSERT .. ON CONFLICT` \
+             and release `UPDATE` on its own pool. Redis: the store's acquire and release Lua \
+             scripts (`EVALSHA`) on its connection manager. etcd: the store's request sequence \
+             (acquire: range of the lock prefix, lease grant, txn on the prefix's create revision; \
+             release: range of the lock key, txn on its create revision and lease, lease revoke) \
+             on its client. SQLite: the store's immediate transaction (one read, two upserts) and \
+             release `DELETE` on a pool with the store's settings; the library adds its in-process \
+             FIFO write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
+             the Lease, then a resourceVersion-guarded REPLACE with the holder and token \
+             annotations, or a CREATE; release: REPLACE of the granted object with an empty \
+             holder); the library adds its observation bookkeeping."
+        );
+        let _ = writeln!(
+            s,
+            "- **What the minimal side sends** (the floor of the goals). PostgreSQL: one \
+             `INSERT .. ON CONFLICT (lease_key) DO UPDATE .. WHERE lease_until < clock_timestamp() \
+             OR owner_id = $2 RETURNING fencing_token` on a plain table without trigger, and one \
+             guarded `UPDATE` to release. Redis: one script of `SET NX PX` plus `INCR` of a \
+             counter key, and a compare-and-delete script to release. etcd: a lease grant, then \
+             a txn guarded by `create_revision == 0` that puts the key with the lease (the token \
+             is the txn's revision), and a lease revoke to release: three requests in all. \
+             Kubernetes: a GET and a resourceVersion-guarded REPLACE (or a CREATE), the token \
+             being the written resourceVersion, and a REPLACE with an empty holder to release. \
+             SQLite: one upsert inside `BEGIN IMMEDIATE`, on a file of its own, and a guarded \
+             `UPDATE` to release. Each runs on the library's own driver and pool, connection \
+             manager or client. It keeps the per-key fencing counter but none of the library's \
+             other promises (no token floor surviving a key's deletion or a Redis restart, no \
+             release notification, no watch)."
+        );
+        let _ = writeln!(
+            s,
+            "- **The lease-otel side** wraps the bare store in \
+             `lease_otel::LeaseMetrics::global().store(..)`; with no OpenTelemetry SDK installed \
+             the global meter is a no-op, so the figure is the decorator's own cost (spans, \
+             attribute building), not an exporter's."
+        );
+        for r in self.measured() {
+            for row in &r.throughput {
+                if let (Ok(l), Ok(w), Ok(m)) = (row.rate(LIB), row.rate(RAW), row.rate(MIN))
+                    && l / m < 0.95
+                {
+                    let _ = writeln!(
+                        s,
+                        "- `{}` throughput, {} client(s): library / minimal {:.2} = wrapper \
+                         overhead {:.2} (library over its own protocol issued directly) x \
+                         protocol cost {:.2} (its own protocol over the minimal one). A protocol \
+                         cost below 1 is what the library's extra guarantees cost in statements, \
+                         commands or requests (see *What the raw side sends*).",
+                        r.name,
+                        row.clients,
+                        l / m,
+                        l / w,
+                        w / m
+                    );
+                }
+            }
+            let q = |i: usize| side_quantile(&r.latency, i, 0.99);
+            if let (Ok(l), Ok(w), Ok(m)) = (q(LIB), q(RAW), q(MIN))
+                && l / m > 1.1
+            {
+                let _ = writeln!(
+                    s,
+                    "- `{}` p99: library {l:.3} ms against the minimal {m:.3} ms ({:.2}x); the \
+                     library's own protocol issued directly takes {w:.3} ms, so the wrapper adds \
+                     {:.2}x and the protocol {:.2}x.",
+                    r.name,
+                    l / m,
+                    l / w,
+                    w / m
+                );
+            }
+            if r.watch
+                && let (Ok(m), Ok(rtt)) = (median(&r.takeover_watch), &r.rtt_ms)
+                && m > rtt + 20.0
+            {
+                let why = match r.name {
+                    "etcd" => {
+                        "etcd does not delete a key when its lease's TTL runs out but when its \
+                         leader's lessor next checks for expired leases, on a fixed 500 ms tick \
+                         (etcd 3.4 `lessor.runLoop`), and then through a Raft proposal; the \
+                         store-expiry-delay column measures that with the raw protocol, and the \
+                         waiter is granted about one acquire after the deletion"
+                    }
+                    "redis" => {
+                        "Redis deletes expired keys lazily or in its active-expiry cycle \
+                                (10 times a second by default), and the keyspace event fires only \
+                                then; without keyspace notifications the watch polls every 250 ms"
+                    }
+                    "k8s" => {
+                        "Kubernetes has no server-side expiry: as client-go, the waiter must \
+                              observe the record unchanged for a whole TTL from its own first \
+                              observation (here the store's own record of the holder's grant), \
+                              then acquire with a GET and a resourceVersion-guarded REPLACE, a \
+                              write the API server commits to its etcd; one acquire (table 2) is \
+                              the floor after the expiry"
+                    }
+                    _ => "the store signals the expiry late",
+                };
+                let _ = writeln!(
+                    s,
+                    "- `{}` takeover: {m:.1} ms after the estimated expiry with the watch (goal \
+                     {:.1} ms). {why}.",
+                    r.name,
+                    rtt + 20.0
+                );
+            }
+            let best = if r.watch {
+                median(&r.handoff_watch)
+            } else {
+                median(&r.handoff_poll)
+            };
+            if let (Ok(b), Ok(rtt)) = (best, &r.rtt_ms)
+                && b > 3.0 * rtt
+            {
+                let why = if r.watch {
+                    "the release and the next acquire are themselves several round trips of the \
+                     ping (see the raw floor in the table; etcd: three requests each), then the \
+                     store's notification travels to the waiter and wakes it, which the raw \
+                     waiter woken by the same notification pays too (see the table)"
+                } else {
+                    "this backend has no watch: the waiter polls with jittered backoff (up to a \
+                     quarter of the TTL, capped at 1 s), so the handoff is bounded by the poll \
+                     interval, not by round trips"
+                };
+                let _ = writeln!(
+                    s,
+                    "- `{}` handoff: {b:.1} ms = {:.1} round trips of {rtt:.2} ms; {why}.",
+                    r.name,
+                    b / rtt
+                );
+            }
+            for (config, load) in &r.renewal {
+                let Ok(l) = load else { continue };
+                if r.name == "k8s" {
+                    let _ = writeln!(
+                        s,
+                        "- `k8s` renewal: the Kubernetes API has no batch write; `renew_many` \
+                         renews one Lease object per request, so one process holding N leases \
+                         sends N requests per interval ({:.0} requests per interval for {} \
+                         leases, at most {RENEW_CONCURRENCY} in flight, {:.0} ms of wall time \
+                         per interval). Shard leases across processes or use one Lease per group \
+                         where N is large.",
+                        l.round_trips_per_interval, l.leases, l.renew_wall_ms_per_interval
+                    );
+                } else if l.round_trips_per_interval > 10.0 {
+                    let _ = writeln!(
+                        s,
+                        "- `{}` renewal ({config}): {:.1} batches per interval, more than the \
+                         supervisor's renewal grid should give (two waves per interval, one more \
+                         per 5,000 leases in a wave; leases acquired over {:.1} s).",
+                        r.name,
+                        l.round_trips_per_interval,
+                        l.acquire_spread.as_secs_f64(),
+                    );
+                }
+                if r.name == "etcd" {
+                    let _ = writeln!(
+                        s,
+                        "- `etcd` renewal ({config}): one `renew_many` is one keepalive per \
+                         distinct etcd lease (one per grant with `PerGrant`, one per TTL with \
+                         `PerTtl`) plus range reads of the batch's lock keys, so {:.1} calls make \
+                         {} server requests per interval.",
+                        l.round_trips_per_interval,
+                        l.server_requests_per_interval
+                            .map_or("-".to_string(), |x| format!("{x:.1}"))
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            s,
+            "- SQLite runs on temporary files on local disk with the store's defaults (WAL, \
+             synchronous NORMAL), the library and the raw protocol each on a file of its own: \
+             on one shared file the WAL's automatic checkpoints (one every 1,000 pages, run by \
+             whichever commit crosses the mark) fall, in step with the alternation of the \
+             samples, on one side's acquires more than on the other's and decide its p99."
+        );
+        let _ = writeln!(
+            s,
+            "- **RSS per lease** is the growth of this process's resident set while the leases \
+             are acquired. Only the first backend of a run starts from a fresh heap: later \
+             backends reuse memory the allocator kept from earlier ones and read low (down to \
+             zero). For a backend's own figure run it alone: \
+             `cargo run --release -p lease-bench -- --backends NAME --out /tmp/NAME.md`."
+        );
+        let _ = writeln!(
+            s,
+            "- **CPU** comes from `/proc/self/stat` in clock ticks (10 ms), so small figures are \
+             coarse; it covers the whole process (the supervisor's renewal tasks and batcher, the \
+             driver and the runtime)."
+        );
+        let _ = writeln!(
+            s,
+            "- **Takeover, estimate of expiry.** The store-side expiry is taken as the midpoint of \
+             the holder's acquire round trip plus the TTL; the error of that estimate is at most \
+             half a round trip, and a figure can be slightly negative when the store expires a \
+             key a little early by the client's clock."
+        );
+    }
+}
