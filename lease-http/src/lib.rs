@@ -18,20 +18,34 @@
 //! ## Fence your API in ten lines
 //! ```
 //! use std::sync::Arc;
-//! use axum::{Router, routing::post};
+//! use axum::{Extension, Router, routing::post};
 //! use lease_core::{FencedResource, MemoryFencedResource};
 //! use lease_http::{AcceptedToken, FenceLayer};
 //!
-//! # #[cfg(feature = "axum")]
-//! # async fn serve() -> std::io::Result<()> {
-//! let resource: Arc<dyn FencedResource> = Arc::new(MemoryFencedResource::new());
-//! let app = Router::new()
-//!     .route("/ledger", post(|t: AcceptedToken| async move { format!("accepted {}", t.token()) }))
-//!     .layer(FenceLayer::new(resource));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! axum::serve(listener, app).await
-//! # }
+//! fn app(resource: Arc<dyn FencedResource>) -> Router {
+//!     Router::new()
+//!         .route("/ledger", post(|Extension(t): Extension<AcceptedToken>| async move {
+//!             format!("accepted {}", t.token())
+//!         }))
+//!         .layer(FenceLayer::new(resource))
+//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # use tower::ServiceExt;
+//! let app = app(Arc::new(MemoryFencedResource::new()));
+//! let write = |token: &str| {
+//!     axum::http::Request::post("/ledger")
+//!         .header("Fencing-Token", token)
+//!         .header("Fencing-Key", "ledger")
+//!         .body(axum::body::Body::empty())
+//! };
+//! assert_eq!(app.clone().oneshot(write("7")?).await?.status(), 200);
+//! assert_eq!(app.clone().oneshot(write("6")?).await?.status(), 409); // stale: 7 was accepted
+//! assert_eq!(app.clone().oneshot(write("7")?).await?.status(), 200); // the holder goes on
+//! # Ok(()) }
 //! ```
+//! Serve it with `axum::serve(tokio::net::TcpListener::bind(addr).await?, app)`; see
+//! `examples/fenced_api.rs`. With feature `axum`, `AcceptedToken` is also an extractor by itself.
 //! Requests then need `Fencing-Token: <n>` and `Fencing-Key: <key>`; a token below the highest
 //! one accepted for the key gets `409` with `highest_accepted_token` in the body.
 //!

@@ -142,6 +142,20 @@ impl Problem {
     }
 }
 
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = self.to_json();
+        write!(
+            f,
+            "{} {}",
+            self.status().as_u16(),
+            v["detail"].as_str().unwrap_or_default()
+        )
+    }
+}
+
+impl std::error::Error for Problem {}
+
 #[cfg(test)]
 mod tests {
     use super::*;

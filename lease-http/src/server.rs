@@ -178,17 +178,31 @@ fn single_header<'a>(parts: &'a Parts, name: &HeaderName) -> Result<Option<&'a s
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lease_core::{FencedResource, MemoryFencedResource};
-/// use lease_http::{FenceLayer, KeySource, Requirement};
+/// use lease_core::{FencedResource, FencingToken, MemoryFencedResource};
+/// use lease_http::{FenceLayer, KeySource, Problem, Requirement};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let resource: Arc<dyn FencedResource> = Arc::new(MemoryFencedResource::new());
+/// // The key is the `{id}` of `/accounts/{id}/...`.
 /// let layer = FenceLayer::new(resource)
 ///     .key_source(KeySource::from_fn("path /accounts/{id}", |parts| {
-///         parts.uri.path().strip_prefix("/accounts/").map(|rest| {
-///             rest.split('/').next().unwrap_or_default().to_owned()
-///         })
+///         let rest = parts.uri.path().strip_prefix("/accounts/")?;
+///         Some(rest.split('/').next()?.to_owned())
 ///     }))
 ///     .requirement(Requirement::Required);
-/// # let _ = layer;
+/// let head = |token: u64| {
+///     let req = http::Request::post("/accounts/a-1/deposit")
+///         .header("Fencing-Token", token)
+///         .body(())?;
+///     Ok::<_, http::Error>(req.into_parts().0)
+/// };
+/// let accepted = layer.check(&head(5)?).await?.ok_or("no token")?;
+/// assert_eq!((accepted.key().as_str(), accepted.token().get()), ("a-1", 5));
+/// match layer.check(&head(4)?).await {
+///     Err(Problem::Stale { high_water, .. }) => assert_eq!(high_water, FencingToken::new(5)?),
+///     other => return Err(format!("expected 409, got {other:?}").into()),
+/// }
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
 pub struct FenceLayer {
