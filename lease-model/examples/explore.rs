@@ -24,7 +24,9 @@ fn main() {
     };
     let mut cap = usize::MAX;
     for a in args {
-        let Some((k, v)) = a.split_once('=') else { continue };
+        let Some((k, v)) = a.split_once('=') else {
+            continue;
+        };
         let Ok(n) = v.parse::<u8>() else { continue };
         match k {
             "horizon" => cfg.horizon = n,

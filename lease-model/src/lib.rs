@@ -23,9 +23,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use lease_core::supervisor::Health;
 use lease_core::supervisor::state::{Event, Machine, Next};
 use lease_core::{FencingToken, Lease, LeaseKey, OwnerId, ResourceState, WriteOp};
-use lease_core::supervisor::Health;
 use stateright::{Model, Property};
 use tokio::time::Instant;
 
@@ -143,8 +143,8 @@ impl Config {
             attempts: 1,
             writes: 1,
             release: false,
-            horizon: 5,
-            max_lag: 1,
+            horizon: 4,
+            max_lag: 0,
             drift_margin_ticks: 1,
             losses: 1,
             duplicates: 0,
@@ -153,7 +153,7 @@ impl Config {
             promotions: 0,
             promoted_clock_lag: 0,
             deletions: 0,
-            max_in_flight: 3,
+            max_in_flight: 2,
         }
     }
 
@@ -162,7 +162,7 @@ impl Config {
     /// duplicated (a retried statement).
     pub fn cas_row() -> Self {
         Config {
-            duplicates: 1,
+            max_lag: 1,
             ..Config::base(StoreKind::Row { clock_floor: false })
         }
     }
@@ -318,7 +318,16 @@ pub enum Msg {
 pub struct Sup(pub Machine);
 
 impl Sup {
-    fn projection(&self) -> (u8, Option<lease_core::supervisor::LossReason>, u64, u64, u64, u64) {
+    fn projection(
+        &self,
+    ) -> (
+        u8,
+        Option<lease_core::supervisor::LossReason>,
+        u64,
+        u64,
+        u64,
+        u64,
+    ) {
         let m = &self.0;
         let (h, r) = match m.health() {
             Health::Held => (0, None),
@@ -510,8 +519,11 @@ impl LeaseModel {
     /// its loss deadline has not passed on its own clock (a superset of what `may_act` allows).
     pub fn believes(&self, s: &State, c: u8) -> bool {
         match &s.clients[usize::from(c)].phase {
-            Phase::Holding { sup, .. } => {
-                matches!(sup.0.health(), Health::Held | Health::AtRisk)
+            // An owner that asked to release has stopped acting (the driver cancels the work
+            // before it sends the release).
+            Phase::Holding { sup, releasing, .. } => {
+                releasing.is_none()
+                    && matches!(sup.0.health(), Health::Held | Health::AtRisk)
                     && instant(self.local(s, c)) < sup.0.loss_deadline()
             }
             _ => false,
@@ -520,8 +532,10 @@ impl LeaseModel {
 
     fn may_act(&self, s: &State, c: u8) -> bool {
         match &s.clients[usize::from(c)].phase {
-            Phase::Holding { sup, .. } => {
-                sup.0.health() == Health::Held && instant(self.local(s, c)) < sup.0.lease().deadline()
+            Phase::Holding { sup, releasing, .. } => {
+                releasing.is_none()
+                    && sup.0.health() == Health::Held
+                    && instant(self.local(s, c)) < sup.0.lease().deadline()
             }
             _ => false,
         }
@@ -561,7 +575,12 @@ impl LeaseModel {
                         t = t.max(floor);
                     }
                     st.counter = t;
-                    st.rec = Some(Rec { holder: Some(from), token: t, expiry: exp, version: 0 });
+                    st.rec = Some(Rec {
+                        holder: Some(from),
+                        token: t,
+                        expiry: exp,
+                        version: 0,
+                    });
                     s.grants.push((from, t));
                     Resp::Granted(t)
                 }
@@ -576,7 +595,12 @@ impl LeaseModel {
                         }
                         st.counter += 1;
                         let t = st.counter;
-                        st.rec = Some(Rec { holder: Some(from), token: t, expiry: exp, version: t });
+                        st.rec = Some(Rec {
+                            holder: Some(from),
+                            token: t,
+                            expiry: exp,
+                            version: t,
+                        });
                         s.grants.push((from, t));
                         Resp::Granted(t)
                     }
@@ -586,13 +610,23 @@ impl LeaseModel {
                 Resp::Object(st.rec.map(|r| (r.version, r.token, r.live(now))))
             }
             (StoreKind::Kubernetes { .. }, Req::List) => Resp::Revision(st.counter),
-            (StoreKind::Kubernetes { token_from_own_write }, Req::Create(t)) => {
+            (
+                StoreKind::Kubernetes {
+                    token_from_own_write,
+                },
+                Req::Create(t),
+            ) => {
                 if st.rec.is_some() {
                     Resp::Refused
                 } else {
                     st.counter += 1;
                     let v = st.counter;
-                    st.rec = Some(Rec { holder: Some(from), token: t, expiry: exp, version: v });
+                    st.rec = Some(Rec {
+                        holder: Some(from),
+                        token: t,
+                        expiry: exp,
+                        version: v,
+                    });
                     if token_from_own_write {
                         Resp::Created(v)
                     } else {
@@ -601,18 +635,21 @@ impl LeaseModel {
                     }
                 }
             }
-            (StoreKind::Kubernetes { .. }, Req::Replace { expected, token: t }) => {
-                match st.rec {
-                    Some(r) if r.version == expected => {
-                        st.counter += 1;
-                        let v = st.counter;
-                        st.rec = Some(Rec { holder: Some(from), token: t, expiry: exp, version: v });
-                        s.grants.push((from, t));
-                        Resp::Granted(t)
-                    }
-                    _ => Resp::Refused,
+            (StoreKind::Kubernetes { .. }, Req::Replace { expected, token: t }) => match st.rec {
+                Some(r) if r.version == expected => {
+                    st.counter += 1;
+                    let v = st.counter;
+                    st.rec = Some(Rec {
+                        holder: Some(from),
+                        token: t,
+                        expiry: exp,
+                        version: v,
+                    });
+                    s.grants.push((from, t));
+                    Resp::Granted(t)
                 }
-            }
+                _ => Resp::Refused,
+            },
             (_, Req::Renew(t)) => match st.rec {
                 Some(r) if r.live(now) && r.holder == Some(from) && r.token == t => {
                     st.counter += u16::from(matches!(self.cfg.store, StoreKind::Kubernetes { .. }));
@@ -621,7 +658,11 @@ impl LeaseModel {
                     } else {
                         r.version
                     };
-                    st.rec = Some(Rec { expiry: exp, version, ..r });
+                    st.rec = Some(Rec {
+                        expiry: exp,
+                        version,
+                        ..r
+                    });
                     Resp::Renewed
                 }
                 _ => Resp::Refused,
@@ -632,7 +673,12 @@ impl LeaseModel {
                         StoreKind::Kubernetes { .. } => {
                             // The object stays, without holder, keeping its token annotation.
                             st.counter += 1;
-                            st.rec = Some(Rec { holder: None, expiry: 0, version: st.counter, ..r });
+                            st.rec = Some(Rec {
+                                holder: None,
+                                expiry: 0,
+                                version: st.counter,
+                                ..r
+                            });
                         }
                         StoreKind::EtcdLockKey => {
                             st.counter += 1;
@@ -674,12 +720,17 @@ impl LeaseModel {
                             instant(now_local),
                         );
                         let at = next_at(&m, now_local);
-                        Phase::Holding { sup: Sup(m), renewing: None, releasing: None, at }
+                        Phase::Holding {
+                            sup: Sup(m),
+                            renewing: None,
+                            releasing: None,
+                            at,
+                        }
                     }
                     (Req::Get, Resp::Object(None)) => match self.cfg.store {
-                        StoreKind::Kubernetes { token_from_own_write: false } => {
-                            Phase::Acquiring(Acq::Ready(Req::List))
-                        }
+                        StoreKind::Kubernetes {
+                            token_from_own_write: false,
+                        } => Phase::Acquiring(Acq::Ready(Req::List)),
                         _ => Phase::Acquiring(Acq::Ready(Req::Create(0))),
                     },
                     (Req::Get, Resp::Object(Some((v, ann, live)))) => {
@@ -688,18 +739,31 @@ impl LeaseModel {
                         } else {
                             // Token: the version read, floored above the annotation.
                             let t = v.max(ann + 1);
-                            Phase::Acquiring(Acq::Ready(Req::Replace { expected: v, token: t }))
+                            Phase::Acquiring(Acq::Ready(Req::Replace {
+                                expected: v,
+                                token: t,
+                            }))
                         }
                     }
-                    (Req::List, Resp::Revision(r)) => Phase::Acquiring(Acq::Ready(Req::Create(r.max(1)))),
+                    (Req::List, Resp::Revision(r)) => {
+                        Phase::Acquiring(Acq::Ready(Req::Create(r.max(1))))
+                    }
                     (Req::Create(_), Resp::Created(v)) => {
-                        Phase::Acquiring(Acq::Ready(Req::Replace { expected: v, token: v }))
+                        Phase::Acquiring(Acq::Ready(Req::Replace {
+                            expected: v,
+                            token: v,
+                        }))
                     }
                     _ => Phase::Idle,
                 };
                 s.clients[ci].phase = next;
             }
-            Phase::Holding { mut sup, renewing, releasing, .. } => {
+            Phase::Holding {
+                mut sup,
+                renewing,
+                releasing,
+                ..
+            } => {
                 if renewing == Some(sent) {
                     let ev = match resp {
                         Resp::Renewed => {
@@ -709,7 +773,12 @@ impl LeaseModel {
                     };
                     sup.0.step(ev, instant(now_local));
                     let at = next_at(&sup.0, now_local);
-                    s.clients[ci].phase = Phase::Holding { sup, renewing: None, releasing, at };
+                    s.clients[ci].phase = Phase::Holding {
+                        sup,
+                        renewing: None,
+                        releasing,
+                        at,
+                    };
                 } else if releasing == Some(sent) {
                     let ev = match resp {
                         Resp::Released => Event::Released,
@@ -717,7 +786,12 @@ impl LeaseModel {
                     };
                     sup.0.step(ev, instant(now_local));
                     let at = next_at(&sup.0, now_local);
-                    s.clients[ci].phase = Phase::Holding { sup, renewing: None, releasing: None, at };
+                    s.clients[ci].phase = Phase::Holding {
+                        sup,
+                        renewing: None,
+                        releasing: None,
+                        at,
+                    };
                 }
             }
             _ => {} // a late or duplicated answer: the driver has moved on and ignores it
@@ -746,10 +820,21 @@ impl Model for LeaseModel {
         vec![State {
             now: c.max_lag,
             clients: (0..c.clients)
-                .map(|_| Client { phase: Phase::Idle, lag: 0, attempts: c.attempts, writes: c.writes })
+                .map(|_| Client {
+                    phase: Phase::Idle,
+                    lag: 0,
+                    attempts: c.attempts,
+                    writes: c.writes,
+                })
                 .collect(),
-            store: Durable { rec: None, counter: 0 },
-            replica: Durable { rec: None, counter: 0 },
+            store: Durable {
+                rec: None,
+                counter: 0,
+            },
+            replica: Durable {
+                rec: None,
+                counter: 0,
+            },
             down_until: 0,
             promoted: false,
             lost_state: false,
@@ -757,7 +842,13 @@ impl Model for LeaseModel {
             grants: Vec::new(),
             res: Res(ResourceState::default()),
             accepted: Vec::new(),
-            budget: [c.losses, c.duplicates, c.restarts, c.promotions, c.deletions],
+            budget: [
+                c.losses,
+                c.duplicates,
+                c.restarts,
+                c.promotions,
+                c.deletions,
+            ],
         }]
     }
 
@@ -812,7 +903,12 @@ impl Model for LeaseModel {
                         out.push(Action::Timeout(c));
                     }
                 }
-                Phase::Holding { sup, renewing, releasing, at } => {
+                Phase::Holding {
+                    sup,
+                    renewing,
+                    releasing,
+                    at,
+                } => {
                     let now_i = instant(local);
                     let at = base() + Duration::from_millis(*at);
                     if let Next::RenewAt { loss_deadline, .. } = sup.0.next(now_i) {
@@ -823,7 +919,9 @@ impl Model for LeaseModel {
                             None if releasing.is_none() && now_i >= at && now_i < loss_deadline => {
                                 out.push(Action::Renew(c))
                             }
-                            Some(sent) if local >= sent + OP_TIMEOUT_TICKS && now_i < loss_deadline => {
+                            Some(sent)
+                                if local >= sent + OP_TIMEOUT_TICKS && now_i < loss_deadline =>
+                            {
                                 out.push(Action::Timeout(c))
                             }
                             _ => {}
@@ -866,7 +964,14 @@ impl Model for LeaseModel {
                 match m {
                     Msg::ToStore { from, sent, req } => {
                         let resp = self.serve(&mut s, from, req)?;
-                        if !self.send(&mut s, Msg::ToClient { to: from, sent, resp }) {
+                        if !self.send(
+                            &mut s,
+                            Msg::ToClient {
+                                to: from,
+                                sent,
+                                resp,
+                            },
+                        ) {
                             return None;
                         }
                     }
@@ -916,7 +1021,9 @@ impl Model for LeaseModel {
                 let cl = &mut s.clients[usize::from(c)];
                 match &mut cl.phase {
                     Phase::Acquiring(_) => cl.phase = Phase::Idle,
-                    Phase::Holding { sup, renewing, at, .. } => {
+                    Phase::Holding {
+                        sup, renewing, at, ..
+                    } => {
                         sup.0.step(Event::RenewFailed, now_i);
                         *renewing = None;
                         *at = next_at(&sup.0, local);
@@ -932,7 +1039,14 @@ impl Model for LeaseModel {
                 };
                 *renewing = Some(sent);
                 let t = u16::try_from(sup.0.lease().token().get()).ok()?;
-                if !self.send(&mut s, Msg::ToStore { from: c, sent, req: Req::Renew(t) }) {
+                if !self.send(
+                    &mut s,
+                    Msg::ToStore {
+                        from: c,
+                        sent,
+                        req: Req::Renew(t),
+                    },
+                ) {
                     return None;
                 }
             }
@@ -963,7 +1077,14 @@ impl Model for LeaseModel {
                 };
                 *releasing = Some(sent);
                 let t = u16::try_from(sup.0.lease().token().get()).ok()?;
-                if !self.send(&mut s, Msg::ToStore { from: c, sent, req: Req::Release(t) }) {
+                if !self.send(
+                    &mut s,
+                    Msg::ToStore {
+                        from: c,
+                        sent,
+                        req: Req::Release(t),
+                    },
+                ) {
                     return None;
                 }
             }
@@ -983,8 +1104,13 @@ impl Model for LeaseModel {
                     if s.store.rec.is_some() || s.store.counter > 0 {
                         s.lost_state = true;
                     }
-                    s.store = Durable { rec: None, counter: 0 };
+                    s.store = Durable {
+                        rec: None,
+                        counter: 0,
+                    };
                 }
+                // A restart takes at least one tick: the clock floor relies on it.
+                s.down_until = s.now + FAILOVER_TICKS;
             }
             Action::Delete => {
                 s.budget[DELETE] -= 1;
@@ -998,35 +1124,54 @@ impl Model for LeaseModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always("the resource never accepts a token lower than one it accepted", |_: &LeaseModel, s: &State| {
-                s.accepted.windows(2).all(|w| w[0] <= w[1])
-            }),
-            Property::always("no two grants share a token", |_: &LeaseModel, s: &State| {
-                let mut t: Vec<u16> = s.grants.iter().map(|g| g.1).collect();
-                t.sort_unstable();
-                t.windows(2).all(|w| w[0] != w[1])
-            }),
-            Property::always("tokens strictly increase in grant order", |_: &LeaseModel, s: &State| valid_tokens(&s.grants)),
-            Property::always("within the drift bound, no two clients believe they hold the lease", |m: &LeaseModel, s: &State| {
-                s.lost_state || (0..m.cfg.clients).filter(|&c| m.believes(s, c)).count() <= 1
-            }),
-            Property::always("loss is reported before the store's expiry", |m: &LeaseModel, s: &State| {
-                s.lost_state
-                    || (0..m.cfg.clients).all(|c| {
-                        if !m.believes(s, c) {
-                            return true;
-                        }
-                        let Phase::Holding { sup, .. } = &s.clients[usize::from(c)].phase else {
-                            return true;
-                        };
-                        let t = sup.0.lease().token().get();
-                        s.store.rec.is_some_and(|r| {
-                            r.live(s.now) && r.holder == Some(c) && u64::from(r.token) == t
+            Property::always(
+                "the resource never accepts a token lower than one it accepted",
+                |_: &LeaseModel, s: &State| s.accepted.windows(2).all(|w| w[0] <= w[1]),
+            ),
+            Property::always(
+                "no two grants share a token",
+                |_: &LeaseModel, s: &State| {
+                    let mut t: Vec<u16> = s.grants.iter().map(|g| g.1).collect();
+                    t.sort_unstable();
+                    t.windows(2).all(|w| w[0] != w[1])
+                },
+            ),
+            Property::always(
+                "tokens strictly increase in grant order",
+                |_: &LeaseModel, s: &State| valid_tokens(&s.grants),
+            ),
+            Property::always(
+                "within the drift bound, no two clients believe they hold the lease",
+                |m: &LeaseModel, s: &State| {
+                    s.lost_state || (0..m.cfg.clients).filter(|&c| m.believes(s, c)).count() <= 1
+                },
+            ),
+            Property::always(
+                "loss is reported before the store's expiry",
+                |m: &LeaseModel, s: &State| {
+                    s.lost_state
+                        || (0..m.cfg.clients).all(|c| {
+                            if !m.believes(s, c) {
+                                return true;
+                            }
+                            let Phase::Holding { sup, .. } = &s.clients[usize::from(c)].phase
+                            else {
+                                return true;
+                            };
+                            let t = sup.0.lease().token().get();
+                            s.store.rec.is_some_and(|r| {
+                                r.live(s.now) && r.holder == Some(c) && u64::from(r.token) == t
+                            })
                         })
-                    })
+                },
+            ),
+            Property::sometimes(
+                "a client writes to the resource",
+                |_: &LeaseModel, s: &State| !s.accepted.is_empty(),
+            ),
+            Property::sometimes("two grants happen", |_: &LeaseModel, s: &State| {
+                s.grants.len() >= 2
             }),
-            Property::sometimes("a client writes to the resource", |_: &LeaseModel, s: &State| !s.accepted.is_empty()),
-            Property::sometimes("two grants happen", |_: &LeaseModel, s: &State| s.grants.len() >= 2),
         ]
     }
 
@@ -1037,6 +1182,10 @@ impl Model for LeaseModel {
 
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "t={} store={:?} grants={:?} accepted={:?}", self.now, self.store, self.grants, self.accepted)
+        write!(
+            f,
+            "t={} store={:?} grants={:?} accepted={:?}",
+            self.now, self.store, self.grants, self.accepted
+        )
     }
 }
