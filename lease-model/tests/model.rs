@@ -116,3 +116,15 @@ fn drift_beyond_the_margin_is_found() {
         found(&c, LOSS_FIRST);
     }
 }
+
+#[test]
+fn promoted_clock_lagging_more_than_the_failover_time_is_found() {
+    // The clock-floor assumption is needed: a promoted server whose clock lags by two ticks
+    // (failover takes one) issues a token below the lost grant's.
+    let cfg = Config {
+        promoted_clock_lag: 2,
+        ..Config::postgres_failover(true)
+    };
+    let c = find("promoted clock lag beyond failover", cfg);
+    found(&c, TOKENS_INCREASE);
+}
