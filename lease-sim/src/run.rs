@@ -308,6 +308,10 @@ fn watch_term(
 ) -> tokio::task::JoinHandle<()> {
     let w = w.clone();
     tokio::task::spawn_local(async move {
+        if work.is_cancelled() {
+            // The term had already ended when its event was read: it was never believed.
+            return;
+        }
         let first = sim_now();
         work.cancelled().await;
         w.trace.record(
@@ -545,16 +549,22 @@ fn check(events: &[Event], sc: &Scenario, heal_at: Duration) -> Vec<String> {
 
 /// Runs seeds `start..start + count` of `sc` on `threads` threads and returns the report of the
 /// lowest failing seed, if any. Each seed runs wholly on one thread, so it stays deterministic.
+/// Once a seed fails, no thread starts a greater seed.
 pub fn run_seeds(start: u64, count: u64, sc: &Scenario, threads: usize) -> Option<RunReport> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let threads = u64::try_from(threads.max(1)).unwrap_or(1);
+    let end = start.saturating_add(count);
+    let lowest_failed = AtomicU64::new(u64::MAX);
     let failures: Vec<RunReport> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
+                let lowest_failed = &lowest_failed;
                 s.spawn(move || {
                     let mut seed = start.saturating_add(k);
-                    while seed < start.saturating_add(count) {
+                    while seed < end && seed < lowest_failed.load(Ordering::Relaxed) {
                         let r = run_seed(seed, sc);
                         if !r.passed() {
+                            lowest_failed.fetch_min(seed, Ordering::Relaxed);
                             return Some(r);
                         }
                         seed = seed.saturating_add(threads);

@@ -11,7 +11,7 @@ use std::time::Instant as WallClock;
 use lease_sim::{BeliefRule, ClientFault, RunReport, Scenario, run_seed, run_seeds};
 
 /// Seeds run by default: about two minutes of a debug build on a 2-core machine (see README).
-const DEFAULT_SEEDS: u64 = 200;
+const DEFAULT_SEEDS: u64 = 500;
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
