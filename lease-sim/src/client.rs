@@ -31,8 +31,6 @@ pub enum ClientFault {
     /// Starts the local deadline of a grant or renewal when the *reply arrives* instead of when
     /// the request was sent: a slow reply makes the client outlive the store's lease.
     StampAtReceipt,
-    /// Treats a refused renewal as confirmed.
-    IgnoreRefusedRenewals,
 }
 
 struct Conn {
@@ -86,14 +84,18 @@ impl NetClient {
                 if guard.is_none() {
                     let stream = TcpStream::connect((self.server.as_str(), crate::server::PORT))
                         .await
-                        .map_err(|e| Error::unavailable(BACKEND, "connect failed", Some(e.into())))?;
+                        .map_err(|e| {
+                            Error::unavailable(BACKEND, "connect failed", Some(e.into()))
+                        })?;
                     let (read, write) = stream.into_split();
                     *guard = Some(Conn {
                         lines: BufReader::new(read).lines(),
                         write,
                     });
                 }
-                let conn = guard.as_mut().ok_or_else(|| Error::unavailable(BACKEND, "no connection", None))?;
+                let conn = guard
+                    .as_mut()
+                    .ok_or_else(|| Error::unavailable(BACKEND, "no connection", None))?;
                 let mut line = serde_json::to_string(&Frame { id, body: req })
                     .map_err(|e| Error::backend(BACKEND, "encode", Some(e.into())))?;
                 line.push('\n');
@@ -145,7 +147,11 @@ fn unexpected(operation: &str, r: &Response) -> Error {
             message,
         } => Error::InvalidInput(message.clone()),
         Response::Error { message, .. } => Error::backend(BACKEND, message.clone(), None),
-        other => Error::backend(BACKEND, format!("unexpected answer to {operation}: {other:?}"), None),
+        other => Error::backend(
+            BACKEND,
+            format!("unexpected answer to {operation}: {other:?}"),
+            None,
+        ),
     }
 }
 
@@ -235,9 +241,6 @@ impl LeaseStore for NetStore {
             Response::Renewed => Ok(RenewOutcome::Renewed(
                 lease.renewed(lease.ttl(), self.stamp(sent)),
             )),
-            Response::Lost if self.client.fault == ClientFault::IgnoreRefusedRenewals => Ok(
-                RenewOutcome::Renewed(lease.renewed(lease.ttl(), sent)),
-            ),
             Response::Lost => Ok(RenewOutcome::Lost),
             other => Err(unexpected("renew", &other)),
         }
@@ -266,10 +269,18 @@ impl LeaseStore for NetStore {
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         let r = self
             .client
-            .call("inspect", Request::Inspect { key: key.to_string() })
+            .call(
+                "inspect",
+                Request::Inspect {
+                    key: key.to_string(),
+                },
+            )
             .await?;
         match r {
-            Response::State { holder: h, last_token } => Ok(KeyState {
+            Response::State {
+                holder: h,
+                last_token,
+            } => Ok(KeyState {
                 key: key.clone(),
                 holder: h.map(holder).transpose()?,
                 last_token: last_token.map(FencingToken::new).transpose()?,
@@ -311,7 +322,12 @@ impl NetFence {
 
 #[async_trait]
 impl FencedResource for NetFence {
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp) -> Result<WriteOutcome> {
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
         let WriteOp::Add(add) = op else {
             return Err(Error::InvalidInput(
                 "the simulated resource only takes counter increments".into(),

@@ -1,6 +1,12 @@
-//! # lease-sim
+#![doc = include_str!("../README.md")]
 //!
-//! x
+//! ## Modules
+//! - [`run`]: one seeded run ([`run_seed`]), many ([`run_seeds`]), the [`Scenario`] and the checks.
+//! - [`server`]: the simulated store and fenced resource behind a turmoil TCP listener.
+//! - [`client`]: [`NetStore`] (a [`lease_core::LeaseStore`]) and [`NetFence`] (a
+//!   [`lease_core::FencedResource`]) over the wire, with the deliberately broken [`ClientFault`]s.
+//! - [`protocol`]: the request/response lines.
+//! - [`trace`]: the event trace compared by the determinism test.
 
 pub mod client;
 pub mod protocol;

@@ -112,7 +112,9 @@ fn plan(seed: u64, sc: &Scenario) -> Plan {
     let mut rng = fastrand::Rng::with_seed(seed);
     let ttl_ms = u64::try_from(sc.ttl.as_millis()).unwrap_or(u64::MAX).max(3);
     let heal_at = sc.duration.saturating_sub(sc.ttl * 5);
-    let heal_ms = u64::try_from(heal_at.as_millis()).unwrap_or(u64::MAX).max(1);
+    let heal_ms = u64::try_from(heal_at.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
     let mut faults = Vec::new();
     for _ in 0..rng.usize(0..=6) {
         let h = rng.usize(0..sc.hosts);
@@ -259,8 +261,7 @@ fn watch_guard(
     let rule = w.sc.belief;
     tokio::task::spawn_local(async move {
         let believes = || {
-            view.may_act()
-                && !(rule == BeliefRule::MayActAndNotCancelled && cancel.is_cancelled())
+            view.may_act() && !(rule == BeliefRule::MayActAndNotCancelled && cancel.is_cancelled())
         };
         let close = |first: Duration, last: Duration| {
             w.trace.record(
@@ -356,7 +357,11 @@ impl Worker {
     }
 
     fn client(&self) -> Arc<NetClient> {
-        Arc::new(NetClient::new(SERVER, self.sc.ttl / 3, self.sc.client_fault))
+        Arc::new(NetClient::new(
+            SERVER,
+            self.sc.ttl / 3,
+            self.sc.client_fault,
+        ))
     }
 
     fn note(&self, s: String) {
@@ -421,7 +426,9 @@ async fn work(w: Rc<Worker>, watchers: Watchers, end: Instant) -> turmoil::Resul
                 }
                 let health = guard.health();
                 let out = guard.release().await;
-                w.note(format!("released {JOB_KEY} {token} (was {health:?}): {out:?}"));
+                w.note(format!(
+                    "released {JOB_KEY} {token} (was {health:?}): {out:?}"
+                ));
             }
             Ok(Acquisition::NotAcquired { .. }) | Ok(Acquisition::Cancelled) => {}
             Err(e) => w.note(format!("acquire failed: {e}")),

@@ -47,7 +47,11 @@ impl Server {
     /// TTL of `t` lasts `t / rate` of client time. turmoil runs every host clock at one rate; this
     /// is how a run gets drift. Rates at or below 1 (and non-finite ones) mean no drift.
     pub fn with_clock_rate(mut self, rate: f64) -> Self {
-        self.clock_rate = if rate.is_finite() && rate > 1.0 { rate } else { 1.0 };
+        self.clock_rate = if rate.is_finite() && rate > 1.0 {
+            rate
+        } else {
+            1.0
+        };
         self
     }
 
@@ -84,7 +88,8 @@ impl Server {
                 self.drop_reply > 0.0 && rng.f64() < self.drop_reply
             };
             if lost {
-                self.trace.record("server", EventKind::ReplyDropped { id: frame.id });
+                self.trace
+                    .record("server", EventKind::ReplyDropped { id: frame.id });
                 continue;
             }
             let Ok(mut out) = serde_json::to_string(&Frame { id: frame.id, body }) else {
@@ -205,10 +210,8 @@ impl Server {
     fn fenced(&self, key: String, token: u64, write: bool, out: WriteOutcome) -> Response {
         match out {
             WriteOutcome::Accepted { high_water } => {
-                self.trace.record(
-                    "server",
-                    EventKind::FenceAccepted { key, token, write },
-                );
+                self.trace
+                    .record("server", EventKind::FenceAccepted { key, token, write });
                 Response::Accepted {
                     high_water: high_water.get(),
                 }

@@ -87,7 +87,13 @@ pub struct Event {
 
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:>10.6}s {:<7} {:?}", self.at.as_secs_f64(), self.host, self.kind)
+        write!(
+            f,
+            "{:>10.6}s {:<7} {:?}",
+            self.at.as_secs_f64(),
+            self.host,
+            self.kind
+        )
     }
 }
 

