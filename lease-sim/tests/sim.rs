@@ -87,15 +87,23 @@ fn find_violation(sc: &Scenario, limit: u64) -> RunReport {
     }
 }
 
-fn assert_caught(sc: &Scenario, limit: u64) {
+/// Asserts that some seed below `limit` breaks property 3 under the broken scenario `sc`, that it
+/// replays to the same trace, and that the same seed passes under `correct` (so the broken
+/// behaviour, not the seed, is what fails).
+fn assert_caught(sc: &Scenario, correct: &Scenario, limit: u64) {
     let r = find_violation(sc, limit);
     assert!(
         r.violations.iter().any(|v| v.contains("still believed")),
         "{}",
         describe(&r)
     );
-    // The failing seed replays exactly.
     assert_eq!(run_seed(r.seed, sc).trace_text(), r.trace_text());
+    let ok = run_seed(r.seed, correct);
+    assert!(
+        ok.passed(),
+        "the correct scenario fails too: {}",
+        describe(&ok)
+    );
 }
 
 /// A store whose clock runs 25 % fast (far beyond the supervisor's drift margin) expires leases
@@ -107,6 +115,7 @@ fn negative_control_store_clock_beyond_drift_bound() {
             store_clock_rate: Some(1.25),
             ..Scenario::default()
         },
+        &Scenario::default(),
         50,
     );
 }
@@ -122,6 +131,10 @@ fn negative_control_stamp_at_receipt_without_loss_lead() {
             loss_lead: Some(std::time::Duration::from_nanos(1)),
             ..Scenario::default()
         },
+        &Scenario {
+            loss_lead: Some(std::time::Duration::from_nanos(1)),
+            ..Scenario::default()
+        },
         200,
     );
 }
@@ -134,6 +147,7 @@ fn may_act_alone_during_release() {
             belief: BeliefRule::MayActOnly,
             ..Scenario::default()
         },
+        &Scenario::default(),
         200,
     );
 }
