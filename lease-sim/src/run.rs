@@ -242,7 +242,8 @@ pub enum BeliefRule {
     /// `may_act()` **and** the guard's work token not cancelled: what guarded work is told.
     #[default]
     MayActAndNotCancelled,
-    /// `may_act()` alone.
+    /// `may_act()` alone. Since `may_act()` says no once a release has started (lease-sim seed
+    /// 5 found it saying yes while a release was in flight), this reads the same as the default.
     MayActOnly,
 }
 
@@ -280,7 +281,9 @@ fn watch_guard(
             let mut ended = false;
             tokio::select! {
                 biased;
-                _ = cancel.cancelled(), if rule == BeliefRule::MayActAndNotCancelled => ended = true,
+                // A cancelled work token is final, and `may_act()` says no once it is cancelled
+                // (a release in flight included), so cancellation ends belief under both rules.
+                _ = cancel.cancelled() => ended = true,
                 changed = health.changed() => ended = changed.is_err(),
                 _ = sleep_until(deadline), if start.is_some() => {}
             }

@@ -139,15 +139,19 @@ fn negative_control_stamp_at_receipt_without_loss_lead() {
     );
 }
 
-/// `may_act()` alone stays true while a release is in flight (see README: a gap in lease-core).
+/// `may_act()` alone is enough during a release: seed 5 first showed a holder whose `may_act()`
+/// stayed true after the store had applied its release (reply lost) and granted the key to
+/// another host. This test asserted that gap until lease-core fixed it (`may_act()` is false once
+/// the release starts); now seed 5 and the first 200 seeds pass with belief read as `may_act()`.
 #[test]
 fn may_act_alone_during_release() {
-    assert_caught(
-        &Scenario {
-            belief: BeliefRule::MayActOnly,
-            ..Scenario::default()
-        },
-        &Scenario::default(),
-        200,
-    );
+    let sc = Scenario {
+        belief: BeliefRule::MayActOnly,
+        ..Scenario::default()
+    };
+    let r = run_seed(5, &sc);
+    assert!(r.passed(), "{}", describe(&r));
+    if let Some(r) = run_seeds(0, 200, &sc, 2) {
+        panic!("{}", describe(&r));
+    }
 }

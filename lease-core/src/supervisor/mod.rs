@@ -429,9 +429,13 @@ struct Shared {
 }
 
 impl Shared {
-    /// Health is `Held` and the loss deadline has not passed on the validity clock.
+    /// Health is `Held`, the work has not been cancelled (a release or drop cancels it before
+    /// the store is asked, so a release in flight already says no), and the loss deadline has not
+    /// passed on the validity clock.
     fn may_act(&self, health: Health) -> bool {
-        health == Health::Held && self.clock.now() < *self.loss_deadline.borrow()
+        health == Health::Held
+            && !self.work.is_cancelled()
+            && self.clock.now() < *self.loss_deadline.borrow()
     }
 }
 
@@ -477,8 +481,9 @@ impl LeaseGuardRef {
     pub fn cancellation(&self) -> CancellationToken {
         self.work.child_token()
     }
-    /// Whether it is still reasonable to *start* a side effect: health is `Held` **and** the
-    /// loss deadline (the local validity deadline minus the loss lead) has not passed. The
+    /// Whether it is still reasonable to *start* a side effect: health is `Held`, no release has
+    /// started (a release or drop says no before the store is asked), **and** the loss deadline
+    /// (the local validity deadline minus the loss lead) has not passed. The
     /// deadline is checked on the spot, on the validity clock, so a process resuming from a long
     /// pause or a host suspend gets `false` at once, before the renewal task has run (see
     /// [`clock`](crate::clock) for which suspends are seen).
@@ -571,8 +576,9 @@ impl LeaseGuard {
         *self.health.borrow()
     }
 
-    /// Whether it is still reasonable to *start* a side effect: health is `Held` and the loss
-    /// deadline has not passed on the validity clock (see [`LeaseGuardRef::may_act`]).
+    /// Whether it is still reasonable to *start* a side effect: health is `Held`, no release has
+    /// started, and the loss deadline has not passed on the validity clock (see
+    /// [`LeaseGuardRef::may_act`]).
     pub fn may_act(&self) -> bool {
         self.shared.may_act(self.health())
     }
