@@ -17,7 +17,10 @@
 //! each backend crate's own failure tests, against servers those tests start themselves.
 
 pub mod child;
+pub mod controls;
+pub mod link;
 pub mod report;
 pub mod resource;
 pub mod scenarios;
+pub mod storm;
 pub mod target;
