@@ -333,3 +333,26 @@ pub async fn run_control(
         caught_by: None,
     })
 }
+
+/// A real backend whose supervisors have a zero loss lead (the [`ZeroLossLead`](Control::ZeroLossLead)
+/// control on a real store).
+#[derive(Debug)]
+pub struct ZeroLead<B>(pub B);
+
+#[async_trait]
+impl<B: StormBackend> StormBackend for ZeroLead<B> {
+    fn ttl(&self) -> Duration {
+        self.0.ttl()
+    }
+    fn config(&self) -> SupervisorConfig {
+        self.0.config().with_loss_lead(Duration::ZERO)
+    }
+    async fn contender(&self) -> std::result::Result<Contender, String> {
+        self.0.contender().await
+    }
+    async fn observer(
+        &self,
+    ) -> std::result::Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>), String> {
+        self.0.observer().await
+    }
+}

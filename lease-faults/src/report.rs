@@ -63,6 +63,7 @@ impl BackendReport {
                 }
                 self.verdict.merge(&v);
                 self.margins.extend(m.margin);
+                self.margins.extend(m.margins.iter().copied());
                 self.takeovers.extend(m.takeover);
             }
             Err(_) => self.errors += 1,
@@ -103,7 +104,7 @@ impl BackendReport {
             let mut v = v.to_vec();
             v.sort();
             let at = |pct: usize| {
-                let i = (v.len() - 1) * pct / 100;
+                let i = ((v.len() - 1) * pct).div_ceil(100);
                 format!("{:.0}", v[i].as_secs_f64() * 1e3)
             };
             format!("{} / {} / {} / {}", at(0), at(50), at(99), at(100))

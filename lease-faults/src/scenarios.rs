@@ -26,6 +26,9 @@ pub struct Measured {
     pub violations: Vec<Violation>,
     /// Time between the holder reporting loss and anyone else being granted the key.
     pub margin: Option<Duration>,
+    /// In storms: for every grant that followed a holder's loss report, the time from that
+    /// report to the grant.
+    pub margins: Vec<Duration>,
     /// Healthy holders that lost their lease while the store still held it.
     pub false_expiries: u64,
     /// Time from the holder's death (or loss) to the next grant.

@@ -231,6 +231,7 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
         .map_err(|e| format!("reading the resource: {e}"))?;
     violations.extend(history.check_counter(&k, state.counter));
     Ok(Measured {
+        margins: margins(&history),
         faults: faults.load(Ordering::Relaxed),
         renewals: renewals.load(Ordering::Relaxed),
         unknown: history.unknown_outcomes(),
@@ -361,4 +362,25 @@ async fn late_write(
         _ => Op::Unknown(Attempt::LateWrite(token)),
     };
     history.end(name, k, s, op);
+}
+
+/// For every grant that followed a loss report (with no grant in between), the time from the
+/// report to the grant.
+fn margins(history: &History) -> Vec<std::time::Duration> {
+    let mut ev = history.events();
+    ev.sort_by_key(|e| e.completed);
+    let mut lost: Option<Instant> = None;
+    let mut out = Vec::new();
+    for e in ev {
+        match e.op {
+            Op::RenewLost { .. } => lost = Some(e.invoked.at),
+            Op::Granted { .. } => {
+                if let Some(l) = lost.take() {
+                    out.push(e.completed.at.saturating_duration_since(l));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }

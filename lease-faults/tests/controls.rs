@@ -6,7 +6,7 @@ use lease_faults::controls::{CONTROL_TTL, Control, MemoryBackend, run_control};
 use lease_faults::storm::{StormShape, storm};
 
 /// How many storms a control may take to be caught.
-const MAX_STORMS: u64 = 5;
+const MAX_STORMS: u64 = 8;
 
 async fn caught(control: Control) {
     let r = run_control(control, MAX_STORMS)

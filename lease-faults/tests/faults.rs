@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use lease_faults::controls::{Control, ZeroLead};
 use lease_faults::scenarios::{self, Measured};
 use lease_faults::storm::{StormShape, storm};
 use lease_faults::target::{Target, targets_from_env};
@@ -149,6 +150,29 @@ fn main() {
                 }
             }));
         }
+        let t = target.clone();
+        trials.push(Trial::test(
+            format!("{}::control_zero_loss_lead_is_caught", t.name),
+            move || {
+                let r = block_on(async {
+                    let b = ZeroLead(t);
+                    for seed in 1..=10 {
+                        let shape = StormShape {
+                            seed,
+                            contenders: 3,
+                            rounds: 2,
+                        };
+                        let m = storm(&b, shape).await?;
+                        if Control::ZeroLossLead.caught_by(&m) {
+                            return Ok(format!("caught in storm {seed}: {:?}", m.verdict()));
+                        }
+                    }
+                    Err("a supervisor with a zero loss lead was NOT caught in 10 storms".to_string())
+                })?;
+                eprintln!("{}", r.clone().unwrap_or_default());
+                r.map(|_| ()).map_err(Failed::from)
+            },
+        ));
         let t = target.clone();
         trials.push(Trial::test(format!("{}::storms", t.name), move || {
             let r = block_on(async {

@@ -175,7 +175,7 @@ async fn main() {
     }
     let controls: Vec<_> = Control::ALL
         .iter()
-        .map(|&c| tokio::spawn(run_control(c, 5)))
+        .map(|&c| tokio::spawn(run_control(c, 8)))
         .collect();
     let mut reports = Vec::new();
     for h in handles {
@@ -315,9 +315,10 @@ This file is written by the soak program (`lease-faults/src/bin/soak.rs`); do no
 {table}
 ## Measurements
 
-The safety margin is the time from the holder's `Lost` report to the next grant in the blackhole
-and lost-response scenarios; the takeover is the time from a holder's death, pause or loss to the
-next grant. A false expiry is a holder that gave up while the store still held its lease (the
+The safety margin is the time from a holder's `Lost` report to the next grant: in the blackhole
+and lost-response scenarios, and after every loss in the storms (it must be positive; a grant
+before the holder's deadline is an overlapping belief above). The takeover is the time from a
+holder's death, pause or loss to the next grant in the scenarios. A false expiry is a holder that gave up while the store still held its lease (the
 conservative direction).
 
 {measures}
@@ -325,7 +326,7 @@ conservative direction).
 
 Each control is a deliberately broken store, resource or configuration on the in-memory store,
 run through the same storm code (three contenders, three rounds, TTL 1 s) until a storm catches
-it, at most 5 storms. A green storm above means something only because every row here is "yes".
+it, at most 8 storms. A green storm above means something only because every row here is "yes".
 
 {controls}
 ## What a storm does
