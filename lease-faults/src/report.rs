@@ -30,6 +30,8 @@ pub struct BackendReport {
     pub unknown: u64,
     /// Safety margins (loss reported to the next grant) seen.
     pub margins: Vec<Duration>,
+    /// Loss-before-store-expiry margins seen.
+    pub store_margins: Vec<Duration>,
     /// Takeover times seen.
     pub takeovers: Vec<Duration>,
     /// False expiries.
@@ -64,6 +66,7 @@ impl BackendReport {
                 self.verdict.merge(&v);
                 self.margins.extend(m.margin);
                 self.margins.extend(m.margins.iter().copied());
+                self.store_margins.extend(m.store_margins.iter().copied());
                 self.takeovers.extend(m.takeover);
             }
             Err(_) => self.errors += 1,
@@ -110,18 +113,19 @@ impl BackendReport {
             format!("{} / {} / {} / {}", at(0), at(50), at(99), at(100))
         };
         format!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             self.backend,
             self.renewals,
             self.unknown,
             self.false_expiries,
             q(&self.margins),
+            q(&self.store_margins),
             q(&self.takeovers)
         )
     }
 
     /// The Markdown header of [`measure_row`](Self::measure_row).
     pub fn measure_header() -> &'static str {
-        "| backend | confirmed renewals recorded | unknown outcomes recorded | false expiries | safety margin ms (min / p50 / p99 / max) | takeover ms (min / p50 / p99 / max) |\n|---|---|---|---|---|---|"
+        "| backend | confirmed renewals recorded | unknown outcomes recorded | false expiries | safety margin ms (min / p50 / p99 / max) | loss before the store's expiry ms (min / p50 / p99 / max) | takeover ms (min / p50 / p99 / max) |\n|---|---|---|---|---|---|---|"
     }
 }

@@ -29,6 +29,9 @@ pub struct Measured {
     /// In storms: for every grant that followed a holder's loss report, the time from that
     /// report to the grant.
     pub margins: Vec<Duration>,
+    /// At each loss report, the time the store itself still held the lease (its own expiry, read
+    /// by `inspect`): a lower bound of the margin between the report and the store's expiry.
+    pub store_margins: Vec<Duration>,
     /// Healthy holders that lost their lease while the store still held it.
     pub false_expiries: u64,
     /// Time from the holder's death (or loss) to the next grant.
@@ -120,6 +123,7 @@ async fn partition(t: &Target, mode: LinkFault) -> Outcome {
     let k = key("partition");
     let (holder, proxy) = t.faulty_client().await.map_err(e2s)?;
     let observer = t.connect().await.map_err(e2s)?;
+    let inspector = t.connect().await.map_err(e2s)?;
     let sup = Supervisor::from_arc(holder, SupervisorConfig::new(t.ttl));
     let guard = sup
         .acquire(&k)
@@ -143,17 +147,21 @@ async fn partition(t: &Target, mode: LinkFault) -> Outcome {
                     last_held_deadline = Some(guard.lease().deadline());
                 }
                 if h.is_final() {
-                    return (h, Instant::now(), last_held_deadline);
+                    break;
                 }
                 if rx.changed().await.is_err() {
-                    return (guard.health(), Instant::now(), last_held_deadline);
+                    break;
                 }
             }
+            // The store's own view at the loss report: how long it still holds the lease.
+            let at = Instant::now();
+            let seen = timeout(Duration::from_secs(2), inspector.inspect(&k)).await;
+            (guard.health(), at, last_held_deadline, seen, at.elapsed())
         },
         grant(&*observer, &k, &b, t.ttl, bound(t))
     );
     proxy.heal();
-    let (health, lost_at, _) = lost;
+    let (health, lost_at, _, seen, took) = lost;
     let (next, granted_at) = granted?;
     if !matches!(health, Health::Lost(_)) {
         return Err(format!("holder ended {health:?}, expected Lost"));
@@ -162,6 +170,21 @@ async fn partition(t: &Target, mode: LinkFault) -> Outcome {
         faults: 1,
         ..Measured::default()
     };
+    // Loss before expiry, against the store: the store must still hold the lease when the holder
+    // reports the loss (its remaining time is a lower bound of the margin).
+    if let Ok(Ok(state)) = seen {
+        match state.holder.as_ref().filter(|h| h.token == guard.token()) {
+            Some(h) => m.store_margins.push(h.remaining),
+            None => {
+                m = m.violation(
+                    ViolationKind::LateLoss,
+                    format!(
+                        "the store no longer held the lease when Lost was reported (inspected within {took:?}): {state:?}"
+                    ),
+                );
+            }
+        }
+    }
     // Safety: the store may grant the key to someone else only after the holder's own local
     // deadline, from which on the holder no longer acts (`may_act()` checks it on the spot). A
     // grant at the deadline's very instant counts as overlapping.

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lease_core::supervisor::{Health, Hook, RenewalResult, Supervisor, SupervisorConfig};
+use lease_core::supervisor::{
+    Health, Hook, LossReason, RenewalResult, Supervisor, SupervisorConfig,
+};
 use lease_core::{FencedResource, Lease, LeaseKey, LeaseStore, WriteOp};
 use lease_testkit::history::{Attempt, History, Op, Stamp};
 use tokio::task::JoinHandle;
@@ -69,6 +71,7 @@ struct Recorder {
     observer: Arc<dyn LeaseStore>,
     renewals: Arc<AtomicU64>,
     false_expiries: Arc<AtomicU64>,
+    store_margins: Arc<std::sync::Mutex<Vec<Duration>>>,
     probes: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -112,12 +115,22 @@ impl Hook for Recorder {
         let (observer, key, token) = (self.observer.clone(), lease.key().clone(), lease.token());
         let deadline = lease.deadline();
         let fe = self.false_expiries.clone();
+        let margins = self.store_margins.clone();
+        let at_deadline = matches!(to, Health::Lost(LossReason::DeadlineReached));
         let probe = tokio::spawn(async move {
             if let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
-                && Instant::now() < deadline
-                && state.holder.is_some_and(|h| h.token == token)
+                && let Some(h) = state.holder.filter(|h| h.token == token)
             {
-                fe.fetch_add(1, Ordering::Relaxed);
+                if at_deadline {
+                    // How long the store itself still held the lease at the loss report.
+                    margins
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(h.remaining);
+                }
+                if Instant::now() < deadline {
+                    fe.fetch_add(1, Ordering::Relaxed);
+                }
             }
         });
         self.probes
@@ -186,6 +199,7 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
     let faults = Arc::new(AtomicU64::new(0));
     let renewals = Arc::new(AtomicU64::new(0));
     let false_expiries = Arc::new(AtomicU64::new(0));
+    let store_margins = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     let mut recorders = Vec::new();
     for i in 0..shape.contenders {
@@ -198,6 +212,7 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
             observer: observer.clone(),
             renewals: renewals.clone(),
             false_expiries: false_expiries.clone(),
+            store_margins: store_margins.clone(),
             probes: std::sync::Mutex::default(),
         });
         recorders.push(recorder.clone());
@@ -232,6 +247,9 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
     violations.extend(history.check_counter(&k, state.counter));
     Ok(Measured {
         margins: margins(&history),
+        store_margins: std::mem::take(
+            &mut *store_margins.lock().unwrap_or_else(|p| p.into_inner()),
+        ),
         faults: faults.load(Ordering::Relaxed),
         renewals: renewals.load(Ordering::Relaxed),
         unknown: history.unknown_outcomes(),
@@ -365,15 +383,29 @@ async fn late_write(
 }
 
 /// For every grant that followed a loss report (with no grant in between), the time from the
-/// report to the grant.
+/// report to the grant. Only losses that ended a holder's belief count (not a `Lost` published
+/// by a release whose answer did not arrive).
 fn margins(history: &History) -> Vec<std::time::Duration> {
     let mut ev = history.events();
+    let released: Vec<(String, lease_core::FencingToken, Stamp)> = ev
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::Release { token } => Some((e.client.clone(), token, e.invoked)),
+            _ => None,
+        })
+        .collect();
     ev.sort_by_key(|e| e.completed);
     let mut lost: Option<Instant> = None;
     let mut out = Vec::new();
     for e in ev {
         match e.op {
-            Op::RenewLost { .. } => lost = Some(e.invoked.at),
+            Op::RenewLost { token }
+                if !released
+                    .iter()
+                    .any(|(c, t, s)| *c == e.client && *t == token && *s < e.invoked) =>
+            {
+                lost = Some(e.invoked.at);
+            }
             Op::Granted { .. } => {
                 if let Some(l) = lost.take() {
                     out.push(e.completed.at.saturating_duration_since(l));

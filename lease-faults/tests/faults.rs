@@ -167,7 +167,10 @@ fn main() {
                             return Ok(format!("caught in storm {seed}: {:?}", m.verdict()));
                         }
                     }
-                    Err("a supervisor with a zero loss lead was NOT caught in 10 storms".to_string())
+                    Err(
+                        "a supervisor with a zero loss lead was NOT caught in 10 storms"
+                            .to_string(),
+                    )
                 })?;
                 eprintln!("{}", r.clone().unwrap_or_default());
                 r.map(|_| ()).map_err(Failed::from)
