@@ -356,6 +356,9 @@ pub async fn paused_process(t: &Target) -> Outcome {
             "the new holder's token was refused: {installed:?} {wrote:?}"
         ));
     }
+    // Writes the resource accepted up to the new holder's write: any accepted after it came from
+    // the stale holder.
+    let accepted_before = res.resource().read(&k).await.map_err(e2s)?.accepted;
     child.signal(Signal::Cont).map_err(e2s)?;
     let late = child
         .wait_for(Duration::from_secs(30), |v| v["event"] == "late_write")
@@ -366,11 +369,24 @@ pub async fn paused_process(t: &Target) -> Outcome {
         takeover: Some(granted_at - stopped),
         ..Measured::default()
     };
-    if late["accepted"] == true {
+    let accepted_after = res.resource().read(&k).await.map_err(e2s)?.accepted;
+    if accepted_after > accepted_before {
         m = m.violation(
             ViolationKind::StaleWriteAccepted,
-            "the resumed holder's stale write was accepted",
+            format!(
+                "the resource accepted {} write(s) of the resumed holder after the new holder's: {:?}",
+                accepted_after - accepted_before,
+                child.events
+            ),
         );
+    } else if late["accepted"] == true {
+        // Its late write was accepted, but before the new token reached the resource: the holder
+        // lost its lease (on an overloaded host) and wrote late before it was paused, so this run
+        // never tested a resumed holder. Rightly accepted; no verdict either way.
+        return Err(format!(
+            "the holder lost its lease before it was paused (its late write preceded the new grant and was rightly accepted); events: {:?}",
+            child.events
+        ));
     }
     let lost_idx = child
         .events
