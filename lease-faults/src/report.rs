@@ -1,6 +1,8 @@
-//! The per-backend fault report.
+//! The per-backend fault report, counted from the typed results of the runs.
 
 use std::time::Duration;
+
+use lease_testkit::history::{Verdict, ViolationKind};
 
 use crate::scenarios::Measured;
 
@@ -9,22 +11,31 @@ use crate::scenarios::Measured;
 pub struct BackendReport {
     /// The backend.
     pub backend: String,
-    /// Scenario runs.
+    /// Runs (scenarios and storms).
     pub runs: u64,
-    /// Failed runs (a violated property or an error).
-    pub failures: u64,
+    /// Storms among the runs.
+    pub storms: u64,
+    /// Runs that could not be carried out (a service unreachable, a holder that never started):
+    /// not a verdict either way.
+    pub errors: u64,
+    /// Runs with at least one violation.
+    pub failed: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Stale writes accepted (must be 0).
-    pub stale_accepted: u64,
-    /// Token regressions (must be 0).
-    pub regressions: u64,
-    /// Smallest safety margin seen.
-    pub min_margin: Option<Duration>,
+    /// Violations by kind (all must be 0).
+    pub verdict: Verdict,
+    /// Confirmed renewals recorded by the storms.
+    pub renewals: u64,
+    /// Operations of unknown outcome recorded by the storms.
+    pub unknown: u64,
+    /// Safety margins (loss reported to the next grant) seen.
+    pub margins: Vec<Duration>,
+    /// Loss-before-store-expiry margins seen.
+    pub store_margins: Vec<Duration>,
+    /// Takeover times seen.
+    pub takeovers: Vec<Duration>,
     /// False expiries.
     pub false_expiries: u64,
-    /// Longest takeover.
-    pub longest_takeover: Option<Duration>,
 }
 
 impl BackendReport {
@@ -36,57 +47,85 @@ impl BackendReport {
         }
     }
 
-    /// Adds one run's result.
-    pub fn add(&mut self, r: &Result<Measured, String>) {
+    /// Adds one run's result (`storm` says whether it was a storm).
+    pub fn add(&mut self, r: &Result<Measured, String>, storm: bool) {
         self.runs += 1;
+        if storm {
+            self.storms += 1;
+        }
         match r {
             Ok(m) => {
                 self.faults += m.faults;
-                self.stale_accepted += m.stale_accepted;
-                self.regressions += m.regressions;
+                self.renewals += m.renewals;
+                self.unknown += m.unknown;
                 self.false_expiries += m.false_expiries;
-                if let Some(x) = m.margin {
-                    self.min_margin = Some(self.min_margin.map_or(x, |y| y.min(x)));
+                let v = m.verdict();
+                if !v.is_clean() {
+                    self.failed += 1;
                 }
-                if let Some(x) = m.takeover {
-                    self.longest_takeover = Some(self.longest_takeover.map_or(x, |y| y.max(x)));
-                }
+                self.verdict.merge(&v);
+                self.margins.extend(m.margin);
+                self.margins.extend(m.margins.iter().copied());
+                self.store_margins.extend(m.store_margins.iter().copied());
+                self.takeovers.extend(m.takeover);
             }
-            Err(e) => {
-                self.failures += 1;
-                if e.contains("SAFETY") || e.contains("stale") {
-                    self.stale_accepted += 1;
-                }
-                if e.contains("went back") || e.contains("reused") {
-                    self.regressions += 1;
-                }
-            }
+            Err(_) => self.errors += 1,
         }
     }
 
-    /// A Markdown table row.
+    /// A Markdown table row of the violations by kind.
     pub fn row(&self) -> String {
-        let d = |x: Option<Duration>| {
-            x.map_or("-".to_string(), |d| {
-                format!("{:.0} ms", d.as_secs_f64() * 1e3)
-            })
+        let mut s = format!(
+            "| {} | {} | {} | {} | {} | {} |",
+            self.backend, self.runs, self.storms, self.errors, self.failed, self.faults
+        );
+        for k in ViolationKind::ALL {
+            s.push_str(&format!(" {} |", self.verdict.count(k)));
+        }
+        s
+    }
+
+    /// The Markdown header of [`row`](Self::row).
+    pub fn header() -> String {
+        let mut h = String::from(
+            "| backend | runs | storms | errors (no verdict) | runs with violations | faults injected |",
+        );
+        let mut sep = String::from("|---|---|---|---|---|---|");
+        for k in ViolationKind::ALL {
+            h.push_str(&format!(" {} |", k.name()));
+            sep.push_str("---|");
+        }
+        format!("{h}\n{sep}")
+    }
+
+    /// A Markdown row of the measurements.
+    pub fn measure_row(&self) -> String {
+        let q = |v: &[Duration]| {
+            if v.is_empty() {
+                return "-".to_string();
+            }
+            let mut v = v.to_vec();
+            v.sort();
+            let at = |pct: usize| {
+                let i = ((v.len() - 1) * pct).div_ceil(100);
+                format!("{:.0}", v[i].as_secs_f64() * 1e3)
+            };
+            format!("{} / {} / {} / {}", at(0), at(50), at(99), at(100))
         };
         format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             self.backend,
-            self.runs,
-            self.failures,
-            self.faults,
-            self.stale_accepted,
-            self.regressions,
-            d(self.min_margin),
+            self.renewals,
+            self.unknown,
             self.false_expiries,
-            d(self.longest_takeover)
+            q(&self.margins),
+            q(&self.store_margins),
+            q(&self.takeovers)
         )
     }
 
-    /// The Markdown table header.
-    pub fn header() -> &'static str {
-        "| backend | runs | failed runs | faults injected | stale writes accepted | token regressions | smallest safety margin | false expiries | longest takeover |\n|---|---|---|---|---|---|---|---|---|"
+    /// The Markdown header of [`measure_row`](Self::measure_row).
+    pub fn measure_header() -> &'static str {
+        "| backend | confirmed renewals recorded | unknown outcomes recorded | false expiries | safety margin ms (min / p50 / p99 / max) | loss before the store's expiry ms (min / p50 / p99 / max) | takeover ms (min / p50 / p99 / max) |\n|---|---|---|---|---|---|---|"
     }
 }

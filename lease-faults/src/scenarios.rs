@@ -1,7 +1,7 @@
 //! The fault scenarios. Each runs unchanged against any [`Target`] and returns what it measured;
-//! a violated safety property is an `Err` naming it.
+//! a violated safety property is a typed [`Violation`] in the result, and `Err` is kept for
+//! failures of the test itself (a service that cannot be reached, a holder that never started).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::supervisor::{Health, Supervisor, SupervisorConfig};
@@ -9,34 +9,57 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, FencedResource, FencingToken, LeaseKey, LeaseStore, OwnerId,
     WriteOp,
 };
-use lease_testkit::history::{History, Op};
-use lease_testkit::proxy::{FaultProxy, Mode};
+use lease_testkit::history::{Verdict, Violation, ViolationKind};
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::child::{HolderProcess, Signal, holder_bin};
+use crate::link::LinkFault;
 use crate::resource::ResourceServer;
 use crate::target::Target;
 
-/// What a scenario measured.
+/// What a scenario or storm measured.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Measured {
     /// Faults injected.
     pub faults: u64,
-    /// Stale writes the resource accepted (must be 0).
-    pub stale_accepted: u64,
-    /// Tokens that went back (must be 0).
-    pub regressions: u64,
+    /// The safety violations found, each naming its kind.
+    pub violations: Vec<Violation>,
     /// Time between the holder reporting loss and anyone else being granted the key.
     pub margin: Option<Duration>,
+    /// In storms: for every grant that followed a holder's loss report, the time from that
+    /// report to the grant.
+    pub margins: Vec<Duration>,
+    /// At each loss report, the time the store itself still held the lease (its own expiry, read
+    /// by `inspect`): a lower bound of the margin between the report and the store's expiry.
+    pub store_margins: Vec<Duration>,
     /// Healthy holders that lost their lease while the store still held it.
     pub false_expiries: u64,
     /// Time from the holder's death (or loss) to the next grant.
     pub takeover: Option<Duration>,
+    /// Confirmed renewals recorded in the history.
+    pub renewals: u64,
+    /// Operations of unknown outcome recorded in the history.
+    pub unknown: u64,
+    /// The history, when it holds a violation.
+    pub history: Option<String>,
+}
+
+impl Measured {
+    /// The violations counted by kind.
+    pub fn verdict(&self) -> Verdict {
+        Verdict::of(&self.violations)
+    }
+
+    fn violation(mut self, kind: ViolationKind, detail: impl Into<String>) -> Self {
+        self.violations.push(Violation::new(kind, detail));
+        self
+    }
 }
 
 type Outcome = Result<Measured, String>;
 
-fn key(name: &str) -> LeaseKey {
+/// A key in a fresh namespace.
+pub(crate) fn fresh_key(name: &str) -> LeaseKey {
     // A fresh entropy-seeded generator: storms seed their own generators, and a namespace must
     // never repeat across runs (leftover records of an earlier run would collide).
     let mut rng = fastrand::Rng::new();
@@ -45,6 +68,10 @@ fn key(name: &str) -> LeaseKey {
         ns.push(rng.alphanumeric().to_ascii_lowercase());
     }
     LeaseKey::new(format!("{ns}-{name}")).expect("legal key")
+}
+
+fn key(name: &str) -> LeaseKey {
+    fresh_key(name)
 }
 
 fn e2s<E: std::fmt::Display>(e: E) -> String {
@@ -83,20 +110,20 @@ fn bound(t: &Target) -> Duration {
 /// 3. A blackhole between holder and store: the holder reports `Lost` strictly before the store
 ///    grants the key to anyone else; the margin is measured.
 pub async fn blackhole(t: &Target) -> Outcome {
-    partition(t, Mode::Blackhole).await
+    partition(t, LinkFault::Blackhole).await
 }
 
 /// 4. Renewals applied but their responses lost: never reported `Held` past the local deadline,
 ///    and `Lost` before anyone else is granted the key.
 pub async fn lost_renewal_responses(t: &Target) -> Outcome {
-    partition(t, Mode::DropResponses).await
+    partition(t, LinkFault::DropResponses).await
 }
 
-async fn partition(t: &Target, mode: Mode) -> Outcome {
+async fn partition(t: &Target, mode: LinkFault) -> Outcome {
     let k = key("partition");
-    let proxy = FaultProxy::start(t.upstream()).await.map_err(e2s)?;
-    let holder = t.connect_via(proxy.addr()).await.map_err(e2s)?;
+    let (holder, proxy) = t.faulty_client().await.map_err(e2s)?;
     let observer = t.connect().await.map_err(e2s)?;
+    let inspector = t.connect().await.map_err(e2s)?;
     let sup = Supervisor::from_arc(holder, SupervisorConfig::new(t.ttl));
     let guard = sup
         .acquire(&k)
@@ -109,7 +136,7 @@ async fn partition(t: &Target, mode: Mode) -> Outcome {
         return Err(format!("healthy holder not Held: {:?}", guard.health()));
     }
     let mut rx = guard.subscribe();
-    proxy.set_mode(mode);
+    proxy.set(mode);
     let b = OwnerId::with_label("observer");
     let (lost, granted) = tokio::join!(
         async {
@@ -120,57 +147,84 @@ async fn partition(t: &Target, mode: Mode) -> Outcome {
                     last_held_deadline = Some(guard.lease().deadline());
                 }
                 if h.is_final() {
-                    return (h, Instant::now(), last_held_deadline);
+                    break;
                 }
                 if rx.changed().await.is_err() {
-                    return (guard.health(), Instant::now(), last_held_deadline);
+                    break;
                 }
             }
+            // The store's own view at the loss report: how long it still holds the lease.
+            let at = Instant::now();
+            let seen = timeout(Duration::from_secs(2), inspector.inspect(&k)).await;
+            (guard.health(), at, last_held_deadline, seen, at.elapsed())
         },
         grant(&*observer, &k, &b, t.ttl, bound(t))
     );
     proxy.heal();
-    let (health, lost_at, _) = lost;
+    let (health, lost_at, _, seen, took) = lost;
     let (next, granted_at) = granted?;
     if !matches!(health, Health::Lost(_)) {
         return Err(format!("holder ended {health:?}, expected Lost"));
     }
-    // Safety: the store may grant the key to someone else only after the holder's own local
-    // deadline, from which on the holder no longer acts (`may_act()` checks it on the spot).
-    let deadline = guard.lease().deadline();
-    if granted_at <= deadline {
-        return Err(format!(
-            "SAFETY: the store granted the key {:?} before the holder's local deadline",
-            deadline - granted_at
-        ));
-    }
-    // Timeliness: the supervisor publishes `Lost` before its deadline and before anyone else is
-    // granted the key. On a CPU-starved host its timer can fire late; that is reported as a
-    // failure of its own kind, not as a safety violation.
-    if lost_at >= deadline {
-        return Err(format!(
-            "late loss report: Lost published {:?} after the holder's local deadline",
-            lost_at - deadline
-        ));
-    }
-    if granted_at <= lost_at {
-        return Err(format!(
-            "late loss report: Lost published {:?} after the store granted the key",
-            lost_at - granted_at
-        ));
-    }
-    let m = Measured {
+    let mut m = Measured {
         faults: 1,
-        margin: Some(granted_at - lost_at),
-        takeover: Some(granted_at - lost_at),
         ..Measured::default()
     };
+    // Loss before expiry, against the store: the store must still hold the lease when the holder
+    // reports the loss (its remaining time is a lower bound of the margin).
+    if let Ok(Ok(state)) = seen {
+        match state.holder.as_ref().filter(|h| h.token == guard.token()) {
+            Some(h) => m.store_margins.push(h.remaining),
+            None => {
+                m = m.violation(
+                    ViolationKind::LateLoss,
+                    format!(
+                        "the store no longer held the lease when Lost was reported (inspected within {took:?}): {state:?}"
+                    ),
+                );
+            }
+        }
+    }
+    // Safety: the store may grant the key to someone else only after the holder's own local
+    // deadline, from which on the holder no longer acts (`may_act()` checks it on the spot). A
+    // grant at the deadline's very instant counts as overlapping.
+    let deadline = guard.lease().deadline();
+    if granted_at <= deadline {
+        m = m.violation(
+            ViolationKind::OverlappingBelief,
+            format!(
+                "the store granted the key {:?} before the holder's local deadline",
+                deadline - granted_at
+            ),
+        );
+    }
+    // Timeliness: the supervisor publishes `Lost` strictly before its deadline and before anyone
+    // else is granted the key.
+    if lost_at >= deadline {
+        m = m.violation(
+            ViolationKind::LateLoss,
+            format!(
+                "Lost published {:?} after the holder's local deadline",
+                lost_at - deadline
+            ),
+        );
+    } else if granted_at <= lost_at {
+        m = m.violation(
+            ViolationKind::LateLoss,
+            format!(
+                "Lost published {:?} after the store granted the key",
+                lost_at - granted_at
+            ),
+        );
+    } else {
+        m.margin = Some(granted_at - lost_at);
+        m.takeover = Some(granted_at - lost_at);
+    }
     if next.token() <= guard.token() {
-        return Err(format!(
-            "token went back: {} after {}",
-            next.token(),
-            guard.token()
-        ));
+        m = m.violation(
+            ViolationKind::TokenRegression,
+            format!("token went back: {} after {}", next.token(), guard.token()),
+        );
     }
     Ok(m)
 }
@@ -179,11 +233,10 @@ async fn partition(t: &Target, mode: Mode) -> Outcome {
 ///    grant's token is greater than the ghost's.
 pub async fn ghost_grant(t: &Target) -> Outcome {
     let k = key("ghost");
-    let proxy = FaultProxy::start(t.upstream()).await.map_err(e2s)?;
-    let client = t.connect_via(proxy.addr()).await.map_err(e2s)?;
+    let (client, proxy) = t.faulty_client().await.map_err(e2s)?;
     client.inspect(&k).await.map_err(e2s)?; // the connection is up before the fault
     let observer = t.connect().await.map_err(e2s)?;
-    proxy.set_mode(Mode::DropResponses);
+    proxy.set(LinkFault::DropResponses);
     let ghost = OwnerId::with_label("ghost");
     let r = timeout(
         t.ttl,
@@ -209,17 +262,17 @@ pub async fn ghost_grant(t: &Target) -> Outcome {
         bound(t),
     )
     .await?;
-    let m = Measured {
+    let mut m = Measured {
         faults: 1,
         ..Measured::default()
     };
     if let Some(g) = ghost_token
         && next.token() <= g
     {
-        return Err(format!(
-            "token reused after a ghost grant: {} <= {g}",
-            next.token()
-        ));
+        m = m.violation(
+            ViolationKind::TokenRegression,
+            format!("token reused after a ghost grant: {} <= {g}", next.token()),
+        );
     }
     Ok(m)
 }
@@ -228,8 +281,7 @@ pub async fn ghost_grant(t: &Target) -> Outcome {
 ///    holder losing while the store still held its lease).
 pub async fn latency_near_ttl(t: &Target) -> Outcome {
     let k = key("latency");
-    let proxy = FaultProxy::start(t.upstream()).await.map_err(e2s)?;
-    let holder = t.connect_via(proxy.addr()).await.map_err(e2s)?;
+    let (holder, proxy) = t.faulty_client().await.map_err(e2s)?;
     let observer = t.connect().await.map_err(e2s)?;
     let sup = Supervisor::from_arc(holder, SupervisorConfig::new(t.ttl));
     let guard = sup
@@ -238,7 +290,7 @@ pub async fn latency_near_ttl(t: &Target) -> Outcome {
         .map_err(e2s)?
         .guard()
         .ok_or("not acquired")?;
-    proxy.set_mode(Mode::Latency(t.ttl / 5));
+    proxy.set(LinkFault::Latency(t.ttl / 5 * 2));
     let end = Instant::now() + t.ttl * 4;
     let mut m = Measured {
         faults: 1,
@@ -248,7 +300,10 @@ pub async fn latency_near_ttl(t: &Target) -> Outcome {
     if let Ok(Health::Lost(_)) = lost {
         let lost_at = Instant::now();
         if lost_at >= guard.lease().deadline() {
-            return Err("lost reported after the local deadline".into());
+            m = m.violation(
+                ViolationKind::LateLoss,
+                "Lost reported at or after the local deadline",
+            );
         }
         let still = observer.inspect(&k).await.map_err(e2s)?;
         if still
@@ -280,9 +335,12 @@ pub async fn paused_process(t: &Target) -> Outcome {
     let store = t.connect().await.map_err(e2s)?;
     let (lease, granted_at) =
         grant(&*store, &k, &OwnerId::with_label("b"), t.ttl * 10, bound(t)).await?;
-    if lease.token() <= old {
-        return Err(format!("token went back: {} after {old}", lease.token()));
-    }
+    let regression = (lease.token() <= old).then(|| {
+        Violation::new(
+            ViolationKind::TokenRegression,
+            format!("token went back: {} after {old}", lease.token()),
+        )
+    });
     let installed = res
         .resource()
         .install(&k, lease.token())
@@ -298,18 +356,37 @@ pub async fn paused_process(t: &Target) -> Outcome {
             "the new holder's token was refused: {installed:?} {wrote:?}"
         ));
     }
+    // Writes the resource accepted up to the new holder's write: any accepted after it came from
+    // the stale holder.
+    let accepted_before = res.resource().read(&k).await.map_err(e2s)?.accepted;
     child.signal(Signal::Cont).map_err(e2s)?;
     let late = child
         .wait_for(Duration::from_secs(30), |v| v["event"] == "late_write")
         .await?;
     let _ = child.finish(Duration::from_secs(10)).await;
-    let m = Measured {
+    let mut m = Measured {
         faults: 1,
         takeover: Some(granted_at - stopped),
         ..Measured::default()
     };
-    if late["accepted"] == true {
-        return Err("SAFETY: the resumed holder's stale write was accepted".into());
+    let accepted_after = res.resource().read(&k).await.map_err(e2s)?.accepted;
+    if accepted_after > accepted_before {
+        m = m.violation(
+            ViolationKind::StaleWriteAccepted,
+            format!(
+                "the resource accepted {} write(s) of the resumed holder after the new holder's: {:?}",
+                accepted_after - accepted_before,
+                child.events
+            ),
+        );
+    } else if late["accepted"] == true {
+        // Its late write was accepted, but before the new token reached the resource: the holder
+        // lost its lease (on an overloaded host) and wrote late before it was paused, so this run
+        // never tested a resumed holder. Rightly accepted; no verdict either way.
+        return Err(format!(
+            "the holder lost its lease before it was paused (its late write preceded the new grant and was rightly accepted); events: {:?}",
+            child.events
+        ));
     }
     let lost_idx = child
         .events
@@ -321,21 +398,28 @@ pub async fn paused_process(t: &Target) -> Outcome {
         .iter()
         .position(|v| v["event"] == "resumed")
         .unwrap_or(lost_idx);
+    m.violations.extend(regression);
     if child.events[resumed_idx..lost_idx]
         .iter()
         .any(|v| v["event"] == "side_effect")
     {
-        return Err(format!(
-            "side effect after resuming, before reporting Lost: {:?}",
-            child.events
-        ));
+        m = m.violation(
+            ViolationKind::WriteAfterDeadline,
+            format!(
+                "side effect after resuming, before reporting Lost: {:?}",
+                child.events
+            ),
+        );
     }
     if child
         .events
         .iter()
         .any(|v| v["event"] == "side_effect" && v["within_deadline"] == false)
     {
-        return Err("a side effect started after the local deadline".into());
+        m = m.violation(
+            ViolationKind::WriteAfterDeadline,
+            "a side effect started after the local deadline",
+        );
     }
     Ok(m)
 }
@@ -348,7 +432,7 @@ async fn start_holder(
 ) -> Result<(HolderProcess, FencingToken), String> {
     let args = [
         "--url".to_string(),
-        t.url(t.upstream()).map_err(e2s)?,
+        t.direct_url(),
         "--key".into(),
         k.to_string(),
         "--ttl-ms".into(),
@@ -376,142 +460,20 @@ pub async fn killed_process(t: &Target) -> Outcome {
     let store = t.connect().await.map_err(e2s)?;
     let (lease, at) = grant(&*store, &k, &OwnerId::with_label("b"), t.ttl, bound(t)).await?;
     let took = at - killed;
-    if lease.token() <= old {
-        return Err(format!("token went back: {} after {old}", lease.token()));
-    }
     let limit = t.ttl + t.takeover_slack + Duration::from_millis(500);
     if took > limit {
         return Err(format!("takeover took {took:?}, more than {limit:?}"));
     }
-    Ok(Measured {
+    let mut m = Measured {
         faults: 1,
         takeover: Some(took),
         ..Measured::default()
-    })
-}
-
-/// 8. A randomized storm: in-process contenders, each behind its own fault proxy, race for one
-///    key for `rounds` rounds while faults from the list above are injected at random; every holder
-///    increments a counter through the fenced resource. The recorded history is checked against a
-///    fenced-mutex model and the counter is exact.
-pub async fn storm(t: &Target, seed: u64, contenders: usize, rounds: usize) -> Outcome {
-    let k = key("storm");
-    let res = Arc::new(lease_core::MemoryFencedResource::new());
-    let history = History::new();
-    let mut proxies = Vec::new();
-    let mut tasks = Vec::new();
-    let faults = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    for i in 0..contenders {
-        let proxy = Arc::new(FaultProxy::start(t.upstream()).await.map_err(e2s)?);
-        proxies.push(proxy.clone());
-        let store = t.connect_via(proxy.addr()).await.map_err(e2s)?;
-        let (k, res, history, ttl) = (k.clone(), res.clone(), history.clone(), t.ttl);
-        let mut rng = fastrand::Rng::with_seed(seed.wrapping_add(i as u64));
-        let faults = faults.clone();
-        tasks.push(tokio::spawn(async move {
-            let name = format!("c{i}");
-            let sup =
-                Supervisor::from_arc(store, SupervisorConfig::new(ttl).with_acquire_wait(ttl * 3));
-            let mut acked = 0i64;
-            for _ in 0..rounds {
-                let t0 = Instant::now();
-                let guard = match sup.acquire(&k).await {
-                    Ok(a) => match a.guard() {
-                        Some(g) => g,
-                        None => continue,
-                    },
-                    Err(_) => continue,
-                };
-                history.record(
-                    &name,
-                    &k,
-                    t0,
-                    Op::Granted {
-                        owner: sup.owner().clone(),
-                        token: guard.token(),
-                        deadline: guard.lease().deadline(),
-                    },
-                );
-                // Sometimes this contender's network fails while it holds the lease.
-                if rng.u8(0..4) == 0 {
-                    let mode = match rng.u8(0..4) {
-                        0 => Mode::Blackhole,
-                        1 => Mode::DropResponses,
-                        2 => Mode::Reset,
-                        _ => Mode::Latency(ttl / 4),
-                    };
-                    faults.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    proxy.set_mode(mode);
-                }
-                for _ in 0..rng.u8(1..4) {
-                    if !guard.may_act() {
-                        break;
-                    }
-                    let t0 = Instant::now();
-                    let out = res
-                        .write(&k, guard.token(), WriteOp::Add(1))
-                        .await
-                        .map_err(e2s)?;
-                    history.record(
-                        &name,
-                        &k,
-                        t0,
-                        Op::Write {
-                            token: guard.token(),
-                            accepted: out.is_accepted(),
-                        },
-                    );
-                    if out.is_accepted() {
-                        acked += 1;
-                    }
-                    sleep(Duration::from_millis(rng.u64(5..30))).await;
-                }
-                let t0 = Instant::now();
-                if let Health::Lost(_) = guard.health() {
-                    history.record(
-                        &name,
-                        &k,
-                        t0,
-                        Op::RenewLost {
-                            token: guard.token(),
-                        },
-                    );
-                } else {
-                    history.record(
-                        &name,
-                        &k,
-                        t0,
-                        Op::Release {
-                            token: guard.token(),
-                        },
-                    );
-                }
-                let _ = timeout(ttl * 2, guard.release()).await;
-                proxy.heal();
-            }
-            Ok::<i64, String>(acked)
-        }));
-    }
-    let mut acked = 0;
-    for task in tasks {
-        acked += task.await.map_err(e2s)??;
-    }
-    let state = res.read(&k).await.map_err(e2s)?;
-    let violations = history.check();
-    let m = Measured {
-        faults: faults.load(std::sync::atomic::Ordering::Relaxed),
-        ..Measured::default()
     };
-    if state.counter != acked {
-        return Err(format!(
-            "seed {seed}: counter {} but {acked} acknowledged writes\n{}",
-            state.counter,
-            history.dump()
-        ));
+    if lease.token() <= old {
+        m = m.violation(
+            ViolationKind::TokenRegression,
+            format!("token went back: {} after {old}", lease.token()),
+        );
     }
-    if !violations.is_empty() {
-        return Err(format!("seed {seed}: {violations:#?}\n{}", history.dump()));
-    }
-    drop(proxies);
     Ok(m)
 }

@@ -4,7 +4,13 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{Error, LeaseStore, Result};
+use async_trait::async_trait;
+use lease_core::{Error, FencedResource, LeaseStore, Result};
+use lease_testkit::faulty::FaultyStore;
+use lease_testkit::proxy::FaultProxy;
+
+use crate::link::{FaultyResource, Link, ProxyLink, StoreLink};
+use crate::storm::{Contender, StormBackend};
 
 /// How a backend is reached.
 #[derive(Debug, Clone)]
@@ -15,6 +21,11 @@ pub enum Endpoint {
         template: String,
         /// The real server.
         upstream: SocketAddr,
+    },
+    /// A SQLite file on this host (no network: faults are injected in process).
+    Sqlite {
+        /// The database file.
+        path: String,
     },
     /// A Kubernetes API server reached through a kubeconfig (rewritten to point at a proxy).
     Kube {
@@ -42,10 +53,22 @@ pub struct Target {
 }
 
 impl Target {
-    /// The real server's address.
-    pub fn upstream(&self) -> SocketAddr {
+    /// The real server's address (none for SQLite).
+    pub fn upstream(&self) -> Option<SocketAddr> {
         match &self.endpoint {
-            Endpoint::Url { upstream, .. } | Endpoint::Kube { upstream, .. } => *upstream,
+            Endpoint::Url { upstream, .. } | Endpoint::Kube { upstream, .. } => Some(*upstream),
+            Endpoint::Sqlite { .. } => None,
+        }
+    }
+
+    /// The store URL of the real server, as a child process uses it.
+    pub fn direct_url(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Url { template, upstream } => {
+                template.replace("{addr}", &upstream.to_string())
+            }
+            Endpoint::Sqlite { path } => format!("sqlite://{path}"),
+            Endpoint::Kube { namespace, .. } => format!("k8s://{namespace}"),
         }
     }
 
@@ -57,7 +80,7 @@ impl Target {
     pub fn url(&self, addr: SocketAddr) -> Result<String> {
         match &self.endpoint {
             Endpoint::Url { template, .. } => Ok(template.replace("{addr}", &addr.to_string())),
-            Endpoint::Kube { namespace, .. } => Ok(format!("k8s://{namespace}")),
+            Endpoint::Sqlite { .. } | Endpoint::Kube { .. } => Ok(self.direct_url()),
         }
     }
 
@@ -67,28 +90,117 @@ impl Target {
     /// As `lease::connect`, or if a rewritten kubeconfig cannot be written.
     pub async fn connect_via(&self, addr: SocketAddr) -> Result<Arc<dyn LeaseStore>> {
         match &self.endpoint {
-            Endpoint::Url { .. } => lease::connect(&self.url(addr)?).await,
-            Endpoint::Kube {
-                kubeconfig,
-                namespace,
-                upstream,
-            } => {
-                let path = if addr == *upstream {
-                    kubeconfig.clone()
-                } else {
-                    let text = std::fs::read_to_string(kubeconfig).map_err(|e| {
-                        Error::config("k8s", format!("reading {kubeconfig}: {e}"), None)
-                    })?;
-                    let rewritten =
-                        text.replace(&format!("127.0.0.1:{}", upstream.port()), &addr.to_string());
-                    let path = format!("{kubeconfig}.proxy-{}", addr.port());
-                    std::fs::write(&path, rewritten)
-                        .map_err(|e| Error::config("k8s", format!("writing {path}: {e}"), None))?;
-                    path
-                };
+            Endpoint::Url { .. } | Endpoint::Sqlite { .. } => {
+                lease::connect(&self.url(addr)?).await
+            }
+            Endpoint::Kube { namespace, .. } => {
+                let path = self.kubeconfig_via(addr)?;
                 let store =
                     lease::k8s::KubeLeaseStore::from_kubeconfig(&path, Some(namespace)).await?;
                 Ok(Arc::new(store))
+            }
+        }
+    }
+
+    /// A new client of the backend's fenced resource through `addr` (the real server or a proxy
+    /// in front of it): the PostgreSQL high-water table, the Redis script resource, the etcd and
+    /// Kubernetes resources, the SQLite generation table.
+    ///
+    /// # Errors
+    /// As `lease::connect_resource`.
+    pub async fn resource_via(&self, addr: SocketAddr) -> Result<Arc<dyn FencedResource>> {
+        match &self.endpoint {
+            Endpoint::Url { .. } | Endpoint::Sqlite { .. } => {
+                lease::connect_resource(&self.url(addr)?).await
+            }
+            Endpoint::Kube { namespace, .. } => {
+                let path = self.kubeconfig_via(addr)?;
+                let client = lease::k8s::client_from_kubeconfig(&path).await?;
+                Ok(Arc::new(lease::k8s::KubeFencedResource::new(
+                    client, namespace,
+                )?))
+            }
+        }
+    }
+
+    /// The kubeconfig to use to reach the API server through `addr`.
+    fn kubeconfig_via(&self, addr: SocketAddr) -> Result<String> {
+        let Endpoint::Kube {
+            kubeconfig,
+            upstream,
+            ..
+        } = &self.endpoint
+        else {
+            return Err(Error::config(
+                "k8s",
+                "not a Kubernetes target".to_string(),
+                None,
+            ));
+        };
+        if addr == *upstream {
+            return Ok(kubeconfig.clone());
+        }
+        let text = std::fs::read_to_string(kubeconfig)
+            .map_err(|e| Error::config("k8s", format!("reading {kubeconfig}: {e}"), None))?;
+        let rewritten = text.replace(&format!("127.0.0.1:{}", upstream.port()), &addr.to_string());
+        let path = format!("{kubeconfig}.proxy-{}", addr.port());
+        std::fs::write(&path, rewritten)
+            .map_err(|e| Error::config("k8s", format!("writing {path}: {e}"), None))?;
+        Ok(path)
+    }
+
+    /// A client of the store behind a fault link of its own: a loopback proxy for a network
+    /// backend, an in-process wrapper for SQLite. The returned value keeps the proxy alive.
+    ///
+    /// # Errors
+    /// As [`connect_via`](Self::connect_via), or if no proxy port can be bound.
+    pub async fn faulty_client(&self) -> Result<(Arc<dyn LeaseStore>, Arc<dyn Link>)> {
+        match self.upstream() {
+            Some(up) => {
+                let proxy = Arc::new(FaultProxy::start(up).await.map_err(|e| {
+                    Error::unavailable("fault-proxy", format!("starting a proxy: {e}"), None)
+                })?);
+                let store = self.connect_via(proxy.addr()).await?;
+                Ok((store, Arc::new(ProxyLink(proxy))))
+            }
+            None => {
+                let store = FaultyStore::new(self.connect().await?);
+                Ok((Arc::new(store.clone()), Arc::new(StoreLink(store))))
+            }
+        }
+    }
+
+    /// A client of the fenced resource behind a fault link of its own (see
+    /// [`faulty_client`](Self::faulty_client)).
+    ///
+    /// # Errors
+    /// As [`resource_via`](Self::resource_via), or if no proxy port can be bound.
+    pub async fn faulty_resource(&self) -> Result<(Arc<dyn FencedResource>, Arc<dyn Link>)> {
+        match self.upstream() {
+            Some(up) => {
+                let proxy = Arc::new(FaultProxy::start(up).await.map_err(|e| {
+                    Error::unavailable("fault-proxy", format!("starting a proxy: {e}"), None)
+                })?);
+                let res = self.resource_via(proxy.addr()).await?;
+                Ok((res, Arc::new(ProxyLink(proxy))))
+            }
+            None => {
+                let res = FaultyResource::new(self.resource().await?, Duration::ZERO);
+                Ok((Arc::new(res.clone()), Arc::new(res)))
+            }
+        }
+    }
+
+    /// A client of the real server's fenced resource.
+    ///
+    /// # Errors
+    /// As [`resource_via`](Self::resource_via).
+    pub async fn resource(&self) -> Result<Arc<dyn FencedResource>> {
+        match &self.endpoint {
+            Endpoint::Sqlite { .. } => lease::connect_resource(&self.direct_url()).await,
+            _ => {
+                self.resource_via(self.upstream().unwrap_or(([127, 0, 0, 1], 0).into()))
+                    .await
             }
         }
     }
@@ -98,7 +210,13 @@ impl Target {
     /// # Errors
     /// As `lease::connect`.
     pub async fn connect(&self) -> Result<Arc<dyn LeaseStore>> {
-        self.connect_via(self.upstream()).await
+        match &self.endpoint {
+            Endpoint::Sqlite { .. } => lease::connect(&self.direct_url()).await,
+            _ => {
+                self.connect_via(self.upstream().unwrap_or(([127, 0, 0, 1], 0).into()))
+                    .await
+            }
+        }
     }
 }
 
@@ -145,7 +263,47 @@ pub fn targets_from_env() -> Vec<std::result::Result<Target, (&'static str, Stri
         Duration::from_secs(2),
     ));
     out.push(kube_target());
+    out.push(sqlite_target());
     out
+}
+
+/// SQLite: a file under the temporary directory, shared by every client of this process (each
+/// client opens it on its own, as separate processes would).
+fn sqlite_target() -> std::result::Result<Target, (&'static str, String)> {
+    let dir = std::env::var("LEASE_SQLITE_DIR")
+        .unwrap_or_else(|_| std::env::temp_dir().to_string_lossy().into_owned());
+    std::fs::create_dir_all(&dir).map_err(|e| ("sqlite", format!("{dir}: {e}")))?;
+    let path = format!("{dir}/lease-faults-{}.db", std::process::id());
+    Ok(Target {
+        name: "sqlite",
+        endpoint: Endpoint::Sqlite { path },
+        ttl: Duration::from_millis(1000),
+        takeover_slack: Duration::from_millis(500),
+    })
+}
+
+#[async_trait]
+impl StormBackend for Target {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+    async fn contender(&self) -> std::result::Result<Contender, String> {
+        let (store, store_link) = self.faulty_client().await.map_err(|e| e.to_string())?;
+        let (resource, resource_link) = self.faulty_resource().await.map_err(|e| e.to_string())?;
+        Ok(Contender {
+            store,
+            resource,
+            store_link,
+            resource_link,
+        })
+    }
+    async fn observer(
+        &self,
+    ) -> std::result::Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>), String> {
+        let store = self.connect().await.map_err(|e| e.to_string())?;
+        let res = self.resource().await.map_err(|e| e.to_string())?;
+        Ok((store, res))
+    }
 }
 
 fn url_target(

@@ -1,15 +1,51 @@
 //! A history recorder and checker for lease operations and fenced writes.
 //!
-//! Record the invocation and completion (monotonic timestamps) of every acquire, renew, release
-//! and fenced write, then [`History::check`] that:
-//! - no two leases were granted overlapping in the time their holders believed them valid;
-//! - tokens increase in grant order (and no token is granted twice);
-//! - accepted fenced writes never go backwards in token order.
+//! Record the invocation and completion of every acquire, renew, release and fenced write (take a
+//! [`Stamp`] with [`History::begin`] before the call, then [`History::end`] after it), and
+//! [`History::check`] the history. Each violation found carries a [`ViolationKind`]:
+//!
+//! | kind | what the checker saw |
+//! |---|---|
+//! | [`OverlappingBelief`](ViolationKind::OverlappingBelief) | a grant completed while another holder still believed it held the key |
+//! | [`TokenRegression`](ViolationKind::TokenRegression) | a grant invoked after another grant completed carries a smaller token |
+//! | [`DuplicateToken`](ViolationKind::DuplicateToken) | two grants carry the same token |
+//! | [`StaleWriteAccepted`](ViolationKind::StaleWriteAccepted) | a write was accepted after a write with a greater token (possibly) was |
+//! | [`WriteAfterDeadline`](ViolationKind::WriteAfterDeadline) | a holder's write started, or was still in flight, at or after its local deadline |
+//! | [`LateLoss`](ViolationKind::LateLoss) | a holder reported `Lost` at or after its local deadline, or after someone else was granted the key |
+//! | [`WriteCountMismatch`](ViolationKind::WriteCountMismatch) | the resource's counter is not between the acknowledged and the possibly applied writes |
+//!
+//! The checker is strict where the evidence is ambiguous:
+//! - **Ties count.** A holder believes it holds a lease strictly before its local deadline, so a
+//!   grant (or write) at the very instant of the deadline is judged as overlapping it. Events at
+//!   the same instant are ordered by the recorder's sequence numbers, never assumed harmless.
+//! - **Unknown outcomes** ([`Op::Unknown`]) are treated as possibly applied: a write that timed
+//!   out may have been accepted, so a later lower-token write accepted after it is a stale write.
+//!   An unanswered renewal never extends the holder's belief (the holder does not know of it).
+//! - **Renewals** ([`Op::Renewed`]) extend the holder's belief to the renewed deadline, provided
+//!   the confirmation arrived while the holder still believed (a late confirmation is not trusted,
+//!   as the supervisor does not trust it).
+//! - **Releases and losses** end the belief at their invocation.
 
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lease_core::{FencingToken, LeaseKey, OwnerId};
 use tokio::time::Instant;
+
+mod check;
+#[cfg(test)]
+mod tests;
+
+/// An instant plus the recorder's sequence number: orders events that share an instant (common
+/// in paused time) by the order in which they were observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Stamp {
+    /// The instant.
+    pub at: Instant,
+    /// The recorder's sequence number (0 for stamps made from a bare instant).
+    pub seq: u64,
+}
 
 /// One recorded operation.
 #[derive(Debug, Clone)]
@@ -19,11 +55,26 @@ pub struct Event {
     /// The key.
     pub key: LeaseKey,
     /// When it was invoked.
-    pub invoked: Instant,
-    /// When it completed (answered, failed or timed out).
-    pub completed: Instant,
+    pub invoked: Stamp,
+    /// When it completed (answered, failed, timed out or was abandoned).
+    pub completed: Stamp,
     /// What it was and how it ended.
     pub op: Op,
+}
+
+/// What an operation with an unknown outcome attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// An acquisition (it may have granted a lease nobody knows of: a ghost grant).
+    Acquire,
+    /// A renewal of the lease with this token (it may have extended the lease at the store).
+    Renew(FencingToken),
+    /// A release of the lease with this token.
+    Release(FencingToken),
+    /// A fenced write with this token (it may have been accepted).
+    Write(FencingToken),
+    /// A [`LateWrite`](Op::LateWrite) with this token (it may have been accepted).
+    LateWrite(FencingToken),
 }
 
 /// The kinds of operations and their results.
@@ -47,7 +98,8 @@ pub enum Op {
         /// The new local deadline.
         deadline: Instant,
     },
-    /// A renewal reported lost.
+    /// The holder was told its lease is lost (by a refused renewal or its loss deadline); it
+    /// stops believing at the invocation.
     RenewLost {
         /// The token.
         token: FencingToken,
@@ -58,34 +110,156 @@ pub enum Op {
         /// The token.
         token: FencingToken,
     },
-    /// A fenced write.
+    /// A fenced write made by a holder that believed it held the lease (it checked
+    /// `may_act()` first): it must start and end before the holder's local deadline.
     Write {
         /// The token presented.
         token: FencingToken,
         /// Whether the resource accepted it.
         accepted: bool,
     },
-    /// An operation whose outcome is unknown (timeout, dropped connection).
-    Unknown {
-        /// What was attempted.
-        what: &'static str,
+    /// A fenced write made on purpose without checking the lease (a process resuming from a pause
+    /// with a stale token): exempt from the deadline check, it must still be rejected once a
+    /// greater token was accepted.
+    LateWrite {
+        /// The token presented.
+        token: FencingToken,
+        /// Whether the resource accepted it.
+        accepted: bool,
     },
+    /// An operation whose outcome is unknown (timeout, dropped connection, abandoned).
+    Unknown(Attempt),
+}
+
+/// The kinds of violation the checker (and the fault suite) can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// Two holders believed they held the key at the same instant.
+    OverlappingBelief,
+    /// A later grant carried a smaller token than an earlier one.
+    TokenRegression,
+    /// Two grants carried the same token.
+    DuplicateToken,
+    /// A fenced resource accepted a write after it (possibly) accepted a greater token.
+    StaleWriteAccepted,
+    /// A holder's write started, or was still in flight, at or after its local deadline.
+    WriteAfterDeadline,
+    /// A holder reported `Lost` at or after its local deadline, or after the store had already
+    /// granted the key to someone else (a loss reported after the store's expiry).
+    LateLoss,
+    /// The resource's counter disagrees with the writes made (acknowledged writes lost, or more
+    /// applied than were attempted).
+    WriteCountMismatch,
+}
+
+impl ViolationKind {
+    /// Every kind, in table order.
+    pub const ALL: [ViolationKind; 7] = [
+        ViolationKind::OverlappingBelief,
+        ViolationKind::TokenRegression,
+        ViolationKind::DuplicateToken,
+        ViolationKind::StaleWriteAccepted,
+        ViolationKind::WriteAfterDeadline,
+        ViolationKind::LateLoss,
+        ViolationKind::WriteCountMismatch,
+    ];
+
+    /// A short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViolationKind::OverlappingBelief => "overlapping belief",
+            ViolationKind::TokenRegression => "token regression",
+            ViolationKind::DuplicateToken => "duplicate token",
+            ViolationKind::StaleWriteAccepted => "stale write accepted",
+            ViolationKind::WriteAfterDeadline => "write after deadline",
+            ViolationKind::LateLoss => "late loss",
+            ViolationKind::WriteCountMismatch => "write count mismatch",
+        }
+    }
+}
+
+impl std::fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A violation found by the checker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// Which property was broken.
+    pub kind: ViolationKind,
+    /// What was seen (clients, tokens, instants).
+    pub detail: String,
+}
+
+impl Violation {
+    /// A violation of `kind`.
+    pub fn new(kind: ViolationKind, detail: impl Into<String>) -> Self {
+        Violation {
+            kind,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind, self.detail)
+    }
+}
+
+/// Violations counted by kind: the typed result of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    counts: BTreeMap<ViolationKind, u64>,
+}
+
+impl Verdict {
+    /// Counts `violations`.
+    pub fn of(violations: &[Violation]) -> Self {
+        let mut v = Verdict::default();
+        for x in violations {
+            v.add(x.kind, 1);
+        }
+        v
+    }
+
+    /// Adds `n` violations of `kind`.
+    pub fn add(&mut self, kind: ViolationKind, n: u64) {
+        if n > 0 {
+            *self.counts.entry(kind).or_default() += n;
+        }
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &Verdict) {
+        for (k, n) in &other.counts {
+            self.add(*k, *n);
+        }
+    }
+
+    /// How many violations of `kind`.
+    pub fn count(&self, kind: ViolationKind) -> u64 {
+        self.counts.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// All violations.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// No violation at all.
+    pub fn is_clean(&self) -> bool {
+        self.total() == 0
+    }
 }
 
 /// A shared, cloneable recorder.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     events: Arc<Mutex<Vec<Event>>>,
-}
-
-/// A violation found by the checker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation(pub String);
-
-impl std::fmt::Display for Violation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+    seq: Arc<AtomicU64>,
 }
 
 impl History {
@@ -94,15 +268,45 @@ impl History {
         Self::default()
     }
 
-    /// Records an operation invoked at `invoked` that completed now.
-    pub fn record(&self, client: &str, key: &LeaseKey, invoked: Instant, op: Op) {
-        let ev = Event {
+    /// A stamp for now: take it just before invoking an operation.
+    pub fn begin(&self) -> Stamp {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        Stamp {
+            at: Instant::now(),
+            seq,
+        }
+    }
+
+    /// Records an operation invoked at `invoked` (from [`begin`](Self::begin)) that completed
+    /// now.
+    pub fn end(&self, client: &str, key: &LeaseKey, invoked: Stamp, op: Op) {
+        let completed = self.begin();
+        self.push(Event {
             client: client.to_string(),
             key: key.clone(),
             invoked,
-            completed: Instant::now(),
+            completed,
             op,
-        };
+        });
+    }
+
+    /// Records an operation invoked at the bare instant `invoked` that completed now. Prefer
+    /// [`begin`](Self::begin) and [`end`](Self::end): a bare instant orders before every event
+    /// of the same instant.
+    pub fn record(&self, client: &str, key: &LeaseKey, invoked: Instant, op: Op) {
+        self.end(
+            client,
+            key,
+            Stamp {
+                at: invoked,
+                seq: 0,
+            },
+            op,
+        );
+    }
+
+    /// Records an already built event (hand-written histories in tests).
+    pub fn push(&self, ev: Event) {
         self.events
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -129,6 +333,14 @@ impl History {
             .collect()
     }
 
+    /// How many operations ended with an unknown outcome.
+    pub fn unknown_outcomes(&self) -> u64 {
+        self.events()
+            .iter()
+            .filter(|e| matches!(e.op, Op::Unknown(_)))
+            .count() as u64
+    }
+
     /// Checks every property; returns all violations found (empty when the history is legal).
     pub fn check(&self) -> Vec<Violation> {
         let events = self.events();
@@ -138,266 +350,69 @@ impl History {
         keys.dedup();
         for key in keys {
             let evs: Vec<&Event> = events.iter().filter(|e| &e.key == key).collect();
-            check_grants(key, &evs, &mut out);
-            check_writes(key, &evs, &mut out);
+            check::grants(key, &evs, &mut out);
+            check::writes(key, &evs, &mut out);
         }
         out
+    }
+
+    /// Checks a counter the writers incremented by one per write: it must lie between the
+    /// acknowledged writes (accepted answers) and those plus the writes of unknown outcome.
+    pub fn check_counter(&self, key: &LeaseKey, counter: i64) -> Option<Violation> {
+        let events = self.events();
+        let mut acked = 0i64;
+        let mut unknown = 0i64;
+        for e in events.iter().filter(|e| &e.key == key) {
+            match e.op {
+                Op::Write { accepted: true, .. } | Op::LateWrite { accepted: true, .. } => {
+                    acked += 1;
+                }
+                Op::Unknown(Attempt::Write(_) | Attempt::LateWrite(_)) => unknown += 1,
+                _ => {}
+            }
+        }
+        (counter < acked || counter > acked + unknown).then(|| {
+            Violation::new(
+                ViolationKind::WriteCountMismatch,
+                format!(
+                    "{key}: counter {counter}, but {acked} acknowledged writes and {unknown} of unknown outcome"
+                ),
+            )
+        })
     }
 
     /// A readable dump of the history, for failure reports.
     pub fn dump(&self) -> String {
         let mut ev = self.events();
         ev.sort_by_key(|e| e.invoked);
-        let t0 = ev.first().map(|e| e.invoked);
+        let t0 = ev.first().map(|e| e.invoked.at);
         let mut s = String::new();
         for e in ev {
-            let base = t0.unwrap_or(e.invoked);
+            let base = t0.unwrap_or(e.invoked.at);
+            let ms = |i: Instant| i.saturating_duration_since(base).as_secs_f64() * 1e3;
+            let op = match &e.op {
+                Op::Granted {
+                    token, deadline, ..
+                } => format!(
+                    "Granted {{ token: {token}, deadline: {:.1}ms }}",
+                    ms(*deadline)
+                ),
+                Op::Renewed { token, deadline } => {
+                    format!(
+                        "Renewed {{ token: {token}, deadline: {:.1}ms }}",
+                        ms(*deadline)
+                    )
+                }
+                other => format!("{other:?}"),
+            };
             s.push_str(&format!(
-                "{:>8.1}ms..{:>8.1}ms {:<12} {} {:?}\n",
-                (e.invoked - base).as_secs_f64() * 1e3,
-                (e.completed - base).as_secs_f64() * 1e3,
+                "{:>8.1}ms..{:>8.1}ms {:<6} {} {op}\n",
+                ms(e.invoked.at),
+                ms(e.completed.at),
                 e.client,
                 e.key,
-                e.op
             ));
         }
         s
-    }
-}
-
-struct Grant<'a> {
-    ev: &'a Event,
-    token: FencingToken,
-    /// Until when the holder believed it held the lease: the latest confirmed deadline, cut short
-    /// by the first release invocation or lost renewal.
-    believed_until: Instant,
-}
-
-fn check_grants(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
-    let mut grants: Vec<Grant<'_>> = Vec::new();
-    for e in evs {
-        if let Op::Granted {
-            token, deadline, ..
-        } = e.op
-        {
-            let mut until = deadline;
-            for f in evs {
-                match f.op {
-                    Op::Renewed {
-                        token: t,
-                        deadline: d,
-                    } if t == token => until = until.max(d),
-                    _ => {}
-                }
-            }
-            for f in evs {
-                match f.op {
-                    Op::Release { token: t } | Op::RenewLost { token: t } if t == token => {
-                        until = until.min(f.invoked.max(e.completed));
-                    }
-                    _ => {}
-                }
-            }
-            grants.push(Grant {
-                ev: e,
-                token,
-                believed_until: until,
-            });
-        }
-    }
-    grants.sort_by_key(|g| g.ev.completed);
-    for (i, a) in grants.iter().enumerate() {
-        for b in &grants[i + 1..] {
-            if a.token == b.token {
-                out.push(Violation(format!(
-                    "{key}: token {} granted twice ({} and {})",
-                    a.token, a.ev.client, b.ev.client
-                )));
-            }
-            // a completed before b was invoked: b must carry the greater token.
-            if a.ev.completed < b.ev.invoked && b.token <= a.token {
-                out.push(Violation(format!(
-                    "{key}: grant to {} with token {} came after grant to {} with token {}",
-                    b.ev.client, b.token, a.ev.client, a.token
-                )));
-            }
-        }
-    }
-    // Overlap: the later grant (greater token) completed while the earlier holder still believed
-    // it held the lease.
-    for a in &grants {
-        for b in &grants {
-            if b.token > a.token
-                && b.ev.completed < a.believed_until
-                && b.ev.completed > a.ev.invoked
-            {
-                out.push(Violation(format!(
-                    "{key}: {} was granted token {} while {} still believed it held token {} ({:?} before its deadline)",
-                    b.ev.client,
-                    b.token,
-                    a.ev.client,
-                    a.token,
-                    a.believed_until - b.ev.completed
-                )));
-            }
-        }
-    }
-}
-
-fn check_writes(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
-    let mut writes: Vec<(&Event, FencingToken)> = evs
-        .iter()
-        .filter_map(|e| match e.op {
-            Op::Write {
-                token,
-                accepted: true,
-            } => Some((*e, token)),
-            _ => None,
-        })
-        .collect();
-    writes.sort_by_key(|(e, _)| e.completed);
-    for (i, (a, ta)) in writes.iter().enumerate() {
-        for (b, tb) in &writes[i + 1..] {
-            if a.completed < b.invoked && tb < ta {
-                out.push(Violation(format!(
-                    "{key}: write by {} with token {tb} accepted after a write by {} with token {ta}",
-                    b.client, a.client
-                )));
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn t(n: u64) -> FencingToken {
-        FencingToken::new(n).unwrap()
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn detects_overlap_regression_and_stale_write() {
-        let h = History::new();
-        let key = LeaseKey::new("k").unwrap();
-        let a = OwnerId::random();
-        let t0 = Instant::now();
-        h.record(
-            "a",
-            &key,
-            t0,
-            Op::Granted {
-                owner: a.clone(),
-                token: t(2),
-                deadline: t0 + Duration::from_secs(10),
-            },
-        );
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let t1 = Instant::now();
-        h.record(
-            "b",
-            &key,
-            t1,
-            Op::Granted {
-                owner: a.clone(),
-                token: t(3),
-                deadline: t1 + Duration::from_secs(10),
-            },
-        );
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let t2 = Instant::now();
-        h.record(
-            "b",
-            &key,
-            t2,
-            Op::Write {
-                token: t(3),
-                accepted: true,
-            },
-        );
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let t3 = Instant::now();
-        h.record(
-            "a",
-            &key,
-            t3,
-            Op::Write {
-                token: t(2),
-                accepted: true,
-            },
-        );
-        h.record(
-            "c",
-            &key,
-            t3,
-            Op::Granted {
-                owner: a,
-                token: t(1),
-                deadline: t3,
-            },
-        );
-        let v = h.check();
-        let text: Vec<String> = v.iter().map(|v| v.0.clone()).collect();
-        assert!(
-            text.iter().any(|s| s.contains("still believed")),
-            "{text:?}"
-        );
-        assert!(text.iter().any(|s| s.contains("came after")), "{text:?}");
-        assert!(
-            text.iter().any(|s| s.contains("write by a with token 2")),
-            "{text:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn legal_history_passes() {
-        let h = History::new();
-        let key = LeaseKey::new("k").unwrap();
-        let o = OwnerId::random();
-        let t0 = Instant::now();
-        h.record(
-            "a",
-            &key,
-            t0,
-            Op::Granted {
-                owner: o.clone(),
-                token: t(1),
-                deadline: t0 + Duration::from_secs(1),
-            },
-        );
-        h.record(
-            "a",
-            &key,
-            t0,
-            Op::Write {
-                token: t(1),
-                accepted: true,
-            },
-        );
-        tokio::time::advance(Duration::from_millis(10)).await;
-        h.record("a", &key, Instant::now(), Op::Release { token: t(1) });
-        tokio::time::advance(Duration::from_millis(10)).await;
-        let t1 = Instant::now();
-        h.record(
-            "b",
-            &key,
-            t1,
-            Op::Granted {
-                owner: o,
-                token: t(2),
-                deadline: t1 + Duration::from_secs(1),
-            },
-        );
-        h.record(
-            "b",
-            &key,
-            t1,
-            Op::Write {
-                token: t(2),
-                accepted: true,
-            },
-        );
-        assert!(h.check().is_empty(), "{:?}", h.check());
     }
 }

@@ -34,14 +34,14 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
                     if Instant::now() > deadline {
                         return Err(format!("{name} could not acquire within the deadline"));
                     }
-                    let t0 = Instant::now();
+                    let t0 = history.begin();
                     match store
                         .acquire(&ctx.request(&key, &owner, ttl))
                         .await
                         .map_err(|e| e.to_string())?
                     {
                         AcquireOutcome::Acquired(lease) => {
-                            history.record(
+                            history.end(
                                 &name,
                                 &key,
                                 t0,
@@ -54,18 +54,18 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
                             break lease;
                         }
                         AcquireOutcome::Held(_) => {
-                            history.record(&name, &key, t0, Op::Refused);
+                            history.end(&name, &key, t0, Op::Refused);
                             tokio::time::sleep(Duration::from_millis(fastrand::u64(1..8))).await;
                         }
                     }
                 };
-                let t0 = Instant::now();
+                let t0 = history.begin();
                 let out = ctx
                     .resource()
                     .write(&key, lease.token(), WriteOp::Add(1))
                     .await
                     .map_err(|e| e.to_string())?;
-                history.record(
+                history.end(
                     &name,
                     &key,
                     t0,
@@ -74,12 +74,12 @@ pub async fn contention_gives_exact_count_and_legal_history(ctx: Ctx) -> CaseRes
                         accepted: out.is_accepted(),
                     },
                 );
-                let t0 = Instant::now();
+                let t0 = history.begin();
                 let rel = store
                     .release(&lease)
                     .await
                     .map_err(|e: Error| e.to_string())?;
-                history.record(
+                history.end(
                     &name,
                     &key,
                     t0,
