@@ -228,7 +228,7 @@ impl OwnerId {
     pub const FOREIGN_PREFIXES: &'static [&'static str] = &["etcd-lock:"];
 
     /// A holder that is not a client of this library, as a backend reports it in
-    /// [`LeaseInfo`](crate::LeaseInfo) (for example `("etcd-lock:", "/locks/job")`). The result
+    /// a [`Holder`] from `inspect` (for example `("etcd-lock:", "/locks/job")`). The result
     /// is [foreign](OwnerId::is_foreign): every store refuses it as an owner, and
     /// [`OwnerId::new`] can never produce it. Characters that are not printable ASCII become `_`;
     /// the name keeps its last characters if it is too long.

@@ -1,5 +1,5 @@
 //! Negative controls: deliberately broken stores, resources and configurations, each run through
-//! the same [`storm`](crate::storm::storm) code on the in-memory reference store. Each must be
+//! the same [`storm`] code on the in-memory reference store. Each must be
 //! caught with the violation it breaks named in the verdict; a storm on the unbroken store must
 //! stay clean. This is how we know a green storm means something.
 //!

@@ -1,6 +1,6 @@
 //! The link between a contender and a service (its store or its fenced resource), and the faults
 //! a storm injects on it. A network backend's link is a loopback
-//! [`FaultProxy`](lease_testkit::proxy::FaultProxy); an in-process one (the memory store, SQLite)
+//! [`FaultProxy`]; an in-process one (the memory store, SQLite)
 //! is a wrapper that hangs, fails, delays or drops the answers of calls.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! The backends under test, reachable directly or through a [`FaultProxy`](lease_testkit::proxy::FaultProxy).
+//! The backends under test, reachable directly or through a [`FaultProxy`].
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
