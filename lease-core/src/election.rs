@@ -41,12 +41,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::fencing::FencingToken;
-use crate::lease::{LeaseKey, OwnerId};
+use crate::hook::Hook;
+use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LeaseKey, OwnerId};
 use crate::store::LeaseStore;
 use crate::supervisor::{Acquisition, Health, LossReason, Supervisor, SupervisorConfig};
 
@@ -58,6 +59,9 @@ pub enum StepDownReason {
     Lost(LossReason),
     /// The candidate resigned.
     Resigned,
+    /// The leader handed over to a named successor ([`Candidate::handover`]) or yielded to a
+    /// preferred candidate ([`Election::with_preferred`]).
+    HandedOver,
 }
 
 impl fmt::Display for StepDownReason {
@@ -65,6 +69,7 @@ impl fmt::Display for StepDownReason {
         match self {
             StepDownReason::Lost(r) => write!(f, "lost: {r}"),
             StepDownReason::Resigned => f.write_str("resigned"),
+            StepDownReason::HandedOver => f.write_str("handed over"),
         }
     }
 }
@@ -116,7 +121,8 @@ pub struct Election {
     store: Arc<dyn LeaseStore>,
     key: LeaseKey,
     config: SupervisorConfig,
-    hook: Option<Arc<dyn crate::supervisor::Hook>>,
+    hook: Option<Arc<dyn Hook>>,
+    preferred: Vec<OwnerId>,
 }
 
 impl Election {
@@ -141,7 +147,22 @@ impl Election {
             key,
             config,
             hook: None,
+            preferred: Vec::new(),
         }
+    }
+
+    /// Preferred candidates, best first. A joined preferred candidate announces itself with a
+    /// presence lease (`KEY.c.I`); a leader that is not preferred, or less preferred, looks every
+    /// renewal interval for a better one present and [hands over](Candidate::handover) to it
+    /// (bounded by the TTL). Leadership is never taken by force: only the leader yields.
+    pub fn with_preferred(mut self, preferred: Vec<OwnerId>) -> Self {
+        self.preferred = preferred;
+        self
+    }
+
+    /// The reservation key of a handover: `KEY.handover`.
+    fn reservation_key(&self) -> Option<LeaseKey> {
+        LeaseKey::new(format!("{}.handover", self.key)).ok()
     }
 
     /// The election's key.
@@ -150,7 +171,7 @@ impl Election {
     }
 
     /// Reports every step of every candidate (and leadership changes) to `hook`.
-    pub fn with_hook(mut self, hook: Arc<dyn crate::supervisor::Hook>) -> Self {
+    pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
         self.hook = Some(hook);
         self
     }
@@ -165,18 +186,32 @@ impl Election {
         if let Some(h) = &self.hook {
             sup = sup.with_hook(h.clone());
         }
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let rank = self.preferred.iter().position(|p| *p == id);
+        let presence: Vec<LeaseKey> = (0..self.preferred.len())
+            .filter_map(|i| LeaseKey::new(format!("{}.c.{i}", self.key)).ok())
+            .collect();
+        let plan = Plan {
+            reservation: self.reservation_key(),
+            presence,
+            preferred: self.preferred.clone(),
+            rank,
+            commands: cmd_rx,
+        };
         let task = tokio::spawn(campaign(
             sup,
             self.key.clone(),
             events_tx,
             role_tx,
             stop.clone(),
+            plan,
         ));
         Candidate {
             id,
             events: events_rx,
             role: role_rx,
             stop,
+            commands: cmd_tx,
             task: Some(task),
         }
     }
@@ -209,10 +244,46 @@ pub struct Candidate {
     events: mpsc::UnboundedReceiver<ElectionEvent>,
     role: watch::Receiver<Role>,
     stop: CancellationToken,
+    commands: mpsc::UnboundedSender<Handover>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
+/// A handover request to the campaign task.
+type Handover = (OwnerId, Duration, oneshot::Sender<bool>);
+
+/// What the campaign needs for handovers and preferred candidates.
+struct Plan {
+    reservation: Option<LeaseKey>,
+    presence: Vec<LeaseKey>,
+    preferred: Vec<OwnerId>,
+    rank: Option<usize>,
+    commands: mpsc::UnboundedReceiver<Handover>,
+}
+
 impl Candidate {
+    /// Planned handover to `successor`: if this candidate leads, it leaves a reservation
+    /// (`KEY.handover`, held for `successor` for `within`), ends its term (leader-only work is
+    /// cancelled first: drain it on [`ElectionEvent::Elected`]'s `work` token), and releases. Only
+    /// `successor` may then take the lead: another candidate that acquires the key while the
+    /// reservation stands gives it back at once without announcing a term. If the successor
+    /// does not claim within `within`, the reservation expires and anyone may.
+    ///
+    /// Returns `true` if this candidate was leading and handed over, `false` if it was not
+    /// leading (nothing changes) or the reservation could not be written (it keeps leading).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the handover, once started, completes in the campaign task.
+    pub async fn handover(&self, successor: &OwnerId, within: Duration) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send((successor.clone(), within, tx)).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
     /// The candidate's id.
     pub fn id(&self) -> &OwnerId {
         &self.id
@@ -311,16 +382,62 @@ async fn campaign(
     events: mpsc::UnboundedSender<ElectionEvent>,
     role: watch::Sender<Role>,
     stop: CancellationToken,
+    mut plan: Plan,
 ) {
     let mut out = CampaignEnd {
         events,
         role,
         term: None,
     };
+    let store = sup.store().clone();
+    let op = sup.config().op_timeout();
+    let ttl = sup.config().ttl();
+    let tick = sup.config().renew_interval();
+    // A preferred candidate announces itself with a presence lease (one attempt per round).
+    let presence_sup = Supervisor::from_arc(
+        store.clone(),
+        sup.config().clone().with_acquire_wait(Duration::ZERO),
+    )
+    .with_owner(sup.owner().clone());
+    let mut presence: Option<crate::supervisor::LeaseGuard> = None;
+    // Preferred candidates better than this one (all of them if it is not preferred).
+    let better = plan.rank.unwrap_or(plan.preferred.len());
     let mut failures: u32 = 0;
     while !stop.is_cancelled() {
+        while let Ok((_, _, reply)) = plan.commands.try_recv() {
+            let _ = reply.send(false); // not leading
+        }
+        if let Some(r) = plan.rank
+            && presence.as_ref().is_none_or(|g| g.health().is_final())
+            && let Some(k) = plan.presence.get(r)
+        {
+            presence = match presence_sup.acquire(k).await {
+                Ok(Acquisition::Acquired(g)) => Some(g),
+                _ => None,
+            };
+        }
+        // A handover reserved for someone else: stay out until it is claimed or expires.
+        if let Some(left) =
+            reserved_for_other(&*store, plan.reservation.as_ref(), sup.owner(), op).await
+        {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = sleep(left.min(tick).max(Duration::from_millis(1))) => {}
+            }
+            continue;
+        }
         match sup.acquire_until_cancelled(&key, &stop).await {
             Ok(Acquisition::Acquired(guard)) => {
+                // Acquired while a reservation for someone else stands: give the key back at
+                // once, without announcing a term.
+                if reserved_for_other(&*store, plan.reservation.as_ref(), sup.owner(), op)
+                    .await
+                    .is_some()
+                {
+                    let _ = guard.release().await;
+                    continue;
+                }
+                clear_reservation(&*store, plan.reservation.as_ref(), sup.owner(), ttl, op).await;
                 failures = 0;
                 let term = guard.token();
                 out.term = Some(term);
@@ -331,23 +448,52 @@ async fn campaign(
                     term,
                     work: guard.cancellation(),
                 });
-                let reason = tokio::select! {
-                    h = guard.lost() => match h {
-                        Health::Lost(r) => StepDownReason::Lost(r),
-                        _ => StepDownReason::Resigned,
-                    },
-                    _ = stop.cancelled() => {
-                        let _ = guard.release().await;
-                        StepDownReason::Resigned
+                let mut guard = Some(guard);
+                let reason = loop {
+                    let g = guard.as_ref().expect("held while leading");
+                    tokio::select! {
+                        h = g.lost() => break match h {
+                            Health::Lost(r) => StepDownReason::Lost(r),
+                            _ => StepDownReason::Resigned,
+                        },
+                        _ = stop.cancelled() => {
+                            if let Some(g) = guard.take() {
+                                let _ = g.release().await;
+                            }
+                            break StepDownReason::Resigned;
+                        }
+                        Some((successor, within, reply)) = plan.commands.recv() => {
+                            if reserve(&*store, plan.reservation.as_ref(), &successor, within, op).await {
+                                if let Some(g) = guard.take() {
+                                    let _ = g.release().await;
+                                }
+                                let _ = reply.send(true);
+                                break StepDownReason::HandedOver;
+                            }
+                            let _ = reply.send(false);
+                        }
+                        _ = sleep(tick), if better > 0 => {
+                            if let Some(successor) = better_present(&*store, &plan.presence[..better], op).await
+                                && successor != *sup.owner()
+                                && reserve(&*store, plan.reservation.as_ref(), &successor, ttl, op).await
+                            {
+                                tracing::info!(key = %key, owner = %sup.owner(), successor = %successor, "yielding to a preferred candidate");
+                                if let Some(g) = guard.take() {
+                                    let _ = g.release().await;
+                                }
+                                break StepDownReason::HandedOver;
+                            }
+                        }
                     }
                 };
+                drop(guard);
                 out.role.send_replace(Role::Follower);
                 out.term = None;
                 sup.hook().leadership(&key, sup.owner(), None);
-                if reason == StepDownReason::Resigned {
-                    tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
-                } else {
+                if matches!(reason, StepDownReason::Lost(_)) {
                     tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
+                } else {
+                    tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
                 }
                 let _ = out.events.send(ElectionEvent::SteppedDown { term, reason });
             }
@@ -364,6 +510,83 @@ async fn campaign(
             }
         }
     }
+    if let Some(p) = presence {
+        let _ = p.release().await;
+    }
+}
+
+/// The time left of a handover reservation held for someone other than `me`.
+async fn reserved_for_other(
+    store: &dyn LeaseStore,
+    reservation: Option<&LeaseKey>,
+    me: &OwnerId,
+    op: Duration,
+) -> Option<Duration> {
+    let key = reservation?;
+    let state = timeout(op, store.inspect(key)).await.ok()?.ok()?;
+    state.holder.filter(|h| h.owner != *me).map(|h| h.remaining)
+}
+
+/// Writes a reservation of the lead for `successor`, valid for `within` (rounded up to what the
+/// store grants).
+async fn reserve(
+    store: &dyn LeaseStore,
+    reservation: Option<&LeaseKey>,
+    successor: &OwnerId,
+    within: Duration,
+    op: Duration,
+) -> bool {
+    let Some(key) = reservation else {
+        return false;
+    };
+    let caps = store.capabilities();
+    let mut ttl = within.max(caps.min_ttl).max(Duration::from_millis(1));
+    let g = caps.ttl_granularity.as_nanos();
+    if g > 1 {
+        let n = ttl.as_nanos().div_ceil(g).saturating_mul(g);
+        ttl = Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
+    }
+    if ttl > crate::lease::MAX_TTL {
+        return false;
+    }
+    let req = AcquireRequest::new(key.clone(), successor.clone(), ttl);
+    matches!(
+        timeout(op, store.acquire(&req)).await,
+        Ok(Ok(AcquireOutcome::Acquired(_)))
+    )
+}
+
+/// Removes a reservation held for `me` once `me` leads (best effort: it expires anyway).
+async fn clear_reservation(
+    store: &dyn LeaseStore,
+    reservation: Option<&LeaseKey>,
+    me: &OwnerId,
+    ttl: Duration,
+    op: Duration,
+) {
+    let Some(key) = reservation else { return };
+    if let Ok(Ok(state)) = timeout(op, store.inspect(key)).await
+        && let Some(h) = state.holder.filter(|h| h.owner == *me)
+    {
+        let lease = Lease::resume(key.clone(), me.clone(), h.token, ttl);
+        let _ = timeout(op, store.release(&lease)).await;
+    }
+}
+
+/// The first preferred candidate present (holding its presence lease), best first.
+async fn better_present(
+    store: &dyn LeaseStore,
+    keys: &[LeaseKey],
+    op: Duration,
+) -> Option<OwnerId> {
+    for k in keys {
+        if let Ok(Ok(state)) = timeout(op, store.inspect(k)).await
+            && let Some(h) = state.holder
+        {
+            return Some(h.owner);
+        }
+    }
+    None
 }
 
 async fn observe(
@@ -410,5 +633,121 @@ async fn observe(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod handover_tests {
+    use super::*;
+    use crate::MemoryLeaseStore;
+    use tokio::time::Instant;
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    fn election(store: &MemoryLeaseStore) -> Election {
+        Election::new(
+            store.clone(),
+            LeaseKey::new("handover").unwrap(),
+            SupervisorConfig::new(TTL).with_acquire_wait(TTL),
+        )
+    }
+
+    async fn elected(c: &mut Candidate) -> FencingToken {
+        loop {
+            match c.next_event().await.expect("events") {
+                ElectionEvent::Elected { term, .. } => return term,
+                ElectionEvent::SteppedDown { .. } => {}
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_named_successor_and_nobody_else_takes_the_lead() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        let t1 = elected(&mut a).await;
+        let mut b = e.join(OwnerId::new("b").unwrap());
+        let mut c = e.join(OwnerId::new("c").unwrap());
+        tokio::time::sleep(TTL).await; // b and c campaign against a
+        // Not leading: nothing happens.
+        assert!(!b.handover(&OwnerId::new("c").unwrap(), TTL).await);
+        let at = Instant::now();
+        assert!(a.handover(&OwnerId::new("c").unwrap(), TTL).await);
+        match a.next_event().await.unwrap() {
+            ElectionEvent::SteppedDown { term, reason } => {
+                assert_eq!((term, reason), (t1, StepDownReason::HandedOver));
+            }
+            other => panic!("{other:?}"),
+        }
+        let t2 = tokio::time::timeout(TTL, elected(&mut c))
+            .await
+            .expect("c leads");
+        assert!(t2 > t1);
+        // c took over on the release wake-up, not on expiry.
+        assert!(at.elapsed() < TTL / 2, "{:?}", at.elapsed());
+        // b never led, even once the reservation is gone.
+        tokio::time::sleep(TTL * 3).await;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, b.next_event())
+                .await
+                .is_err()
+        );
+        assert!(c.is_leader() && !b.is_leader() && !a.is_leader());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn others_take_over_only_after_an_absent_successor_s_bound() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        let t1 = elected(&mut a).await;
+        let b = e.join(OwnerId::new("b").unwrap());
+        tokio::time::sleep(TTL).await;
+        let bound = Duration::from_secs(5);
+        assert!(a.handover(&OwnerId::new("ghost").unwrap(), bound).await);
+        // Nobody leads while the reservation stands ...
+        tokio::time::sleep(bound - Duration::from_millis(100)).await;
+        assert!(!a.is_leader() && !b.is_leader());
+        // ... and someone does within a TTL after it expired, with a greater term.
+        tokio::time::sleep(TTL).await;
+        let term = match (a.role(), b.role()) {
+            (Role::Leader { term }, Role::Follower) | (Role::Follower, Role::Leader { term }) => {
+                term
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(term > t1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_yields_to_a_preferred_candidate() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store).with_preferred(vec![OwnerId::new("p").unwrap()]);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        let t1 = elected(&mut a).await;
+        tokio::time::sleep(TTL * 2).await;
+        assert!(a.is_leader());
+        let joined = Instant::now();
+        let mut p = e.join(OwnerId::new("p").unwrap());
+        let t2 = tokio::time::timeout(TTL * 2, elected(&mut p))
+            .await
+            .expect("p leads");
+        assert!(t2 > t1);
+        // within one renewal interval (the leader's check) and the handover
+        assert!(
+            joined.elapsed() <= TTL / 3 + Duration::from_millis(100),
+            "{:?}",
+            joined.elapsed()
+        );
+        match a.next_event().await.unwrap() {
+            ElectionEvent::SteppedDown { reason, .. } => {
+                assert_eq!(reason, StepDownReason::HandedOver)
+            }
+            other => panic!("{other:?}"),
+        }
+        // p keeps the lead; a does not take it back.
+        tokio::time::sleep(TTL * 3).await;
+        assert!(p.is_leader() && !a.is_leader());
     }
 }

@@ -70,7 +70,9 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
-    /// The store could not be reached or dropped the connection. Retryable.
+    /// The store could not be reached or dropped the connection. Retryable. Build it with
+    /// [`Error::unavailable`] (the request may have been applied) or [`Error::refused`] (it
+    /// certainly was not).
     #[error("{backend} unavailable: {message}")]
     Unavailable {
         /// The backend name.
@@ -80,6 +82,9 @@ pub enum Error {
         /// The underlying error, if any.
         #[source]
         source: Option<BoxError>,
+        /// Whether the request may have reached the store and been applied (see
+        /// [`Error::outcome_unknown`]).
+        maybe_applied: bool,
     },
     /// The store did not answer within the allowed time. The outcome of the operation is
     /// **unknown**: it may or may not have been applied. Retryable.
@@ -106,31 +111,109 @@ pub enum Error {
     },
 }
 
+/// The coarse class of an [`Error`], for metrics labels, exit codes and retry policies.
+///
+/// Each kind has a stable snake_case label ([`ErrorKind::as_str`]); new kinds may be added.
+///
+/// ```
+/// use lease_core::{Error, ErrorKind, LeaseKey};
+/// let err = LeaseKey::new("").unwrap_err();
+/// assert_eq!(err.kind(), ErrorKind::InvalidInput);
+/// assert_eq!(err.kind().as_str(), "invalid_input");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Bad input, rejected before anything was sent ([`Error::InvalidKey`],
+    /// [`Error::InvalidOwner`], [`Error::InvalidTtl`], [`Error::InvalidToken`],
+    /// [`Error::InvalidInput`]). Label `invalid_input`.
+    InvalidInput,
+    /// An unusable configuration ([`Error::Config`]). Label `config`.
+    Config,
+    /// The store could not be reached or dropped the connection ([`Error::Unavailable`]).
+    /// Label `unavailable`.
+    Unavailable,
+    /// The store did not answer in time ([`Error::Timeout`]). Label `timeout`.
+    Timeout,
+    /// The store answered with something the protocol does not allow ([`Error::Backend`]).
+    /// Label `backend`.
+    Backend,
+}
+
+impl ErrorKind {
+    /// The stable snake_case label: `invalid_input`, `config`, `unavailable`, `timeout`,
+    /// `backend`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::Config => "config",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Backend => "backend",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl Error {
-    /// Whether retrying the same call later may succeed (`Unavailable`, `Timeout`).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. } | Error::Timeout { .. })
+    /// The class of this error (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidKey { .. }
+            | Error::InvalidOwner { .. }
+            | Error::InvalidTtl { .. }
+            | Error::InvalidToken { .. }
+            | Error::InvalidInput(_) => ErrorKind::InvalidInput,
+            Error::Config { .. } => ErrorKind::Config,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::Backend { .. } => ErrorKind::Backend,
+        }
     }
 
-    /// Whether the outcome of the failed call is unknown: it may have been applied by the store.
-    /// True for timeouts and dropped connections.
+    /// Whether retrying the same call later may succeed (`Unavailable`, `Timeout`).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Unavailable | ErrorKind::Timeout)
+    }
+
+    /// Whether the store **may** have applied the failed operation, so that its outcome is
+    /// unknown and a caller must find out (inspect, renew, or adopt) before assuming either way.
+    ///
+    /// True for [`Error::Timeout`] and for [`Error::Unavailable`] built with
+    /// [`Error::unavailable`] (the connection may have dropped after the request was sent).
+    /// False for every other error: input and configuration errors are raised before anything
+    /// is sent, an [`Error::Backend`] is an answer that refused the operation, and an
+    /// [`Error::Unavailable`] built with [`Error::refused`] states that nothing was sent or
+    /// applied. So `false` means *certainly not applied*; `true` means *perhaps applied*.
+    ///
+    /// ```
+    /// use lease_core::Error;
+    /// assert!(Error::unavailable("redis", "connection reset", None).outcome_unknown());
+    /// assert!(!Error::refused("redis", "connection refused", None).outcome_unknown());
+    /// assert!(!Error::store_fault("redis", "NOSCRIPT", None).outcome_unknown());
+    /// ```
     pub fn outcome_unknown(&self) -> bool {
-        self.is_retryable()
+        match self {
+            Error::Timeout { .. } => true,
+            Error::Unavailable { maybe_applied, .. } => *maybe_applied,
+            _ => false,
+        }
     }
 
     /// Whether this is an input-validation error (nothing was sent to the store).
     pub fn is_invalid_input(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidKey { .. }
-                | Error::InvalidOwner { .. }
-                | Error::InvalidTtl { .. }
-                | Error::InvalidToken { .. }
-                | Error::InvalidInput(_)
-        )
+        self.kind() == ErrorKind::InvalidInput
     }
 
-    /// Shorthand for [`Error::Unavailable`].
+    /// An [`Error::Unavailable`] whose request **may** have reached the store: the connection
+    /// dropped or reset mid-call, the server answered "try again later" to a request it may
+    /// have started. [`Error::outcome_unknown`] is true. When nothing can have been applied,
+    /// use [`Error::refused`].
     pub fn unavailable(
         backend: &'static str,
         message: impl Into<String>,
@@ -140,11 +223,31 @@ impl Error {
             backend,
             message: message.into(),
             source: source.into(),
+            maybe_applied: true,
         }
     }
 
-    /// Shorthand for [`Error::Backend`].
-    pub fn backend(
+    /// An [`Error::Unavailable`] for a request that was **certainly not applied**: the connection
+    /// was refused, no pooled connection was free, the store answered "busy" before starting.
+    /// Retryable, and [`Error::outcome_unknown`] is false.
+    pub fn refused(
+        backend: &'static str,
+        message: impl Into<String>,
+        source: impl Into<Option<BoxError>>,
+    ) -> Self {
+        Error::Unavailable {
+            backend,
+            message: message.into(),
+            source: source.into(),
+            maybe_applied: false,
+        }
+    }
+
+    /// An [`Error::Backend`]: the store answered with something the protocol does not allow (a
+    /// corrupt record, a script error, a permission problem, an unexpected status). Retrying
+    /// will not help. For a record that does not decode, prefer
+    /// [`backend::corrupt`](crate::backend::corrupt), which names the key.
+    pub fn store_fault(
         backend: &'static str,
         message: impl Into<String>,
         source: impl Into<Option<BoxError>>,
@@ -172,3 +275,97 @@ impl Error {
 
 /// `Result` with the library's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn one_of_each() -> Vec<(Error, ErrorKind)> {
+        vec![
+            (
+                Error::InvalidKey {
+                    key: String::new(),
+                    reason: "r",
+                },
+                ErrorKind::InvalidInput,
+            ),
+            (
+                Error::InvalidOwner {
+                    owner: String::new(),
+                    reason: "r",
+                },
+                ErrorKind::InvalidInput,
+            ),
+            (
+                Error::InvalidTtl {
+                    ttl: Duration::ZERO,
+                    reason: "r".into(),
+                },
+                ErrorKind::InvalidInput,
+            ),
+            (
+                Error::InvalidToken { reason: "r".into() },
+                ErrorKind::InvalidInput,
+            ),
+            (Error::InvalidInput("x".into()), ErrorKind::InvalidInput),
+            (Error::config("b", "m", None), ErrorKind::Config),
+            (Error::unavailable("b", "m", None), ErrorKind::Unavailable),
+            (Error::refused("b", "m", None), ErrorKind::Unavailable),
+            (
+                Error::Timeout {
+                    backend: "b",
+                    operation: "acquire",
+                    after: Duration::from_secs(1),
+                },
+                ErrorKind::Timeout,
+            ),
+            (Error::store_fault("b", "m", None), ErrorKind::Backend),
+        ]
+    }
+
+    #[test]
+    fn every_error_has_its_kind_and_stable_label() {
+        for (e, kind) in one_of_each() {
+            assert_eq!(e.kind(), kind, "{e}");
+            assert_eq!(e.is_invalid_input(), kind == ErrorKind::InvalidInput, "{e}");
+        }
+        let labels: Vec<&str> = [
+            ErrorKind::InvalidInput,
+            ErrorKind::Config,
+            ErrorKind::Unavailable,
+            ErrorKind::Timeout,
+            ErrorKind::Backend,
+        ]
+        .iter()
+        .map(|k| k.as_str())
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "invalid_input",
+                "config",
+                "unavailable",
+                "timeout",
+                "backend"
+            ]
+        );
+        assert_eq!(ErrorKind::Timeout.to_string(), "timeout");
+    }
+
+    #[test]
+    fn outcome_unknown_only_where_the_store_may_have_applied_it() {
+        let unknown: Vec<String> = one_of_each()
+            .into_iter()
+            .filter(|(e, _)| e.outcome_unknown())
+            .map(|(e, _)| e.to_string())
+            .collect();
+        assert_eq!(
+            unknown,
+            ["b unavailable: m", "b did not answer acquire within 1s"]
+        );
+        assert!(Error::refused("b", "m", None).is_retryable());
+        assert!(!Error::store_fault("b", "m", None).is_retryable());
+    }
+}

@@ -137,6 +137,49 @@ pub enum WriteOp {
     Add(i64),
 }
 
+/// What a fenced call asks of a [`FencedResource`]: the one argument of
+/// [`FencedResource::apply`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FenceOp {
+    /// Apply a write ([`FencedResource::write`]).
+    Write(WriteOp),
+    /// Move the high-water mark without writing ([`FencedResource::install`]).
+    Install,
+}
+
+impl FenceOp {
+    /// The write, or `None` for an install, by value.
+    pub fn into_write_op(self) -> Option<WriteOp> {
+        match self {
+            FenceOp::Write(op) => Some(op),
+            FenceOp::Install => None,
+        }
+    }
+
+    /// A short name for logs and spans: `"write"` or `"install"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            FenceOp::Write(_) => "write",
+            FenceOp::Install => "install",
+        }
+    }
+
+    /// The write, or `None` for an install (the form [`ResourceState::apply`] takes).
+    pub fn write_op(&self) -> Option<&WriteOp> {
+        match self {
+            FenceOp::Write(op) => Some(op),
+            FenceOp::Install => None,
+        }
+    }
+}
+
+impl From<WriteOp> for FenceOp {
+    fn from(op: WriteOp) -> Self {
+        FenceOp::Write(op)
+    }
+}
+
 /// The result of a fenced write or install.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use]
@@ -237,20 +280,46 @@ impl ResourceState {
 /// assert_eq!(out, WriteOutcome::Rejected { presented: old, high_water: new });
 /// # Ok(()) }
 /// ```
+///
+/// # Implementing
+/// One method does the work: [`apply`](FencedResource::apply) receives a [`FenceOp`] (a write or
+/// an install); [`write`](FencedResource::write) and [`install`](FencedResource::install) are
+/// provided on top of it. [`read`](FencedResource::read) is the other required method. A
+/// resource that keeps its state as one record can load it, call [`ResourceState::apply`] with
+/// [`FenceOp::write_op`], and store it back conditionally.
 #[async_trait]
 pub trait FencedResource: Send + Sync + fmt::Debug {
-    /// Applies `op` if `token` is at least the key's high-water mark.
+    /// Applies `op` (a write or an install) if `token` is at least the key's high-water mark, and
+    /// moves the mark to `token`; otherwise changes nothing and reports both tokens.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe for [`FenceOp::Write`]: a write cancelled in flight may or may not have
+    /// been applied. [`FenceOp::Install`] is idempotent, so safe to retry after cancellation.
+    async fn apply(&self, key: &LeaseKey, token: FencingToken, op: FenceOp)
+    -> Result<WriteOutcome>;
+
+    /// Applies `op` if `token` is at least the key's high-water mark
+    /// (`apply(key, token, FenceOp::Write(op))`).
     ///
     /// # Cancellation safety
     /// Not cancel safe in general: a write cancelled in flight may or may not have been applied.
-    async fn write(&self, key: &LeaseKey, token: FencingToken, op: WriteOp)
-    -> Result<WriteOutcome>;
+    async fn write(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: WriteOp,
+    ) -> Result<WriteOutcome> {
+        self.apply(key, token, FenceOp::Write(op)).await
+    }
 
-    /// Moves the high-water mark to `token` (if not lower) without writing.
+    /// Moves the high-water mark to `token` (if not lower) without writing
+    /// (`apply(key, token, FenceOp::Install)`).
     ///
     /// # Cancellation safety
     /// Idempotent, so safe to retry after cancellation.
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome>;
+    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
+        self.apply(key, token, FenceOp::Install).await
+    }
 
     /// Reads the key's state.
     ///
@@ -261,16 +330,13 @@ pub trait FencedResource: Send + Sync + fmt::Debug {
 
 #[async_trait]
 impl<T: FencedResource + ?Sized> FencedResource for Arc<T> {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        (**self).write(key, token, op).await
-    }
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        (**self).install(key, token).await
+        (**self).apply(key, token, op).await
     }
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         (**self).read(key).await
@@ -289,12 +355,12 @@ impl MemoryFencedResource {
         Self::default()
     }
 
-    fn apply(&self, key: &LeaseKey, token: FencingToken, op: Option<WriteOp>) -> WriteOutcome {
+    fn apply_now(&self, key: &LeaseKey, token: FencingToken, op: &FenceOp) -> WriteOutcome {
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let out = map
             .entry(key.clone())
             .or_default()
-            .apply(token, op.as_ref());
+            .apply(token, op.write_op());
         if let WriteOutcome::Rejected { high_water, .. } = out {
             tracing::debug!(key = %key, token = %token, high_water = %high_water, "stale token rejected");
         }
@@ -304,19 +370,81 @@ impl MemoryFencedResource {
 
 #[async_trait]
 impl FencedResource for MemoryFencedResource {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        Ok(self.apply(key, token, Some(op)))
-    }
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        Ok(self.apply(key, token, None))
+        Ok(self.apply_now(key, token, &op))
     }
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         Ok(map.get(key).cloned().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts the calls that reach `apply`: the provided `write` and `install` must route there.
+    #[derive(Debug, Default)]
+    struct Recording {
+        inner: MemoryFencedResource,
+        seen: Mutex<Vec<FenceOp>>,
+    }
+
+    #[async_trait]
+    impl FencedResource for Recording {
+        async fn apply(
+            &self,
+            key: &LeaseKey,
+            token: FencingToken,
+            op: FenceOp,
+        ) -> Result<WriteOutcome> {
+            self.seen.lock().unwrap().push(op.clone());
+            self.inner.apply(key, token, op).await
+        }
+        async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+            self.inner.read(key).await
+        }
+    }
+
+    #[tokio::test]
+    async fn write_and_install_are_apply() {
+        let r = Arc::new(Recording::default());
+        let key = LeaseKey::new("k").unwrap();
+        let (one, two) = (FencingToken::new(1).unwrap(), FencingToken::new(2).unwrap());
+        assert!(
+            r.write(&key, one, WriteOp::Add(3))
+                .await
+                .unwrap()
+                .is_accepted()
+        );
+        assert!(r.install(&key, two).await.unwrap().is_accepted());
+        let stale = r.write(&key, one, WriteOp::Put(vec![1])).await.unwrap();
+        assert_eq!(
+            stale,
+            WriteOutcome::Rejected {
+                presented: one,
+                high_water: two
+            }
+        );
+        assert_eq!(
+            *r.seen.lock().unwrap(),
+            [
+                FenceOp::Write(WriteOp::Add(3)),
+                FenceOp::Install,
+                FenceOp::Write(WriteOp::Put(vec![1]))
+            ]
+        );
+        let state = r.read(&key).await.unwrap();
+        assert_eq!((state.counter, state.accepted, state.value), (3, 1, None));
+        assert_eq!(FenceOp::Install.name(), "install");
+        assert_eq!(
+            FenceOp::from(WriteOp::Add(1)).into_write_op(),
+            Some(WriteOp::Add(1))
+        );
     }
 }

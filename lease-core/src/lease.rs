@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(crate) use crate::backend::{default_drift, validate_ttl};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 
@@ -314,30 +315,6 @@ impl fmt::Display for OwnerId {
     }
 }
 
-/// Checks a requested TTL against the universal bounds (non-zero, at most [`MAX_TTL`]) and a
-/// backend's minimum. Backends call this before sending anything.
-///
-/// ```
-/// use std::time::Duration;
-/// use lease_core::validate_ttl;
-/// assert!(validate_ttl(Duration::ZERO, Duration::from_millis(1)).is_err());
-/// assert!(validate_ttl(Duration::from_secs(10), Duration::from_millis(1)).is_ok());
-/// assert!(validate_ttl(Duration::from_secs(7 * 86_400), Duration::from_millis(1)).is_err());
-/// ```
-///
-/// # Errors
-/// [`Error::InvalidTtl`] naming the allowed range.
-pub fn validate_ttl(ttl: Duration, min: Duration) -> Result<()> {
-    let min = min.max(Duration::from_millis(1));
-    if ttl < min || ttl > MAX_TTL {
-        return Err(Error::InvalidTtl {
-            ttl,
-            reason: format!("must be between {min:?} and {MAX_TTL:?}"),
-        });
-    }
-    Ok(())
-}
-
 /// What an acquirer asks for.
 ///
 /// ```
@@ -377,15 +354,11 @@ impl AcquireRequest {
     }
 
     /// The margin by which the local validity deadline is earlier than `sent + ttl`: covers clock
-    /// *rate* differences between this host and the store. Default: 2% of the TTL plus 1 ms.
+    /// *rate* differences between this host and the store. Default: 2% of the TTL plus 1 ms
+    /// ([`backend::default_drift`](crate::backend::default_drift)).
     pub fn drift_margin(&self) -> Duration {
         self.drift_margin.unwrap_or_else(|| default_drift(self.ttl))
     }
-}
-
-/// The default drift margin for a TTL: 2% plus 1 ms.
-pub fn default_drift(ttl: Duration) -> Duration {
-    ttl / 50 + Duration::from_millis(1)
 }
 
 /// A lease held by this process, as granted (or last renewed) by a store.
@@ -420,8 +393,8 @@ pub struct Lease {
 
 impl Lease {
     /// Builds a lease from a grant. `sent` is the instant the granting request was sent; `ttl` is
-    /// the TTL the store granted. Backends call this; applications get leases from stores.
-    pub fn granted(
+    /// the TTL the store granted. Backends call [`backend::granted_lease`](crate::backend::granted_lease).
+    pub(crate) fn granted(
         key: LeaseKey,
         owner: OwnerId,
         token: FencingToken,

@@ -86,28 +86,32 @@
 //! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.
 //! - [`fencing`]: [`FencingToken`], [`FencedResource`], [`MemoryFencedResource`].
 //! - [`capability`]: what each backend promises.
+//! - [`backend`]: **for backend authors** only: TTL rounding, record decoding, lease grants.
 //! - [`clock`]: the suspend-aware clock validity is judged on.
 //! - [`supervisor`]: bounded acquisition, renewal, health, guards.
 //! - [`election`]: leader election.
 
+pub mod backend;
 pub mod capability;
 pub mod clock;
 pub mod election;
 pub mod error;
 pub mod fencing;
+pub mod hook;
 pub mod lease;
 pub mod memory;
 pub mod store;
 pub mod supervisor;
 
 pub use capability::{Capabilities, ExpiryClock, TokenDurability};
-pub use error::{BoxError, Error, Result};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use fencing::{
-    FencedResource, FencingToken, MemoryFencedResource, ResourceState, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, MemoryFencedResource, ResourceState, WriteOp,
+    WriteOutcome,
 };
 pub use lease::{
     AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN, MAX_OWNER_LEN,
-    MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome, default_drift, validate_ttl,
+    MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome,
 };
 pub use memory::MemoryLeaseStore;
 pub use store::{KeyWatch, LeaseStore};

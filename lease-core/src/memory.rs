@@ -8,12 +8,13 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::backend::validate_ttl;
 use crate::capability::{Capabilities, ExpiryClock, TokenDurability};
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, OwnerId, ReleaseOutcome,
-    RenewOutcome, validate_ttl,
+    RenewOutcome,
 };
 use crate::store::{KeyWatch, LeaseStore};
 

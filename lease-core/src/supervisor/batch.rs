@@ -146,7 +146,7 @@ async fn run(
                     let mut outcomes = outcomes.into_iter();
                     for (_, reply) in batch {
                         let r = outcomes.next().unwrap_or_else(|| {
-                            Err(Error::backend(
+                            Err(Error::store_fault(
                                 store.backend(),
                                 "renew_many returned too few outcomes",
                                 None,
@@ -162,7 +162,7 @@ async fn run(
                         let err = if retryable {
                             Error::unavailable(store.backend(), msg.clone(), None)
                         } else {
-                            Error::backend(store.backend(), msg.clone(), None)
+                            Error::store_fault(store.backend(), msg.clone(), None)
                         };
                         let _ = reply.send(Err(err));
                     }

@@ -7,6 +7,8 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::lease::{default_drift, validate_ttl};
 
+use super::state::capped_loss_lead;
+
 /// How a [`Supervisor`](super::Supervisor) acquires and renews.
 ///
 /// Everything is derived from the TTL unless set: renew every third of the TTL, bound each renewal
@@ -165,7 +167,7 @@ impl SupervisorConfig {
     pub fn validate(&self) -> Result<()> {
         validate_ttl(self.ttl, Duration::from_millis(1))?;
         let drift = self.drift_margin();
-        let lead = self.loss_lead().min(self.ttl / 2);
+        let lead = capped_loss_lead(self.loss_lead(), self.ttl);
         let budget = self.loss_budget();
         if budget.is_zero() {
             return Err(Error::InvalidInput(format!(
@@ -207,7 +209,7 @@ impl SupervisorConfig {
     pub(crate) fn loss_budget(&self) -> Duration {
         self.ttl
             .saturating_sub(self.drift_margin())
-            .saturating_sub(self.loss_lead().min(self.ttl / 2))
+            .saturating_sub(capped_loss_lead(self.loss_lead(), self.ttl))
     }
 
     /// How often a sleeping supervisor wakes to look at the [clock](Self::with_clock), so that a

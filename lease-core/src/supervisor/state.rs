@@ -5,16 +5,25 @@
 //!    │                                          │
 //!    ├──renewal refused──────────────▶ Lost ◀───┤ (refused, or loss deadline reached)
 //!    ├──loss deadline reached────────▶ Lost     │
-//!    └──released─────────────────────▶ Released ◀┘
+//!    └──release started ─ ─ ─ ─ ─ ─ ─▶ (releasing: may not act, renews no more)
+//!                                       ├──released──────────▶ Released
+//!                                       └──not held any more─▶ Lost
 //! ```
 //! `Lost` and `Released` are final. The *loss deadline* is the lease's local validity deadline
-//! minus the loss lead, so loss is always signalled strictly before the deadline passes.
+//! minus the loss lead, so loss is always signalled strictly before the deadline passes. It is
+//! computed in one place, [`Machine::loss_deadline`] (with the lead capped by
+//! [`capped_loss_lead`], which the configuration's checks share).
 //!
 //! The machine is pure: the driver gives it every instant (and every lease's deadline) on one
 //! scale. The supervisor uses validity time ([`Clock::now`](crate::clock::Clock::now)), which
 //! keeps counting through a host suspend.
+//!
+//! This module is private: [`Health`] and [`LossReason`] are part of the supervisor's API, and
+//! [`Machine`], [`Event`] and [`Next`] are re-exported from [`supervisor`](super) for model
+//! checkers and simulators that drive the real machine.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -52,7 +61,7 @@ impl fmt::Display for LossReason {
 }
 
 /// The health of a held lease, as published by the supervisor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Health {
     /// The last renewal was confirmed; the lease is valid until its deadline.
@@ -86,6 +95,9 @@ pub enum Event {
     RenewFatal,
     /// Time passed (the driver calls this when a timer fires).
     Tick,
+    /// The owner asked to release (or dropped the guard): from now on the holder may not act
+    /// and nothing is renewed. Health does not change until the release's outcome is stepped.
+    ReleaseStarted,
     /// The owner released (or dropped) the guard and the store confirmed.
     Released,
     /// The owner released, but the store did not hold the lease any more.
@@ -93,7 +105,7 @@ pub enum Event {
 }
 
 /// What the driver should do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Next {
     /// Sleep until `at`, then renew (bounded by `loss_deadline`).
     RenewAt {
@@ -102,12 +114,20 @@ pub enum Next {
         /// When to give up and report loss.
         loss_deadline: Instant,
     },
-    /// Nothing more: the state is final.
+    /// Nothing more to renew: the state is final, or a release is under way.
     Stop,
 }
 
-/// The pure state machine.
-#[derive(Debug, Clone)]
+/// The loss lead actually used for a lease of `ttl`: the configured `lead`, capped at half the
+/// TTL so that a lease is always trusted for a while. The one formula shared by
+/// [`Machine::loss_deadline`] and the configuration's checks.
+pub(crate) fn capped_loss_lead(lead: Duration, ttl: Duration) -> Duration {
+    lead.min(ttl / 2)
+}
+
+/// The pure state machine. Equality and hashing cover everything the machine decides on, so a
+/// model checker can store machines in its state space as they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
     health: Health,
     lease: Lease,
@@ -115,6 +135,24 @@ pub struct Machine {
     retry_interval: Duration,
     loss_lead: Duration,
     last_confirmed: Instant,
+    releasing: bool,
+}
+
+impl Hash for Machine {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // `Lease` is not `Hash`; hashing a subset of what `Eq` compares is consistent with it.
+        let l = &self.lease;
+        (l.key(), l.owner(), l.token(), l.ttl(), l.deadline()).hash(state);
+        (
+            self.health,
+            self.renew_interval,
+            self.retry_interval,
+            self.loss_lead,
+            self.last_confirmed,
+            self.releasing,
+        )
+            .hash(state);
+    }
 }
 
 impl Machine {
@@ -133,6 +171,7 @@ impl Machine {
             retry_interval,
             loss_lead,
             last_confirmed: now,
+            releasing: false,
         };
         if now >= m.loss_deadline() {
             m.health = Health::Lost(LossReason::DeadlineReached);
@@ -150,12 +189,23 @@ impl Machine {
         &self.lease
     }
 
+    /// Whether a release has started ([`Event::ReleaseStarted`]) and its outcome is not in yet.
+    pub fn is_releasing(&self) -> bool {
+        self.releasing && !self.health.is_final()
+    }
+
+    /// Whether the holder may still *start* a side effect at `now`: health is `Held`, no release
+    /// has started, and the loss deadline has not passed. The guard's
+    /// [`may_act`](super::LeaseGuard::may_act) is this, on the validity clock.
+    pub fn may_act(&self, now: Instant) -> bool {
+        self.health == Health::Held && !self.releasing && now < self.loss_deadline()
+    }
+
     /// The instant at which loss is declared without a confirmed renewal: the lease's deadline
     /// minus the loss lead (capped at half the TTL). This is the one place it is computed; the
-    /// guard's [`may_act`](super::LeaseGuard::may_act) and the drain use the value published from
-    /// here.
+    /// guard's [`may_act`](super::LeaseGuard::may_act) and the drain read it from here.
     pub fn loss_deadline(&self) -> Instant {
-        let lead = self.loss_lead.min(self.lease.ttl() / 2);
+        let lead = capped_loss_lead(self.loss_lead, self.lease.ttl());
         self.lease
             .deadline()
             .checked_sub(lead)
@@ -163,8 +213,15 @@ impl Machine {
     }
 
     /// Applies `event` at `now` and returns the new health. Final states never change.
+    ///
+    /// [`Event::ReleaseStarted`] changes no health (not even past the loss deadline): the
+    /// release is sent whatever the health, and its outcome decides the final state.
     pub fn step(&mut self, event: Event, now: Instant) -> Health {
         if self.health.is_final() {
+            return self.health;
+        }
+        if event == Event::ReleaseStarted {
+            self.releasing = true;
             return self.health;
         }
         self.health = match event {
@@ -184,6 +241,7 @@ impl Machine {
             Event::RenewFatal => Health::Lost(LossReason::StoreError),
             Event::RenewFailed => Health::AtRisk,
             Event::Tick => self.health,
+            Event::ReleaseStarted => self.health, // handled above
             Event::Released => Health::Released,
             Event::ReleaseNotHeld => Health::Lost(LossReason::NotHeldAtRelease),
         };
@@ -193,9 +251,10 @@ impl Machine {
         self.health
     }
 
-    /// What the driver should do next, at `now`.
+    /// What the driver should do next, at `now`: renew (when, and until when), or nothing more
+    /// once the state is final or a release has started.
     pub fn next(&self, now: Instant) -> Next {
-        if self.health.is_final() {
+        if self.health.is_final() || self.releasing {
             return Next::Stop;
         }
         let loss_deadline = self.loss_deadline();
@@ -341,6 +400,95 @@ mod tests {
             b.step(Event::ReleaseNotHeld, t0),
             Health::Lost(LossReason::NotHeldAtRelease)
         );
+    }
+
+    #[test]
+    fn release_start_stops_acting_and_renewing_and_its_outcome_decides() {
+        let t0 = Instant::now();
+        let mut m = machine(t0);
+        assert!(m.may_act(t0));
+        assert_eq!(m.step(Event::ReleaseStarted, t0), Health::Held);
+        assert!(m.is_releasing());
+        assert!(!m.may_act(t0), "may_act after the release started");
+        assert_eq!(m.next(t0), Next::Stop, "renews while releasing");
+        let mut lost = m.clone();
+        assert_eq!(m.step(Event::Released, t0), Health::Released);
+        assert!(!m.is_releasing());
+        assert_eq!(
+            lost.step(Event::ReleaseNotHeld, t0),
+            Health::Lost(LossReason::NotHeldAtRelease)
+        );
+    }
+
+    #[test]
+    fn a_release_started_past_the_loss_deadline_still_waits_for_its_outcome() {
+        let t0 = Instant::now();
+        let mut m = machine(t0);
+        let late = m.loss_deadline() + Duration::from_millis(1);
+        assert_eq!(m.step(Event::ReleaseStarted, late), Health::Held);
+        assert!(!m.may_act(late));
+        assert_eq!(m.step(Event::Released, late), Health::Released);
+    }
+
+    #[test]
+    fn a_final_machine_ignores_a_release_start() {
+        let t0 = Instant::now();
+        let mut m = machine(t0);
+        m.step(Event::RenewRefused, t0);
+        m.step(Event::ReleaseStarted, t0);
+        assert!(!m.is_releasing());
+        assert_eq!(m.health(), Health::Lost(LossReason::RenewalRefused));
+    }
+
+    #[test]
+    fn may_act_until_the_loss_deadline_and_only_when_held() {
+        let t0 = Instant::now();
+        let mut m = machine(t0);
+        let ld = m.loss_deadline();
+        assert!(m.may_act(ld - Duration::from_nanos(1)));
+        assert!(!m.may_act(ld));
+        m.step(Event::RenewFailed, t0 + Duration::from_secs(3));
+        assert!(!m.may_act(t0 + Duration::from_secs(3)), "AtRisk may act");
+    }
+
+    #[test]
+    fn machines_compare_and_hash_by_what_they_decide_on() {
+        use std::collections::hash_map::DefaultHasher;
+        fn h(m: &Machine) -> u64 {
+            let mut s = DefaultHasher::new();
+            m.hash(&mut s);
+            s.finish()
+        }
+        let t0 = Instant::now();
+        let a = machine(t0);
+        let b = a.clone();
+        assert_eq!(a, b);
+        assert_eq!(h(&a), h(&b));
+        let mut c = a.clone();
+        c.step(Event::ReleaseStarted, t0);
+        assert_ne!(a, c);
+        let mut d = a.clone();
+        d.step(Event::RenewFailed, t0);
+        assert_ne!(a, d);
+    }
+
+    #[test]
+    fn the_configured_checks_use_the_same_capped_lead() {
+        let ttl = Duration::from_secs(9);
+        assert_eq!(
+            capped_loss_lead(Duration::from_secs(100), ttl),
+            ttl / 2,
+            "lead not capped at half the TTL"
+        );
+        let t0 = Instant::now();
+        let m = Machine::new(
+            lease(t0, ttl),
+            Duration::from_secs(3),
+            Duration::from_millis(500),
+            Duration::MAX,
+            t0,
+        );
+        assert_eq!(m.loss_deadline(), m.lease().deadline() - ttl / 2);
     }
 
     #[test]

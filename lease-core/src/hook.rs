@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::fencing::FencingToken;
 use crate::lease::{Lease, LeaseKey, OwnerId, ReleaseOutcome};
 
-use super::state::Health;
+use crate::supervisor::Health;
 
 /// How a renewal attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,8 @@ pub enum RenewalResult {
 /// implementations must be cheap and must not block.
 ///
 /// ```
-/// use lease_core::supervisor::{Hook, Health};
+/// use lease_core::hook::Hook;
+/// use lease_core::supervisor::Health;
 /// use lease_core::Lease;
 ///
 /// #[derive(Debug)]
