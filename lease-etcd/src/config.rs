@@ -1,23 +1,18 @@
-//! How to reach etcd and where the keys go.
+//! [`EtcdOptions`]: every knob of the etcd backend, and the endpoints of an `etcd://` URL.
 
 use std::time::Duration;
 
 use lease_core::{Error, LeaseKey, Result};
 
-use crate::BACKEND;
-
-/// The default key prefix of lock names: a lease on key `k` is the etcd lock named `lease/k`.
-pub const DEFAULT_PREFIX: &str = "lease/";
-
-/// The default key prefix of the fenced resource's state keys.
-pub const DEFAULT_FENCE_PREFIX: &str = "lease-fence/";
+use crate::error::BACKEND;
+use crate::protocol::{self, DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX};
 
 /// How grants map to etcd leases.
 ///
 /// ```
-/// use lease_etcd::{EtcdConfig, LeaseSharing};
-/// let config = EtcdConfig::from_list("http://127.0.0.1:2379").with_lease_sharing(LeaseSharing::PerTtl);
-/// assert_eq!(config.lease_sharing(), LeaseSharing::PerTtl);
+/// use lease_etcd::{EtcdOptions, LeaseSharing};
+/// let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+/// assert_eq!(options.lease_sharing(), LeaseSharing::PerTtl);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -41,22 +36,22 @@ pub enum LeaseSharing {
     PerTtl,
 }
 
-/// Configuration of an [`EtcdLeaseStore`](crate::EtcdLeaseStore) and
-/// [`EtcdFencedResource`](crate::EtcdFencedResource).
+/// Options of an [`EtcdLeaseStore`](crate::EtcdLeaseStore) and its
+/// [`EtcdFencedResource`](crate::EtcdFencedResource), for
+/// [`EtcdLeaseStore::connect_with`](crate::EtcdLeaseStore::connect_with). The endpoints come
+/// from the URL.
 ///
 /// ```
 /// use std::time::Duration;
-/// use lease_etcd::EtcdConfig;
-/// let config = EtcdConfig::from_list("http://10.0.0.1:2379, http://10.0.0.2:2379")
+/// use lease_etcd::EtcdOptions;
+/// let options = EtcdOptions::default()
 ///     .with_prefix("jobs/")
 ///     .with_connect_timeout(Duration::from_millis(500));
-/// assert_eq!(config.endpoints().len(), 2);
-/// assert_eq!(config.lock_name(&"nightly".parse()?), "jobs/nightly");
+/// assert_eq!(options.lock_name(&"nightly".parse()?), "jobs/nightly");
 /// # Ok::<(), lease_core::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EtcdConfig {
-    endpoints: Vec<String>,
+pub struct EtcdOptions {
     prefix: String,
     fence_prefix: String,
     connect_timeout: Duration,
@@ -64,16 +59,11 @@ pub struct EtcdConfig {
     lease_sharing: LeaseSharing,
 }
 
-impl EtcdConfig {
-    /// A configuration for the given endpoints (`http://host:port`), with the default prefixes,
-    /// a 2 s connect timeout and a 5 s request timeout.
-    pub fn new<I, S>(endpoints: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        EtcdConfig {
-            endpoints: endpoints.into_iter().map(Into::into).collect(),
+impl Default for EtcdOptions {
+    /// The default prefixes ([`DEFAULT_PREFIX`], [`DEFAULT_FENCE_PREFIX`]), a 2 s connect
+    /// timeout, a 5 s request timeout and [`LeaseSharing::PerGrant`].
+    fn default() -> Self {
+        EtcdOptions {
             prefix: DEFAULT_PREFIX.to_string(),
             fence_prefix: DEFAULT_FENCE_PREFIX.to_string(),
             connect_timeout: Duration::from_secs(2),
@@ -81,13 +71,9 @@ impl EtcdConfig {
             lease_sharing: LeaseSharing::PerGrant,
         }
     }
+}
 
-    /// A configuration from a comma-separated endpoint list (the format of `etcdctl --endpoints`
-    /// and of the `LEASE_ETCD_ENDPOINTS` variable the tests read). Blank entries are dropped.
-    pub fn from_list(list: &str) -> Self {
-        Self::new(list.split(',').map(str::trim).filter(|s| !s.is_empty()))
-    }
-
+impl EtcdOptions {
     /// Sets the prefix of lock names (default [`DEFAULT_PREFIX`]). A lease on key `k` is the etcd
     /// lock named `<prefix>k`, held as the key `<prefix>k/<lease id in hex>`, exactly like
     /// `etcdctl lock <prefix>k` and Go's `concurrency.NewMutex(session, "<prefix>k")`.
@@ -126,11 +112,6 @@ impl EtcdConfig {
         self.lease_sharing
     }
 
-    /// The endpoints.
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
-    }
-
     /// The prefix of lock names.
     pub fn prefix(&self) -> &str {
         &self.prefix
@@ -153,36 +134,90 @@ impl EtcdConfig {
 
     /// The etcd lock name of `key`: what `etcdctl lock` must be given to contend for it.
     pub fn lock_name(&self, key: &LeaseKey) -> String {
-        format!("{}{}", self.prefix, key)
+        protocol::lock_name(&self.prefix, key)
     }
 
-    /// Checks what can be checked without a server: at least one endpoint, each an `http://` or
-    /// `https://` URL (or a bare `host:port`) with a host and no spaces; timeouts non-zero.
+    /// Checks what can be checked without a server: timeouts non-zero.
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.endpoints.is_empty() {
-            return Err(Error::config(BACKEND, "no etcd endpoints given", None));
-        }
-        for e in &self.endpoints {
-            let rest = e
-                .strip_prefix("http://")
-                .or_else(|| e.strip_prefix("https://"))
-                .unwrap_or(e);
-            let host_port = rest.split('/').next().unwrap_or("");
-            let bad = host_port.is_empty()
-                || e.chars().any(|c| c.is_whitespace() || c.is_control())
-                || (rest.len() != e.len() && e.contains("://") && rest.contains("://"))
-                || (rest.len() == e.len() && e.contains("://"));
-            if bad {
-                return Err(Error::config(
-                    BACKEND,
-                    format!("malformed etcd endpoint {e:?}"),
-                    None,
-                ));
-            }
-        }
         if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(Error::config(BACKEND, "timeouts must be non-zero", None));
         }
         Ok(())
+    }
+}
+
+/// The endpoints of an etcd URL: `etcd://host:port,host:port` (plain HTTP/2) or
+/// `etcds://host:port,...` (TLS), the form the `lease` facade accepts; a trailing `/` is
+/// allowed. Each endpoint becomes `http://host:port` (or `https://`).
+pub(crate) fn endpoints_of(url: &str) -> Result<Vec<String>> {
+    let bad = |why: String| Error::config(BACKEND, format!("{url:?}: {why}"), None);
+    let url = url.trim();
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("not an etcd URL (expected etcd://host:port,host:port)".into()))?;
+    let http = match scheme.to_ascii_lowercase().as_str() {
+        "etcd" => "http",
+        "etcds" => "https",
+        other => {
+            return Err(bad(format!(
+                "scheme {other:?} is not etcd or etcds (expected etcd://host:port,host:port)"
+            )));
+        }
+    };
+    let list = rest.strip_suffix('/').unwrap_or(rest);
+    if list.is_empty() {
+        return Err(bad("names no host".into()));
+    }
+    list.split(',')
+        .map(str::trim)
+        .map(|ep| {
+            let (host, port) = ep.rsplit_once(':').unwrap_or((ep, "0"));
+            let bad_host = host.is_empty()
+                || host
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control() || "/?#@,".contains(c))
+                || (host.contains(':') && !(host.starts_with('[') && host.ends_with(']')));
+            if bad_host || port.parse::<u16>().is_err() {
+                return Err(bad(format!(
+                    "{ep:?} is not an endpoint (expected etcd://host:port,host:port)"
+                )));
+            }
+            Ok(format!("{http}://{ep}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_endpoints() {
+        assert_eq!(
+            endpoints_of("etcd://a:2379, b:2379/").unwrap(),
+            ["http://a:2379", "http://b:2379"]
+        );
+        assert_eq!(
+            endpoints_of("etcds://[::1]:2379").unwrap(),
+            ["https://[::1]:2379"]
+        );
+        assert_eq!(endpoints_of("etcd://h").unwrap(), ["http://h"]);
+        for bad in [
+            "",
+            "etcd://",
+            "etcd:/a:1",
+            "http://a:2379",
+            "etcd://a:1,,b:2",
+            "etcd://a:1/path",
+            "etcd://bad host:1",
+            "etcd://h:port",
+            "etcd://[::1:2379",
+            "etcd://::::",
+        ]
+        .into_iter()
+        .map(|bad| (bad, endpoints_of(bad)))
+        {
+            assert!(matches!(bad.1, Err(Error::Config { .. })), "{bad:?}");
+        }
     }
 }

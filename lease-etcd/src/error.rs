@@ -1,14 +1,52 @@
-//! Mapping `etcd-client` errors into [`lease_core::Error`], by kind.
+//! This backend's failures and their mapping into [`lease_core::Error`], by kind.
 
 use std::time::Duration;
 
-use crate::BACKEND;
 use lease_core::Error;
 
-/// Maps a driver error into the core error, by its kind (never by its message).
-/// `after` is the request timeout, reported when etcd says the deadline passed.
-pub(crate) fn map(op: &'static str, err: etcd_client::Error, after: Duration) -> Error {
+/// The backend name used in errors, logs and metrics.
+pub(crate) const BACKEND: &str = "etcd";
+
+/// What can go wrong talking to etcd, before it becomes a [`lease_core::Error`].
+#[derive(Debug)]
+pub(crate) enum EtcdError {
+    /// The driver failed request `op`; `after` is the request timeout, reported when etcd says
+    /// the deadline passed.
+    Driver {
+        op: &'static str,
+        source: etcd_client::Error,
+        after: Duration,
+    },
+    /// etcd answered something the protocol does not allow.
+    Protocol(String),
+}
+
+impl From<EtcdError> for Error {
+    fn from(e: EtcdError) -> Error {
+        match e {
+            EtcdError::Driver { op, source, after } => driver(op, source, after),
+            EtcdError::Protocol(message) => Error::store_fault(BACKEND, message, None),
+        }
+    }
+}
+
+/// Maps a driver error into the core error (see [`EtcdError::Driver`]).
+pub(crate) fn map(op: &'static str, source: etcd_client::Error, after: Duration) -> Error {
+    EtcdError::Driver { op, source, after }.into()
+}
+
+/// A malformed or unexpected answer from etcd.
+pub(crate) fn protocol(message: impl Into<String>) -> Error {
+    EtcdError::Protocol(message.into()).into()
+}
+
+/// By the error's kind, never by its message. A request that certainly never reached etcd
+/// (connection refused) is [`Error::refused`]: its outcome is known.
+fn driver(op: &'static str, err: etcd_client::Error, after: Duration) -> Error {
     use etcd_client::Error as E;
+    if not_sent(&err) {
+        return Error::refused(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _));
+    }
     match err {
         E::InvalidArgs(_) | E::InvalidUri(_) | E::EndpointError(_) | E::InvalidMetadataValue(_) => {
             Error::config(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
@@ -29,10 +67,10 @@ pub(crate) fn map(op: &'static str, err: etcd_client::Error, after: Duration) ->
             } else if transient {
                 Error::unavailable(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
             } else {
-                Error::backend(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
+                Error::store_fault(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _))
             }
         }
-        _ => Error::backend(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _)),
+        _ => Error::store_fault(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _)),
     }
 }
 
@@ -79,9 +117,4 @@ pub(crate) fn not_sent(err: &etcd_client::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-/// A malformed or unexpected answer from etcd.
-pub(crate) fn protocol(message: impl Into<String>) -> Error {
-    Error::backend(BACKEND, message, None)
 }

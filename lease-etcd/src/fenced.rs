@@ -4,14 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lease_core::{
-    FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOutcome,
 };
 
-use crate::BACKEND;
-use crate::config::EtcdConfig;
-use crate::error::protocol;
+use crate::error::BACKEND;
+use crate::protocol::{self, decode_state, fence_txn};
 use crate::store::EtcdLeaseStore;
 
 /// How often a write retries when another writer changed the state key in between.
@@ -27,10 +25,10 @@ const MAX_ATTEMPTS: usize = 64;
 ///
 /// ```no_run
 /// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
-/// use lease_etcd::{EtcdConfig, EtcdLeaseStore, EtcdFencedResource};
+/// use lease_etcd::EtcdLeaseStore;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = EtcdLeaseStore::connect(EtcdConfig::from_list("http://127.0.0.1:2379")).await?;
-/// let resource = EtcdFencedResource::from_store(&store);
+/// let store = EtcdLeaseStore::connect("etcd://127.0.0.1:2379").await?;
+/// let resource = store.fenced_resource();
 /// let key = LeaseKey::new("ledger")?;
 /// let out = resource.write(&key, FencingToken::new(7)?, WriteOp::Add(1)).await?;
 /// println!("accepted: {}", out.is_accepted());
@@ -50,45 +48,52 @@ impl fmt::Debug for EtcdFencedResource {
     }
 }
 
-impl EtcdFencedResource {
-    /// A resource sharing `store`'s connection, under its configured fence prefix.
-    pub fn from_store(store: &EtcdLeaseStore) -> Self {
+impl EtcdLeaseStore {
+    /// The fenced resource that keeps its state in this store's etcd, under
+    /// [`EtcdOptions::fence_prefix`](crate::EtcdOptions::fence_prefix), sharing this store's
+    /// connection.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = lease_etcd::EtcdLeaseStore::connect("etcd://127.0.0.1:2379").await?;
+    /// let resource = store.fenced_resource();
+    /// # let _ = resource; Ok(()) }
+    /// ```
+    pub fn fenced_resource(&self) -> EtcdFencedResource {
         EtcdFencedResource {
-            store: store.clone(),
-            prefix: Arc::from(store.config().fence_prefix()),
+            store: self.clone(),
+            prefix: Arc::from(self.options().fence_prefix()),
         }
     }
+}
 
-    /// Connects on its own (see [`EtcdLeaseStore::connect`]).
-    ///
-    /// # Errors
-    /// As [`EtcdLeaseStore::connect`].
-    ///
-    /// # Cancellation safety
-    /// Cancel safe.
-    pub async fn connect(config: EtcdConfig) -> Result<Self> {
-        Ok(Self::from_store(&EtcdLeaseStore::connect(config).await?))
-    }
-
+impl EtcdFencedResource {
     fn state_key(&self, key: &LeaseKey) -> String {
-        format!("{}{}", self.prefix, key)
+        protocol::state_key(&self.prefix, key)
     }
 
     /// The state and the state key's mod revision (0 if absent).
     async fn load(&self, key: &LeaseKey) -> Result<(ResourceState, i64)> {
-        let mut resp = self.store.get(self.state_key(key), None).await?;
+        let state_key = self.state_key(key);
+        let mut resp = self.store.get(state_key.clone(), None).await?;
         match resp.take_kvs().into_iter().next() {
-            Some(kv) => Ok((decode(kv.value())?, kv.mod_revision())),
+            Some(kv) => Ok((decode_state(&state_key, kv.value())?, kv.mod_revision())),
             None => Ok((ResourceState::default(), 0)),
         }
     }
+}
 
+#[async_trait]
+impl FencedResource for EtcdFencedResource {
+    /// Reads the state, applies `op` to it, and writes it back in one transaction comparing the
+    /// state key's mod revision; retried (64 times at most) when another writer got in between.
     async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: Option<WriteOp>,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
+        let op = op.into_write_op();
         let state_key = self.state_key(key);
         for _ in 0..MAX_ATTEMPTS {
             let (mut state, mod_rev) = self.load(key).await?;
@@ -97,107 +102,24 @@ impl EtcdFencedResource {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
                 return Ok(out);
             }
-            let txn = Txn::new()
-                .when(vec![Compare::mod_revision(
-                    state_key.clone(),
-                    CompareOp::Equal,
-                    mod_rev,
-                )])
-                .and_then(vec![TxnOp::put(state_key.clone(), encode(&state), None)]);
-            if self.store.txn(txn).await?.succeeded() {
+            if self
+                .store
+                .txn(fence_txn(&state_key, mod_rev, &state))
+                .await?
+                .succeeded()
+            {
                 return Ok(WriteOutcome::Accepted { high_water: token });
             }
         }
-        Err(lease_core::Error::unavailable(
+        // Every attempt's transaction failed its comparison: nothing was written.
+        Err(lease_core::Error::refused(
             BACKEND,
             format!("fenced write on {key} lost {MAX_ATTEMPTS} races"),
             None,
         ))
     }
-}
-
-#[async_trait]
-impl FencedResource for EtcdFencedResource {
-    async fn write(
-        &self,
-        key: &LeaseKey,
-        token: FencingToken,
-        op: WriteOp,
-    ) -> Result<WriteOutcome> {
-        self.apply(key, token, Some(op)).await
-    }
-
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.apply(key, token, None).await
-    }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         Ok(self.load(key).await?.0)
-    }
-}
-
-/// `v1 <high water or 0> <counter> <accepted> <0|1>\n<value bytes>`.
-fn encode(state: &ResourceState) -> Vec<u8> {
-    let hw = state.high_water.map_or(0, FencingToken::get);
-    let mut out = format!(
-        "v1 {hw} {} {} {}\n",
-        state.counter,
-        state.accepted,
-        u8::from(state.value.is_some())
-    )
-    .into_bytes();
-    if let Some(v) = &state.value {
-        out.extend_from_slice(v);
-    }
-    out
-}
-
-fn decode(bytes: &[u8]) -> Result<ResourceState> {
-    let bad = || protocol("malformed fenced resource state");
-    let nl = bytes.iter().position(|b| *b == b'\n').ok_or_else(bad)?;
-    let (head, rest) = bytes.split_at(nl);
-    let head = std::str::from_utf8(head).map_err(|_| bad())?;
-    let fields: Vec<&str> = head.split(' ').collect();
-    let [version, hw, counter, accepted, has_value] = fields.as_slice() else {
-        return Err(bad());
-    };
-    if *version != "v1" {
-        return Err(bad());
-    }
-    let hw: u64 = hw.parse().map_err(|_| bad())?;
-    Ok(ResourceState {
-        high_water: if hw == 0 {
-            None
-        } else {
-            Some(FencingToken::new(hw)?)
-        },
-        counter: counter.parse().map_err(|_| bad())?,
-        accepted: accepted.parse().map_err(|_| bad())?,
-        value: match *has_value {
-            "1" => rest.get(1..).map(<[u8]>::to_vec),
-            "0" => None,
-            _ => return Err(bad()),
-        },
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn state_round_trips() {
-        let state = ResourceState {
-            high_water: Some(FencingToken::new(42).unwrap()),
-            value: Some(b"a\nb".to_vec()),
-            counter: -3,
-            accepted: 9,
-        };
-        assert_eq!(decode(&encode(&state)).unwrap(), state);
-        assert_eq!(
-            decode(&encode(&ResourceState::default())).unwrap(),
-            ResourceState::default()
-        );
-        assert!(decode(b"v2 1 2 3 0\n").is_err());
     }
 }

@@ -7,10 +7,10 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
-//! use lease_etcd::{EtcdConfig, EtcdFencedResource, EtcdLeaseStore};
+//! use lease_etcd::EtcdLeaseStore;
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! let store = EtcdLeaseStore::connect(EtcdConfig::from_list("http://127.0.0.1:2379")).await?;
-//! let resource = EtcdFencedResource::from_store(&store);
+//! let store = EtcdLeaseStore::connect("etcd://127.0.0.1:2379").await?;
+//! let resource = store.fenced_resource();
 //! let key = LeaseKey::new("tenant-42")?;
 //! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(10));
 //! match store.acquire(&req).await? {
@@ -24,7 +24,7 @@
 //! ```
 //!
 //! ## Compatible with etcd's own lock
-//! A lease on key `k` **is** the etcd lock named `<prefix>k` ([`EtcdConfig::lock_name`], prefix
+//! A lease on key `k` **is** the etcd lock named `<prefix>k` ([`EtcdOptions::lock_name`], prefix
 //! `lease/` by default), in the protocol of `etcdctl lock` and Go's `concurrency.Mutex`: each
 //! contender creates `<prefix>k/<lease id in hex>` attached to its etcd lease, and the holder is the
 //! key with the lowest create revision under `<prefix>k/`. This store only ever creates its key
@@ -98,25 +98,31 @@
 //! ## Errors
 //! Refused connections and etcd's "unavailable" answers are
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); requests that exceed
-//! [`EtcdConfig::with_request_timeout`] are [`Error::Timeout`](lease_core::Error::Timeout);
-//! malformed endpoints are [`Error::Config`](lease_core::Error::Config); anything else etcd
+//! [`EtcdOptions::with_request_timeout`] are [`Error::Timeout`](lease_core::Error::Timeout);
+//! malformed URLs are [`Error::Config`](lease_core::Error::Config); anything else etcd
 //! answers unexpectedly is [`Error::Backend`](lease_core::Error::Backend).
+
+//!
+//! ## Layout
+//! [`EtcdOptions`] (`config.rs`) holds every knob; [`EtcdLeaseStore`] (`store.rs`) connects with
+//! [`EtcdLeaseStore::connect`] / [`EtcdLeaseStore::connect_with`]; [`EtcdFencedResource`]
+//! (`fenced.rs`) comes from [`EtcdLeaseStore::fenced_resource`]; [`protocol`] holds every key
+//! layout, value format and transaction shape this backend sends.
 
 mod config;
 mod error;
 mod fenced;
-mod keys;
+mod handle;
+pub mod protocol;
 mod renew;
 mod rpc;
 mod shared;
 mod store;
 
-pub use config::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX, EtcdConfig, LeaseSharing};
+pub use config::{EtcdOptions, LeaseSharing};
 pub use fenced::EtcdFencedResource;
+pub use protocol::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX};
 pub use store::EtcdLeaseStore;
 
 #[doc(no_inline)]
 pub use lease_core::{FencedResource, LeaseStore};
-
-/// The backend name used in errors, logs and metrics.
-pub(crate) const BACKEND: &str = "etcd";

@@ -6,7 +6,7 @@
 //! key **after** its keepalive and reports [`RenewOutcome::Lost`] unless the key is there with the
 //! lease's token (create revision), owner (value) and etcd lease. A batch does the same for all
 //! its leases at once: the keepalives of its distinct etcd leases first, then one range over the
-//! span `[smallest lock key, largest lock key]` of the batch, in pages of [`RANGE_PAGE`] keys,
+//! span `[smallest lock key, largest lock key]` of the batch, in pages of [`RANGE_PAGE`](protocol::RANGE_PAGE) keys,
 //! each page starting at the next lock key still wanted (so keys of other holders between two of
 //! ours cost bandwidth, never a request per key).
 
@@ -15,16 +15,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, GetOptions, KeyValue, PutOptions, Txn, TxnOp};
+use etcd_client::KeyValue;
 use futures::{StreamExt, TryStreamExt};
-use lease_core::{AcquireRequest, Error, Lease, RenewOutcome, Result, validate_ttl};
+use lease_core::{AcquireRequest, Error, Lease, RenewOutcome, Result};
 use tokio::time::Instant;
 
-use crate::BACKEND;
-use crate::keys::{
-    Handle, check_owner, encode_owner, named_lease_of, nonce_of, our_owner, parse_handle, secs,
-    whole_secs,
-};
+use crate::error::BACKEND;
+use crate::handle::{Handle, check_owner, our_owner, parse_handle, secs};
+use crate::protocol::{self, named_lease_of, nonce_of};
 use crate::shared::{PutKind, Shared};
 use crate::store::{BATCH_CONCURRENCY, EtcdLeaseStore};
 
@@ -47,12 +45,6 @@ struct Move<'a> {
     named: i64,
 }
 
-/// How many keys one range request of a batched renewal returns at most: the supervisor's
-/// largest batch. A lock key is at most about 230 bytes of name, 140 of value (ours: the owner
-/// id; `etcdctl lock`'s: empty) and 40 of revisions and lease, so a page stays near 2 MB, below
-/// gRPC's 4 MiB response limit; 10,000 leases are read back in two requests.
-pub(crate) const RANGE_PAGE: i64 = 5_000;
-
 /// One lease of a batch that names its etcd lease in its handle, and its lock key.
 struct Handled<'a> {
     slot: usize,
@@ -71,7 +63,8 @@ impl EtcdLeaseStore {
         let mut resumed = Vec::new();
         let mut moves = Vec::new();
         for (slot, lease) in leases.iter().enumerate() {
-            if let Err(e) = validate_ttl(lease.ttl(), self.min_ttl).and(check_owner(lease.owner()))
+            if let Err(e) = lease_core::backend::validate_ttl(lease.ttl(), self.min_ttl)
+                .and(check_owner(lease.owner()))
             {
                 out[slot] = Some(Err(e));
                 continue;
@@ -224,18 +217,7 @@ impl EtcdLeaseStore {
         let req = AcquireRequest::new(lease.key().clone(), lease.owner().clone(), ttl);
         let (id, _) = shared.lease_or_grant(self, &req, m.ttl_secs).await?;
         let pending = shared.pending(m.lock_key.as_bytes(), id, ttl, PutKind::Move);
-        let value = encode_owner(lease.owner());
-        let key = m.lock_key.clone();
-        let txn = Txn::new()
-            .when(vec![
-                Compare::create_revision(key.clone(), CompareOp::Equal, lease.token().to_i64()),
-                Compare::value(key.clone(), CompareOp::Equal, value.clone()),
-            ])
-            .and_then(vec![TxnOp::put(
-                key,
-                value,
-                Some(PutOptions::new().with_lease(id)),
-            )]);
+        let txn = protocol::move_txn(&m.lock_key, lease.token(), lease.owner(), id);
         if !self.txn(txn).await?.succeeded() {
             pending.cancel();
             return Ok(self.lost(lease));
@@ -287,7 +269,7 @@ impl EtcdLeaseStore {
     }
 
     /// The current versions of `keys` (those that exist), read with linearizable range requests
-    /// over the span of the keys, [`RANGE_PAGE`] keys a page. One key is one plain get.
+    /// over the span of the keys, [`RANGE_PAGE`](protocol::RANGE_PAGE) keys a page. One key is one plain get.
     async fn read_lock_keys<'k>(
         &self,
         keys: impl Iterator<Item = &'k str>,
@@ -309,9 +291,7 @@ impl EtcdLeaseStore {
         let end = format!("{last}\0");
         let mut next = 0;
         while let Some(start) = wanted.get(next) {
-            let opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(RANGE_PAGE);
+            let opts = protocol::page_query(&end);
             let mut resp = self.get((*start).to_string(), Some(opts)).await?;
             let more = resp.more();
             let kvs = resp.take_kvs();
@@ -353,7 +333,7 @@ impl EtcdLeaseStore {
                     slot: 0,
                     lease,
                     lock_key: String::from_utf8_lossy(kv.key()).into_owned(),
-                    ttl_secs: whole_secs(lease.ttl()),
+                    ttl_secs: lease_core::backend::ttl_secs(lease.ttl())?.as_i64(),
                     nonce,
                     named,
                 };

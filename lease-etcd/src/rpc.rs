@@ -10,9 +10,8 @@ use etcd_client::{
 use lease_core::{AcquireRequest, Error, Result};
 use tokio::time::Instant;
 
-use crate::BACKEND;
-use crate::error::{map, not_sent, protocol};
-use crate::keys::secs;
+use crate::error::{BACKEND, map, not_sent, protocol};
+use crate::handle::secs;
 use crate::store::EtcdLeaseStore;
 
 impl EtcdLeaseStore {
@@ -30,7 +29,7 @@ impl EtcdLeaseStore {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
-        let after = self.config.request_timeout();
+        let after = self.options.request_timeout();
         let deadline = Instant::now() + after;
         let mut attempt: u32 = 0;
         loop {
@@ -59,7 +58,7 @@ impl EtcdLeaseStore {
     }
 
     fn retries(&self) -> u32 {
-        u32::try_from(self.config.endpoints().len() * 2).unwrap_or(u32::MAX)
+        u32::try_from(self.endpoints.len() * 2).unwrap_or(u32::MAX)
     }
 
     pub(crate) async fn get(&self, key: String, opts: Option<GetOptions>) -> Result<GetResponse> {

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use lease_core::{AcquireRequest, Result};
 use tokio::time::Instant;
 
-use crate::BACKEND;
+use crate::error::BACKEND;
+use crate::protocol;
 use crate::store::EtcdLeaseStore;
 
 /// How often the sweeper looks for keys whose holders stopped renewing.
@@ -416,16 +416,7 @@ async fn expire(
     create_revision: i64,
     mod_revision: Option<i64>,
 ) {
-    let mut when = vec![
-        Compare::create_revision(key.clone(), CompareOp::Equal, create_revision),
-        Compare::lease(key.clone(), CompareOp::Equal, lease_id),
-    ];
-    if let Some(m) = mod_revision {
-        when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, m));
-    }
-    let txn = Txn::new()
-        .when(when)
-        .and_then(vec![TxnOp::delete(key.clone(), None)]);
+    let txn = protocol::delete_txn(&key, create_revision, lease_id, mod_revision);
     match store.txn(txn).await {
         Ok(resp) => {
             shared.forget(&key);

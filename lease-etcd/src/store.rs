@@ -5,24 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, WatchFilterType, WatchOptions,
-};
+use etcd_client::{Client, ConnectOptions, KeyValue};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability, validate_ttl,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, Holder, KeyState, KeyWatch,
+    Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 
-use crate::BACKEND;
-use crate::config::EtcdConfig;
-use crate::config::LeaseSharing;
-use crate::error::{map, protocol};
-use crate::keys::{
-    Handle, check_owner, encode_owner, our_owner, owner_of, parse_handle, secs, token_of,
-    whole_secs,
-};
+use crate::config::{EtcdOptions, LeaseSharing, endpoints_of};
+use crate::error::{BACKEND, map, protocol};
+use crate::handle::{Handle, check_owner, our_owner, owner_of, parse_handle, secs, token_of};
+use crate::protocol;
 use crate::shared::{PutKind, Shared};
 
 /// How many keepalives (or renewals of resumed leases) of one [`LeaseStore::renew_many`] batch
@@ -35,7 +27,7 @@ const MAX_ATTEMPTS: usize = 8;
 
 /// A [`LeaseStore`] on etcd, compatible with etcd's own lock protocol.
 ///
-/// A lease on key `k` is the etcd lock named `<prefix>k` (see [`EtcdConfig::with_prefix`]): the
+/// A lease on key `k` is the etcd lock named `<prefix>k` (see [`EtcdOptions::with_prefix`]): the
 /// holder is the key under `<prefix>k/` with the lowest create revision, exactly as for
 /// `etcdctl lock` and Go's `concurrency.Mutex`, so all three exclude each other. Each grant
 /// attaches its key to an etcd lease with the granted TTL (its own, or one shared per TTL with
@@ -48,12 +40,12 @@ const MAX_ATTEMPTS: usize = 8;
 /// ```no_run
 /// use std::time::Duration;
 /// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
-/// use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+/// use lease_etcd::EtcdLeaseStore;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = EtcdLeaseStore::connect(EtcdConfig::from_list("http://127.0.0.1:2379")).await?;
+/// let store = EtcdLeaseStore::connect("etcd://127.0.0.1:2379").await?;
 /// let req = AcquireRequest::new(LeaseKey::new("nightly-report")?, OwnerId::random(), Duration::from_secs(10));
 /// if let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? {
-///     println!("token {} on etcd lock {}", lease.token(), store.config().lock_name(lease.key()));
+///     println!("token {} on etcd lock {}", lease.token(), store.options().lock_name(lease.key()));
 ///     let _ = store.release(&lease).await?;
 /// }
 /// # Ok(()) }
@@ -61,7 +53,8 @@ const MAX_ATTEMPTS: usize = 8;
 #[derive(Clone)]
 pub struct EtcdLeaseStore {
     pub(crate) client: Client,
-    pub(crate) config: Arc<EtcdConfig>,
+    pub(crate) options: Arc<EtcdOptions>,
+    pub(crate) endpoints: Arc<[String]>,
     pub(crate) min_ttl: Duration,
     /// Present with [`LeaseSharing::PerTtl`].
     pub(crate) shared: Option<Arc<Shared>>,
@@ -70,63 +63,99 @@ pub struct EtcdLeaseStore {
 impl fmt::Debug for EtcdLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EtcdLeaseStore")
-            .field("endpoints", &self.config.endpoints())
-            .field("prefix", &self.config.prefix())
+            .field("endpoints", &self.endpoints)
+            .field("prefix", &self.options.prefix())
             .field("min_ttl", &self.min_ttl)
-            .field("lease_sharing", &self.config.lease_sharing())
+            .field("lease_sharing", &self.options.lease_sharing())
             .finish_non_exhaustive()
     }
 }
 
 impl EtcdLeaseStore {
-    /// Connects to etcd and asks it for its minimum lease TTL (by granting and revoking a
-    /// one-second lease), which becomes [`Capabilities::min_ttl`].
+    /// Connects to the etcd cluster named by `url` with the default [`EtcdOptions`]: see
+    /// [`connect_with`](Self::connect_with).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = lease_etcd::EtcdLeaseStore::connect("etcd://10.0.0.1:2379,10.0.0.2:2379").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] for an empty or malformed endpoint list; [`Error::Unavailable`] or
-    /// [`Error::Timeout`] if no endpoint answers within the connect and request timeouts.
+    /// As [`connect_with`](Self::connect_with).
     ///
     /// # Cancellation safety
     /// Cancel safe: a dropped connect leaves at most a one-second etcd lease behind, which expires.
-    pub async fn connect(config: EtcdConfig) -> Result<Self> {
-        config.validate()?;
-        let options = ConnectOptions::new()
-            .with_connect_timeout(config.connect_timeout())
-            .with_keep_alive(Duration::from_secs(10), config.request_timeout());
-        let connect = Client::connect(config.endpoints(), Some(options));
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, EtcdOptions::default()).await
+    }
+
+    /// Connects to the etcd cluster named by `url` (`etcd://host:port,host:port`, or `etcds://`
+    /// for TLS: the form the `lease` facade accepts) with `options`, and asks it for its minimum
+    /// lease TTL (by granting and revoking a one-second lease), which becomes
+    /// [`Capabilities::min_ttl`].
+    ///
+    /// ```no_run
+    /// use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let options = EtcdOptions::default().with_prefix("jobs/").with_lease_sharing(LeaseSharing::PerTtl);
+    /// let store = EtcdLeaseStore::connect_with("etcd://127.0.0.1:2379", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the problem for a malformed URL or a zero timeout;
+    /// [`Error::Unavailable`] or [`Error::Timeout`] if no endpoint answers within the connect and
+    /// request timeouts.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: a dropped connect leaves at most a one-second etcd lease behind, which expires.
+    pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
+        let endpoints = endpoints_of(url)?;
+        options.validate()?;
+        let connect_options = ConnectOptions::new()
+            .with_connect_timeout(options.connect_timeout())
+            .with_keep_alive(Duration::from_secs(10), options.request_timeout());
+        let connect = Client::connect(&endpoints, Some(connect_options));
         let client = match tokio::time::timeout(
-            config.connect_timeout() + config.request_timeout(),
+            options.connect_timeout() + options.request_timeout(),
             connect,
         )
         .await
         {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(map("connect", e, config.request_timeout())),
+            Ok(Err(e)) => return Err(map("connect", e, options.request_timeout())),
             Err(_) => {
                 return Err(Error::unavailable(
                     BACKEND,
-                    format!("no etcd endpoint of {:?} answered", config.endpoints()),
+                    format!("no etcd endpoint of {endpoints:?} answered"),
                     None,
                 ));
             }
         };
         let mut store = EtcdLeaseStore {
             client,
-            config: Arc::new(config),
+            options: Arc::new(options),
+            endpoints: endpoints.into(),
             min_ttl: Duration::from_secs(1),
             shared: None,
         };
         store.min_ttl = store.probe_min_ttl().await?;
-        if store.config.lease_sharing() == LeaseSharing::PerTtl {
+        if store.options.lease_sharing() == LeaseSharing::PerTtl {
             // The sweeper gets a handle without the shared state, so that it ends with the store.
             store.shared = Some(Shared::start(store.clone()));
         }
         Ok(store)
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &EtcdConfig {
-        &self.config
+    /// The options.
+    pub fn options(&self) -> &EtcdOptions {
+        &self.options
+    }
+
+    /// The endpoints (`http://host:port` or `https://host:port`) named by the URL.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
     }
 
     /// The underlying `etcd-client` client (a cheap clone), for operations this crate does not
@@ -136,25 +165,18 @@ impl EtcdLeaseStore {
     }
 
     fn mutex_prefix(&self, key: &LeaseKey) -> String {
-        format!("{}/", self.config.lock_name(key))
+        protocol::mutex_prefix(self.options.prefix(), key)
     }
 
-    /// `<prefix><key>/<lease id hex>`, as Go's mutex names its keys; with a shared etcd lease a
-    /// `-<nonce hex>` suffix tells apart the keys of one lease (the protocol only reads revisions).
+    /// See [`protocol::lock_key`].
     pub(crate) fn lock_key(&self, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
-        match nonce {
-            None => format!("{}{:x}", self.mutex_prefix(key), lease_id),
-            Some(n) => format!("{}{:x}-{:x}", self.mutex_prefix(key), lease_id, n),
-        }
+        protocol::lock_key(self.options.prefix(), key, lease_id, nonce)
     }
 
     /// The current holder's key: the key under the lock prefix with the lowest create revision
     /// (the lock protocol's rule), and how many keys there are under the prefix.
     async fn holder_kv(&self, key: &LeaseKey) -> Result<(Option<KeyValue>, i64)> {
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
+        let opts = protocol::holder_query();
         let mut resp = self.get(self.mutex_prefix(key), Some(opts)).await?;
         let count = resp.count();
         Ok((resp.take_kvs().into_iter().next(), count))
@@ -214,36 +236,16 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, self.min_ttl)?;
+        lease_core::backend::validate_ttl(req.ttl, self.min_ttl)?;
         check_owner(&req.owner)?;
-        let ttl_secs = whole_secs(req.ttl);
+        let ttl_secs = lease_core::backend::ttl_secs(req.ttl)?.as_i64();
         let prefix = self.mutex_prefix(&req.key);
         for _ in 0..MAX_ATTEMPTS {
             let (current, count) = self.holder_kv(&req.key).await?;
-            let (compares, previous) = match current {
-                None => (
-                    vec![
-                        Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
-                    ],
-                    None,
-                ),
+            let previous = match current {
+                None => None,
                 // Our own key, alone under the prefix: replace it (a new grant, a greater token).
-                Some(kv) if count == 1 && our_owner(&kv).as_ref() == Some(&req.owner) => (
-                    vec![
-                        Compare::create_revision(
-                            prefix.clone(),
-                            CompareOp::Less,
-                            kv.create_revision() + 1,
-                        )
-                        .with_prefix(),
-                        Compare::create_revision(
-                            kv.key().to_vec(),
-                            CompareOp::Equal,
-                            kv.create_revision(),
-                        ),
-                    ],
-                    Some(kv),
-                ),
+                Some(kv) if count == 1 && our_owner(&kv).as_ref() == Some(&req.owner) => Some(kv),
                 // Held by someone else, or by us with `etcdctl lock` waiters queued behind (they
                 // come first: replacing our key would hand the lock to the oldest waiter).
                 Some(kv) => return Ok(AcquireOutcome::Held(self.holder_of(&kv).await?)),
@@ -269,16 +271,13 @@ impl LeaseStore for EtcdLeaseStore {
                     PutKind::Acquire,
                 )
             });
-            let mut ops = Vec::with_capacity(2);
-            if let Some(kv) = &previous {
-                ops.push(TxnOp::delete(kv.key().to_vec(), None));
-            }
-            ops.push(TxnOp::put(
-                lock_key.clone(),
-                encode_owner(&req.owner),
-                Some(PutOptions::new().with_lease(lease_id)),
-            ));
-            let txn = Txn::new().when(compares).and_then(ops);
+            let txn = protocol::acquire_txn(
+                &prefix,
+                previous.as_ref().map(|kv| (kv.key(), kv.create_revision())),
+                &lock_key,
+                &req.owner,
+                lease_id,
+            );
             let resp = match self.txn(txn).await {
                 Ok(resp) => resp,
                 Err(e) => {
@@ -302,7 +301,7 @@ impl LeaseStore for EtcdLeaseStore {
                 .header()
                 .map(|h| h.revision())
                 .ok_or_else(|| protocol("txn without header"))?;
-            let token = FencingToken::try_from(revision).map_err(|e| protocol(e.to_string()))?;
+            let token = lease_core::backend::decode_token(BACKEND, req.key.as_str(), revision)?;
             match (&self.shared, pending, previous) {
                 (Some(shared), Some(pending), previous) => {
                     if let Some(old) = previous {
@@ -314,7 +313,7 @@ impl LeaseStore for EtcdLeaseStore {
                 _ => {}
             }
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
-            let lease = Lease::granted(
+            let lease = lease_core::backend::granted_lease(
                 req.key.clone(),
                 req.owner.clone(),
                 token,
@@ -333,7 +332,8 @@ impl LeaseStore for EtcdLeaseStore {
             );
             return Ok(AcquireOutcome::Acquired(lease));
         }
-        Err(Error::unavailable(
+        // Every attempt's transaction failed its comparison: nothing was granted.
+        Err(Error::refused(
             BACKEND,
             format!(
                 "{} changed hands {MAX_ATTEMPTS} times during one acquire",
@@ -371,12 +371,7 @@ impl LeaseStore for EtcdLeaseStore {
         let Some(kv) = self.held_kv(lease).await? else {
             return Ok(ReleaseOutcome::NotHeld);
         };
-        let txn = Txn::new()
-            .when(vec![
-                Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, kv.create_revision()),
-                Compare::lease(kv.key().to_vec(), CompareOp::Equal, kv.lease()),
-            ])
-            .and_then(vec![TxnOp::delete(kv.key().to_vec(), None)]);
+        let txn = protocol::delete_txn(kv.key(), kv.create_revision(), kv.lease(), None);
         if !self.txn(txn).await?.succeeded() {
             return Ok(ReleaseOutcome::NotHeld);
         }
@@ -403,9 +398,7 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_filters([WatchFilterType::NoPut]);
+        let opts = protocol::waiter_watch();
         let prefix = self.mutex_prefix(key);
         let mut stream = self
             .call("watch", || {
@@ -415,7 +408,7 @@ impl LeaseStore for EtcdLeaseStore {
             })
             .await?;
         // Wait until the server confirms the watch, so that no delete after this call is missed.
-        let after = self.config.request_timeout();
+        let after = self.options.request_timeout();
         let confirmed = match tokio::time::timeout(after, stream.message()).await {
             Ok(Ok(first)) => first,
             Ok(Err(e)) => return Err(map("watch", e, after)),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams};
 use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
-use lease_k8s::KubeLeaseStore;
+use lease_k8s::{K8sLeaseStore, K8sOptions};
 use tokio::time::Instant;
 
 fn summary(name: &str, mut v: Vec<Duration>) -> String {
@@ -36,7 +36,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ns = std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into());
     let kubeconfig = std::env::var("KUBECONFIG")?;
     let client = lease_k8s::client_from_kubeconfig(&kubeconfig).await?;
-    let store = KubeLeaseStore::new(client.clone(), ns.clone())?;
+    let store = K8sLeaseStore::from_client(
+        client.clone(),
+        K8sOptions::default().with_namespace(ns.clone()),
+    )?;
     let raw: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(client, &ns);
     let owner = OwnerId::with_label("cost");
     let tag = std::process::id();

@@ -8,7 +8,7 @@ pub(crate) const BACKEND: &str = "k8s";
 
 /// What a failed API call means to the store logic.
 #[derive(Debug)]
-pub(crate) enum KubeError {
+pub(crate) enum K8sError {
     /// 409 with reason `Conflict`: a replace whose resourceVersion was stale (lost race).
     Conflict,
     /// 409 with reason `AlreadyExists`: a create of an existing name (lost race).
@@ -19,33 +19,33 @@ pub(crate) enum KubeError {
     Other(Error),
 }
 
-impl KubeError {
+impl K8sError {
     /// The error for callers that do not expect a conflict or a missing object.
     pub(crate) fn into_error(self, operation: &'static str) -> Error {
         match self {
-            KubeError::Conflict | KubeError::AlreadyExists => {
-                Error::backend(BACKEND, format!("{operation}: unexpected conflict"), None)
+            K8sError::Conflict | K8sError::AlreadyExists => {
+                Error::store_fault(BACKEND, format!("{operation}: unexpected conflict"), None)
             }
-            KubeError::NotFound(message) => {
-                Error::backend(BACKEND, format!("{operation}: {message}"), None)
+            K8sError::NotFound(message) => {
+                Error::store_fault(BACKEND, format!("{operation}: {message}"), None)
             }
-            KubeError::Other(e) => e,
+            K8sError::Other(e) => e,
         }
     }
 }
 
 /// Classifies a kube error by kind (HTTP status and kube's error variants), never by its text.
-pub(crate) fn classify(operation: &'static str, err: kube::Error) -> KubeError {
+pub(crate) fn classify(operation: &'static str, err: kube::Error) -> K8sError {
     match err {
         kube::Error::Api(status) => {
             if status.is_already_exists() {
-                return KubeError::AlreadyExists;
+                return K8sError::AlreadyExists;
             }
             if status.is_conflict() {
-                return KubeError::Conflict;
+                return K8sError::Conflict;
             }
             if status.is_not_found() {
-                return KubeError::NotFound(status.message.clone());
+                return K8sError::NotFound(status.message.clone());
             }
             let code = status.code;
             let message = format!(
@@ -53,24 +53,28 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> KubeError {
                 status.code, status.reason, status.message
             );
             let source: Option<lease_core::BoxError> = Some(status);
-            KubeError::Other(match code {
-                // Throttling and server-side failures (etcd down, apiserver overloaded) pass.
-                429 | 500..=599 => Error::unavailable(BACKEND, message, source),
+            K8sError::Other(match code {
+                // Throttling (API priority and fairness refuses before it starts the request):
+                // certainly not applied.
+                429 => Error::refused(BACKEND, message, source),
+                // Server-side failures (etcd down, apiserver overloaded) pass; the request may
+                // have been applied before the failure.
+                500..=599 => Error::unavailable(BACKEND, message, source),
                 // 401/403 (credentials, RBAC), 400/422 (invalid object), 410 and the rest.
-                _ => Error::backend(BACKEND, message, source),
+                _ => Error::store_fault(BACKEND, message, source),
             })
         }
-        kube::Error::HyperError(e) => KubeError::Other(Error::unavailable(
+        kube::Error::HyperError(e) => K8sError::Other(Error::unavailable(
             BACKEND,
             format!("{operation}: {e}"),
             Some(Box::new(e).into()),
         )),
-        kube::Error::Service(e) => KubeError::Other(Error::unavailable(
+        kube::Error::Service(e) => K8sError::Other(Error::unavailable(
             BACKEND,
             format!("{operation}: {e}"),
             Some(e),
         )),
-        kube::Error::ReadEvents(e) => KubeError::Other(Error::unavailable(
+        kube::Error::ReadEvents(e) => K8sError::Other(Error::unavailable(
             BACKEND,
             format!("{operation}: {e}"),
             Some(Box::new(e).into()),
@@ -81,12 +85,12 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> KubeError {
         | kube::Error::RustlsTls(_)
         | kube::Error::TlsRequired
         | kube::Error::ProxyProtocolUnsupported { .. }
-        | kube::Error::ProxyProtocolDisabled { .. }) => KubeError::Other(Error::config(
+        | kube::Error::ProxyProtocolDisabled { .. }) => K8sError::Other(Error::config(
             BACKEND,
             format!("{operation}: {e}"),
             Some(Box::new(e).into()),
         )),
-        e => KubeError::Other(Error::backend(
+        e => K8sError::Other(Error::store_fault(
             BACKEND,
             format!("{operation}: {e}"),
             Some(Box::new(e).into()),
@@ -99,19 +103,14 @@ pub(crate) async fn timed<T>(
     operation: &'static str,
     after: Duration,
     fut: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, KubeError> {
+) -> Result<T, K8sError> {
     match tokio::time::timeout(after, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(classify(operation, e)),
-        Err(_) => Err(KubeError::Other(Error::Timeout {
+        Err(_) => Err(K8sError::Other(Error::Timeout {
             backend: BACKEND,
             operation,
             after,
         })),
     }
-}
-
-/// A malformed Lease (or resource) object.
-pub(crate) fn corrupt(message: impl Into<String>) -> Error {
-    Error::backend(BACKEND, message.into(), None)
 }

@@ -4,19 +4,22 @@
 //! interoperable with client-go's `LeaseLock`, so that a Go controller and a Rust one can contend
 //! for the same Lease (during a migration, say) and never both lead while both follow their rules.
 //!
-//! - [`KubeLeaseStore`] implements [`lease_core::LeaseStore`]: use it directly, or through
-//!   `lease_core`'s supervisor and leader election.
-//! - [`KubeFencedResource`] implements [`lease_core::FencedResource`] on ConfigMaps, and shows how
-//!   a controller carries its term into the objects it writes.
+//! - [`K8sLeaseStore`] implements [`lease_core::LeaseStore`]: use it directly, or through
+//!   `lease_core`'s supervisor and leader election. [`K8sLeaseStore::connect`] takes the
+//!   `lease` facade's `k8s://NAMESPACE` URL; [`K8sOptions`] holds every knob.
+//! - [`K8sFencedResource`] ([`K8sLeaseStore::fenced_resource`]) implements
+//!   [`lease_core::FencedResource`] on ConfigMaps, and shows how a controller carries its term
+//!   into the objects it writes.
+//! - [`protocol`] holds the exact objects and annotations this backend writes.
 //!
 //! ## Quick start
 //! ```no_run
 //! use std::time::Duration;
 //! use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId, RenewOutcome};
-//! use lease_k8s::KubeLeaseStore;
+//! use lease_k8s::K8sLeaseStore;
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! let client = lease_k8s::infer_client().await?; // KUBECONFIG, ~/.kube/config or in-cluster
-//! let store = KubeLeaseStore::builder(client).namespace("payments").build()?;
+//! // KUBECONFIG, ~/.kube/config or in-cluster; Leases in namespace "payments".
+//! let store = K8sLeaseStore::connect("k8s://payments").await?;
 //! let key = LeaseKey::new("invoice-controller")?;
 //! let req = AcquireRequest::new(key, OwnerId::with_label("pod-7"), Duration::from_secs(15));
 //! if let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? {
@@ -33,7 +36,7 @@
 //!
 //! ## Keys and objects
 //! Key `k` is the Lease named `<prefix>k` in the store's namespace (no prefix by default, see
-//! [`KubeLeaseStoreBuilder::name_prefix`]). Keys are DNS-1123 subdomains of at most 200 bytes, so
+//! [`K8sOptions::with_name_prefix`]). Keys are DNS-1123 subdomains of at most 200 bytes, so
 //! they are legal object names unchanged and two keys never share an object.
 //!
 //! ## Every change is conditional
@@ -100,7 +103,7 @@
 //! (`docs/adr/0040-k8s-fencing-token.md`): a grant that replaces the record read at version `X`
 //! gets token `X + 1` (the replace is conditioned on `X` and writes a version above it); a grant
 //! that creates the Lease gets the created object's resourceVersion, written into the token
-//! annotation ([`TOKEN_ANNOTATION`]) by one replace conditioned on that version before the grant is
+//! annotation ([`protocol::TOKEN_ANNOTATION`]) by one replace conditioned on that version before the grant is
 //! reported (so a first grant costs a `create` and a `replace`). Revisions are cluster-wide and
 //! only increase, so tokens never go back, even when the Lease is deleted and recreated or the
 //! apiserver restarts, and two holders never share a term. This assumes what every etcd3-backed
@@ -122,12 +125,12 @@
 //! ## Carrying the term into the objects you write
 //! Fencing happens where the writes land. On Kubernetes, record the token in an annotation of the
 //! object you write and refuse, in the same conditional `replace`, a write whose token is below
-//! the annotation. [`KubeFencedResource`] does exactly this with [`HIGH_WATER_ANNOTATION`] on
+//! the annotation. [`K8sFencedResource`] does exactly this with [`protocol::HIGH_WATER_ANNOTATION`] on
 //! ConfigMaps; an admission webhook or the controller's own update path can do the same for any
 //! kind.
 //!
 //! ## RBAC
-//! The minimal Role for [`KubeLeaseStore`] (`list` and `watch` are needed for
+//! The minimal Role for [`K8sLeaseStore`] (`list` and `watch` are needed for
 //! [`LeaseStore::watch`](lease_core::LeaseStore::watch)):
 //! ```yaml
 //! apiVersion: rbac.authorization.k8s.io/v1
@@ -137,7 +140,7 @@
 //! - apiGroups: ["coordination.k8s.io"]
 //!   resources: ["leases"]
 //!   verbs: ["get", "list", "watch", "create", "update"]
-//! # only for KubeFencedResource:
+//! # only for K8sFencedResource:
 //! - apiGroups: [""]
 //!   resources: ["configmaps"]
 //!   verbs: ["get", "create", "update"]
@@ -145,24 +148,26 @@
 //!
 //! ## Errors
 //! Outcomes (held, lost, not held, stale token) are never errors. Failures map by kind: connection
-//! failures, 429 and 5xx are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable); a
-//! request exceeding [`KubeLeaseStoreBuilder::request_timeout`] is
+//! failures, 429 and 5xx are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable;
+//! a 429, like an `acquire` that lost every write race, was certainly not applied, so its
+//! [`outcome_unknown`](lease_core::Error::outcome_unknown) is false); a
+//! request exceeding [`K8sOptions::with_request_timeout`] is
 //! [`Error::Timeout`](lease_core::Error::Timeout); a missing or unusable kubeconfig, an illegal
 //! namespace or prefix, and a namespace that does not exist are
 //! [`Error::Config`](lease_core::Error::Config); 401/403, invalid objects and malformed records
 //! are [`Error::Backend`](lease_core::Error::Backend).
 
+mod config;
 mod error;
 mod fenced;
-mod record;
+pub mod protocol;
 mod store;
 mod watch;
 
-pub use fenced::{HIGH_WATER_ANNOTATION, KubeFencedResource, fence_object_name};
-pub use record::{TOKEN_ANNOTATION, TOKEN_HOLDER_ANNOTATION};
-pub use store::{
-    DEFAULT_REQUEST_TIMEOUT, KubeLeaseStore, KubeLeaseStoreBuilder, MAX_PREFIX_LEN,
-    client_from_kubeconfig, infer_client,
+pub use config::{
+    DEFAULT_REQUEST_TIMEOUT, K8sOptions, MAX_PREFIX_LEN, client_from_kubeconfig, infer_client,
 };
 #[doc(hidden)]
-pub use store::{TestHook, TestPoint};
+pub use config::{TestHook, TestPoint};
+pub use fenced::K8sFencedResource;
+pub use store::K8sLeaseStore;

@@ -1,34 +1,30 @@
-//! [`KubeLeaseStore`]: the [`LeaseStore`] over `coordination.k8s.io/v1` Lease objects.
+//! [`K8sLeaseStore`]: the [`LeaseStore`] over `coordination.k8s.io/v1` Lease objects.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::future::BoxFuture;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::api::{Api, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use lease_core::backend::{granted_lease, ttl_secs, validate_ttl};
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
     KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability, validate_ttl,
+    TokenDurability,
 };
 use tokio::time::Instant;
 
-use crate::error::{BACKEND, KubeError, timed};
-use crate::record::{self, Record, duration_secs};
+use crate::config::{self, K8sOptions, TestHook, TestPoint};
+use crate::error::{BACKEND, K8sError, timed};
+use crate::fenced::K8sFencedResource;
+use crate::protocol::{self, Record};
 
 /// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
 const MAX_RACES: usize = 16;
 /// How many renewals of unknown outcome are remembered per Lease (see `adopt_pending`).
 const MAX_PENDING: usize = 64;
-/// The default timeout of one API request.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The longest name prefix: keys are at most 200 bytes, object names at most 253.
-pub const MAX_PREFIX_LEN: usize = 53;
 
 /// The last version of one Lease object this store saw, and when it first saw that version (on
 /// its own monotonic clock). A candidate judges expiry from `first_seen`, never from the
@@ -64,10 +60,10 @@ struct State {
 /// ```no_run
 /// use std::time::Duration;
 /// use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
-/// use lease_k8s::KubeLeaseStore;
+/// use lease_k8s::K8sLeaseStore;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 /// // The ambient configuration (KUBECONFIG, ~/.kube/config, or the in-cluster service account).
-/// let store = KubeLeaseStore::infer().await?;
+/// let store = K8sLeaseStore::connect("k8s:").await?;
 /// let req = AcquireRequest::new(LeaseKey::new("my-controller")?, OwnerId::with_label("pod-a"), Duration::from_secs(15));
 /// match store.acquire(&req).await? {
 ///     AcquireOutcome::Acquired(lease) => println!("leading with token {}", lease.token()),
@@ -76,8 +72,9 @@ struct State {
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
-pub struct KubeLeaseStore {
+pub struct K8sLeaseStore {
     api: Api<KubeLease>,
+    client: kube::Client,
     namespace: String,
     prefix: String,
     timeout: Duration,
@@ -85,23 +82,9 @@ pub struct KubeLeaseStore {
     hook: Option<TestHook>,
 }
 
-/// A point inside the store's protocol where a test can hold an operation (hidden: for this
-/// crate's own interleaving tests, not part of the supported API).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TestPoint {
-    /// `acquire` found no Lease object and is about to create it.
-    BeforeCreate,
-}
-
-/// A test hook: awaited at each [`TestPoint`] with the Lease object's name (hidden).
-#[doc(hidden)]
-pub type TestHook = Arc<dyn Fn(TestPoint, &str) -> BoxFuture<'static, ()> + Send + Sync>;
-
-impl fmt::Debug for KubeLeaseStore {
+impl fmt::Debug for K8sLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubeLeaseStore")
+        f.debug_struct("K8sLeaseStore")
             .field("namespace", &self.namespace)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
@@ -109,228 +92,117 @@ impl fmt::Debug for KubeLeaseStore {
     }
 }
 
-/// Configures a [`KubeLeaseStore`].
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use lease_k8s::KubeLeaseStore;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let client = lease_k8s::client_from_kubeconfig("/etc/lease/kubeconfig").await?;
-/// let store = KubeLeaseStore::builder(client)
-///     .namespace("payments")
-///     .name_prefix("lease-")
-///     .request_timeout(Duration::from_secs(5))
-///     .build()?;
-/// # let _ = store; Ok(()) }
-/// ```
-#[derive(Clone)]
-pub struct KubeLeaseStoreBuilder {
-    client: kube::Client,
-    namespace: Option<String>,
-    prefix: String,
-    timeout: Duration,
-    hook: Option<TestHook>,
-}
-
-impl fmt::Debug for KubeLeaseStoreBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KubeLeaseStoreBuilder")
-            .field("namespace", &self.namespace)
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-impl KubeLeaseStoreBuilder {
-    /// The namespace of the Lease objects (default: the client's default namespace).
-    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
-        self
-    }
-
-    /// A prefix for object names: key `k` is stored in Lease `<prefix>k`. At most
-    /// [`MAX_PREFIX_LEN`] bytes, and `<prefix>a` must be a DNS-1123 subdomain. Default: none.
-    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The timeout of each API request (default [`DEFAULT_REQUEST_TIMEOUT`]); an expired one is
-    /// [`Error::Timeout`].
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's
-    /// interleaving tests only).
-    #[doc(hidden)]
-    pub fn test_hook(mut self, hook: TestHook) -> Self {
-        self.hook = Some(hook);
-        self
-    }
-
-    /// Validates the configuration and builds the store. Sends nothing.
+impl K8sLeaseStore {
+    /// A store from a `k8s://NAMESPACE` URL (or `k8s://`, `k8s:`: the configuration's default
+    /// namespace) with the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the
+    /// in-cluster service account) and default options. The URL forms are those of the `lease`
+    /// facade's `StoreUrl`.
+    ///
+    /// Sends nothing: an apiserver that cannot be reached shows as
+    /// [`Error::Unavailable`] on the first call.
+    ///
+    /// ```no_run
+    /// use lease_k8s::K8sLeaseStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = K8sLeaseStore::connect("k8s://payments").await?;
+    /// assert_eq!(store.namespace(), "payments");
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] for a namespace that is not a DNS-1123 label, or a prefix that cannot
-    /// start an object name.
-    pub fn build(self) -> Result<KubeLeaseStore> {
-        let namespace = self
-            .namespace
-            .unwrap_or_else(|| self.client.default_namespace().to_string());
-        validate_namespace(&namespace)?;
-        validate_prefix(&self.prefix)?;
-        if self.timeout.is_zero() {
-            return Err(Error::config(
-                BACKEND,
-                "the request timeout must not be zero",
-                None,
-            ));
+    /// [`Error::Config`] for a URL that is not a `k8s://` URL or names an illegal namespace, or
+    /// without a usable configuration.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, K8sOptions::default()).await
+    }
+
+    /// As [`connect`](Self::connect), with `options` (a kubeconfig file instead of the ambient
+    /// configuration, a name prefix, a request timeout).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lease_k8s::{K8sLeaseStore, K8sOptions};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let options = K8sOptions::default().with_request_timeout(Duration::from_secs(5));
+    /// let store = K8sLeaseStore::connect_with("k8s:", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`Error::Config`] also for illegal options, a kubeconfig
+    /// file that is missing or unusable, or a URL naming another namespace than
+    /// [`K8sOptions::with_namespace`].
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn connect_with(url: &str, mut options: K8sOptions) -> Result<Self> {
+        if let Some(ns) = config::parse_url(url)? {
+            match &options.namespace {
+                Some(other) if *other != ns => {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("{url:?} names namespace {ns:?}, the options {other:?}"),
+                        None,
+                    ));
+                }
+                _ => options.namespace = Some(ns),
+            }
         }
-        Ok(KubeLeaseStore {
-            api: Api::namespaced(self.client, &namespace),
+        let client = options.client().await?;
+        Self::from_client(client, options)
+    }
+
+    /// A store over an existing `client`, in the options' namespace (else the client's default
+    /// namespace). Sends nothing.
+    ///
+    /// ```no_run
+    /// use lease_k8s::{K8sLeaseStore, K8sOptions};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let client = lease_k8s::infer_client().await?;
+    /// let store = K8sLeaseStore::from_client(client, K8sOptions::default().with_namespace("payments"))?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a namespace that is not a DNS-1123 label, a prefix that cannot
+    /// start an object name, or a zero request timeout.
+    pub fn from_client(client: kube::Client, options: K8sOptions) -> Result<Self> {
+        let namespace = options
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        options.validate(&namespace)?;
+        Ok(K8sLeaseStore {
+            api: Api::namespaced(client.clone(), &namespace),
+            client,
             namespace,
-            prefix: self.prefix,
-            timeout: self.timeout,
+            prefix: options.prefix,
+            timeout: options.timeout,
             state: Arc::default(),
-            hook: self.hook,
+            hook: options.hook,
         })
     }
-}
 
-pub(crate) fn validate_namespace(ns: &str) -> Result<()> {
-    let ok = !ns.is_empty()
-        && ns.len() <= 63
-        && ns
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !ns.starts_with('-')
-        && !ns.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::config(
-            BACKEND,
-            format!("namespace {ns:?} is not a DNS-1123 label"),
-            None,
-        ))
-    }
-}
-
-fn validate_prefix(prefix: &str) -> Result<()> {
-    if prefix.is_empty() {
-        return Ok(());
-    }
-    if prefix.len() > MAX_PREFIX_LEN || LeaseKey::new(format!("{prefix}a")).is_err() {
-        return Err(Error::config(
-            BACKEND,
-            format!(
-                "name prefix {prefix:?} cannot start a DNS-1123 object name of at most 253 bytes"
-            ),
-            None,
-        ));
-    }
-    Ok(())
-}
-
-/// A client from a kubeconfig file (its current context).
-///
-/// # Errors
-/// [`Error::Config`] if the file is missing or unusable.
-///
-/// # Cancellation safety
-/// Cancel safe: nothing is sent to the cluster.
-pub async fn client_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client> {
-    let path = path.as_ref();
-    let kc = Kubeconfig::read_from(path).map_err(|e| {
-        Error::config(
-            BACKEND,
-            format!("kubeconfig {}: {e}", path.display()),
-            Some(Box::new(e).into()),
+    /// The [`FencedResource`](lease_core::FencedResource) next to this store: ConfigMaps in the
+    /// same namespace, over the same client, with the same request timeout. Sends nothing.
+    ///
+    /// ```no_run
+    /// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = lease_k8s::K8sLeaseStore::connect("k8s://payments").await?;
+    /// let res = store.fenced_resource();
+    /// let out = res.write(&LeaseKey::new("ledger")?, FencingToken::new(7)?, WriteOp::Add(1)).await?;
+    /// println!("accepted: {}", out.is_accepted());
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced_resource(&self) -> K8sFencedResource {
+        K8sFencedResource::new(
+            Api::namespaced(self.client.clone(), &self.namespace),
+            self.timeout,
         )
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| {
-            Error::config(
-                BACKEND,
-                format!("kubeconfig {}: {e}", path.display()),
-                Some(Box::new(e).into()),
-            )
-        })?;
-    client_from_config(config)
-}
-
-/// A client from the ambient configuration: `$KUBECONFIG`, `~/.kube/config`, or the in-cluster
-/// service account.
-///
-/// # Errors
-/// [`Error::Config`] if none is usable.
-///
-/// # Cancellation safety
-/// Cancel safe: nothing is sent to the cluster.
-pub async fn infer_client() -> Result<kube::Client> {
-    let config = kube::Config::infer().await.map_err(|e| {
-        Error::config(
-            BACKEND,
-            format!("no usable Kubernetes configuration: {e}"),
-            Some(Box::new(e).into()),
-        )
-    })?;
-    client_from_config(config)
-}
-
-fn client_from_config(config: kube::Config) -> Result<kube::Client> {
-    kube::Client::try_from(config)
-        .map_err(|e| Error::config(BACKEND, format!("client: {e}"), Some(Box::new(e).into())))
-}
-
-impl KubeLeaseStore {
-    /// A store over `client` in `namespace`, without a name prefix.
-    ///
-    /// # Errors
-    /// [`Error::Config`] if `namespace` is not a DNS-1123 label.
-    pub fn new(client: kube::Client, namespace: impl Into<String>) -> Result<Self> {
-        Self::builder(client).namespace(namespace).build()
-    }
-
-    /// A builder over `client` (namespace, name prefix, request timeout).
-    pub fn builder(client: kube::Client) -> KubeLeaseStoreBuilder {
-        KubeLeaseStoreBuilder {
-            client,
-            namespace: None,
-            prefix: String::new(),
-            timeout: DEFAULT_REQUEST_TIMEOUT,
-            hook: None,
-        }
-    }
-
-    /// A store from the ambient configuration, in its default namespace.
-    ///
-    /// # Errors
-    /// [`Error::Config`] without a usable configuration.
-    ///
-    /// # Cancellation safety
-    /// Cancel safe: nothing is sent to the cluster.
-    pub async fn infer() -> Result<Self> {
-        Self::builder(infer_client().await?).build()
-    }
-
-    /// A store from a kubeconfig file, in `namespace` (or the context's namespace).
-    ///
-    /// # Errors
-    /// [`Error::Config`] if the file is missing or unusable, or the namespace is illegal.
-    ///
-    /// # Cancellation safety
-    /// Cancel safe: nothing is sent to the cluster.
-    pub async fn from_kubeconfig(path: impl AsRef<Path>, namespace: Option<&str>) -> Result<Self> {
-        let mut b = Self::builder(client_from_kubeconfig(path).await?);
-        if let Some(ns) = namespace {
-            b = b.namespace(ns);
-        }
-        b.build()
     }
 
     /// The namespace of the Lease objects.
@@ -341,7 +213,7 @@ impl KubeLeaseStore {
     /// The name of the Lease object that stores `key`.
     ///
     /// ```no_run
-    /// # async fn f(store: lease_k8s::KubeLeaseStore) -> lease_core::Result<()> {
+    /// # async fn f(store: lease_k8s::K8sLeaseStore) -> lease_core::Result<()> {
     /// assert!(store.object_name(&lease_core::LeaseKey::new("a.b")?).ends_with("a.b"));
     /// # Ok(()) }
     /// ```
@@ -520,7 +392,7 @@ impl KubeLeaseStore {
     ) -> Result<Lease> {
         let rec = self.wrote(name, obj)?;
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, resource_version = rec.rv, "lease acquired");
-        Ok(Lease::granted(
+        Ok(granted_lease(
             req.key.clone(),
             req.owner.clone(),
             token,
@@ -536,10 +408,6 @@ fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
     now >= first_seen + rec.duration
 }
 
-fn secs_to_duration(secs: i32) -> Duration {
-    Duration::from_secs(u64::try_from(secs).unwrap_or(1))
-}
-
 /// An [`OwnerId`] for a `holderIdentity` written by someone else (made legal if needed).
 fn owner_of(holder: &str) -> Result<OwnerId> {
     OwnerId::new(holder).or_else(|_| {
@@ -553,7 +421,7 @@ fn owner_of(holder: &str) -> Result<OwnerId> {
 }
 
 #[async_trait]
-impl LeaseStore for KubeLeaseStore {
+impl LeaseStore for K8sLeaseStore {
     fn backend(&self) -> &'static str {
         BACKEND
     }
@@ -567,8 +435,8 @@ impl LeaseStore for KubeLeaseStore {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, self.capabilities().min_ttl)?;
-        let secs = duration_secs(req.ttl)?;
-        let ttl = secs_to_duration(secs);
+        let rounded = ttl_secs(req.ttl)?;
+        let (secs, ttl) = (rounded.as_i32(), rounded.granted());
         let name = self.object_name(&req.key);
         for _ in 0..MAX_RACES {
             match self.read(&name).await? {
@@ -578,7 +446,7 @@ impl LeaseStore for KubeLeaseStore {
                     // into it with a replace conditioned on the created version, and report the
                     // grant only after that (ADR 0040). Until then, readers report the claim's
                     // term as its resourceVersion, which is that same token.
-                    let obj = record::new_claim(&name, &req.owner, secs);
+                    let obj = protocol::new_claim(&name, &req.owner, secs);
                     self.pause(TestPoint::BeforeCreate, &name).await;
                     let sent = Instant::now();
                     let created = match timed(
@@ -589,8 +457,8 @@ impl LeaseStore for KubeLeaseStore {
                     .await
                     {
                         Ok(created) => created,
-                        Err(KubeError::AlreadyExists) => continue,
-                        Err(KubeError::NotFound(message)) => {
+                        Err(K8sError::AlreadyExists) => continue,
+                        Err(K8sError::NotFound(message)) => {
                             return Err(Error::config(
                                 BACKEND,
                                 format!(
@@ -605,7 +473,7 @@ impl LeaseStore for KubeLeaseStore {
                     let rec = Record::parse(&created)?;
                     self.observe(&name, &created, &rec);
                     let token = self.next_token(&name, rec.rv, None)?;
-                    let next = record::with_token(&created, &req.owner, token);
+                    let next = protocol::with_token(&created, &req.owner, token);
                     match timed(
                         "replace",
                         self.timeout,
@@ -619,7 +487,7 @@ impl LeaseStore for KubeLeaseStore {
                             ));
                         }
                         // Someone wrote or deleted the claim first: no grant; look again.
-                        Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
+                        Err(K8sError::Conflict | K8sError::NotFound(_)) => continue,
                         Err(e) => return Err(e.into_error("replace")),
                     }
                 }
@@ -640,14 +508,14 @@ impl LeaseStore for KubeLeaseStore {
                     // revision of that interval, never the version replaced (which a client-go
                     // holder reports as its term).
                     let at_least = rec.rv.checked_add(1).ok_or_else(|| {
-                        Error::backend(
+                        Error::store_fault(
                             BACKEND,
                             format!("resourceVersion {} overflows", rec.rv),
                             None,
                         )
                     })?;
                     let token = self.next_token(&name, at_least, rec.token)?;
-                    let next = record::regrant(&obj, &rec, &req.owner, token, secs);
+                    let next = protocol::regrant(&obj, &req.owner, token, secs);
                     let sent = Instant::now();
                     match timed(
                         "replace",
@@ -661,13 +529,14 @@ impl LeaseStore for KubeLeaseStore {
                                 self.granted(req, &name, &obj, token, ttl, sent)?,
                             ));
                         }
-                        Err(KubeError::Conflict | KubeError::NotFound(_)) => continue,
+                        Err(K8sError::Conflict | K8sError::NotFound(_)) => continue,
                         Err(e) => return Err(e.into_error("replace")),
                     }
                 }
             }
         }
-        Err(Error::unavailable(
+        // Every write lost its race (a 409): none was applied.
+        Err(Error::refused(
             BACKEND,
             format!("lost {MAX_RACES} consecutive write races on Lease {name:?}"),
             None,
@@ -676,7 +545,8 @@ impl LeaseStore for KubeLeaseStore {
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
-        let secs = duration_secs(lease.ttl())?;
+        let rounded = ttl_secs(lease.ttl())?;
+        let secs = rounded.as_i32();
         let name = self.object_name(lease.key());
         let mut current = match self.base_for(&name, lease).await? {
             Some(c) => Some(c),
@@ -691,7 +561,7 @@ impl LeaseStore for KubeLeaseStore {
             {
                 return Ok(RenewOutcome::Lost);
             }
-            let next = record::renewal(&base, secs);
+            let next = protocol::renewal(&base, secs);
             // Remembered before it is sent: if the answer is lost (a timeout, a dropped
             // connection, or the caller dropping this future, as the supervisor does when its
             // bound passes first), the write may have been applied, and the next renewal must
@@ -710,17 +580,17 @@ impl LeaseStore for KubeLeaseStore {
                     tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
                     return Ok(RenewOutcome::Renewed(
                         lease
-                            .renewed(secs_to_duration(secs), sent)
+                            .renewed(rounded.granted(), sent)
                             .with_handle(rec.rv.to_string()),
                     ));
                 }
                 // Someone else wrote, unless the write we find is our own earlier renewal whose
                 // answer was lost: then it is exactly what we sent, and we renew on top of it.
-                Err(KubeError::Conflict) => {
+                Err(K8sError::Conflict) => {
                     self.forget_pending(&name, &next);
                     current = self.adopt_pending(&name).await?;
                 }
-                Err(KubeError::NotFound(_)) => break,
+                Err(K8sError::NotFound(_)) => break,
                 Err(e) => {
                     let e = e.into_error("replace");
                     if !e.outcome_unknown() {
@@ -758,7 +628,7 @@ impl LeaseStore for KubeLeaseStore {
                 "replace",
                 self.timeout,
                 self.api
-                    .replace(&name, &PostParams::default(), &record::released(&obj)),
+                    .replace(&name, &PostParams::default(), &protocol::released(&obj)),
             )
             .await
             {
@@ -767,8 +637,8 @@ impl LeaseStore for KubeLeaseStore {
                     tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
                     return Ok(ReleaseOutcome::Released);
                 }
-                Err(KubeError::Conflict) => continue,
-                Err(KubeError::NotFound(_)) => return Ok(ReleaseOutcome::NotHeld),
+                Err(K8sError::Conflict) => continue,
+                Err(K8sError::NotFound(_)) => return Ok(ReleaseOutcome::NotHeld),
                 Err(e) => return Err(e.into_error("replace")),
             }
         }

@@ -10,9 +10,10 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use lease_core::{KeyWatch, Result};
 use tokio::sync::mpsc;
 
+use crate::error::BACKEND;
 use crate::error::timed;
-use crate::record::parse_rv;
-use crate::store::KubeLeaseStore;
+use crate::protocol::{name_selector, parse_resource_version};
+use crate::store::K8sLeaseStore;
 
 /// How long the server keeps one watch request open before we reopen it (no hint).
 const WATCH_SECS: u32 = 60;
@@ -21,7 +22,7 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Lists the one object (to learn the revision to watch from), then spawns the watch task.
-pub(crate) async fn start(store: &KubeLeaseStore, name: &str) -> Result<KeyWatch> {
+pub(crate) async fn start(store: &K8sLeaseStore, name: &str) -> Result<KeyWatch> {
     let rv = list_rv(store.api(), name, store.request_timeout()).await?;
     let (tx, mut rx) = mpsc::channel::<Result<()>>(1);
     tokio::spawn(run(
@@ -35,20 +36,16 @@ pub(crate) async fn start(store: &KubeLeaseStore, name: &str) -> Result<KeyWatch
     Ok(KeyWatch::new(Box::pin(stream)))
 }
 
-fn selector(name: &str) -> String {
-    format!("metadata.name={name}")
-}
-
 async fn list_rv(api: &Api<KubeLease>, name: &str, timeout: Duration) -> Result<String> {
     let list = timed(
         "list",
         timeout,
-        api.list(&ListParams::default().fields(&selector(name))),
+        api.list(&ListParams::default().fields(&name_selector(name))),
     )
     .await
     .map_err(|e| e.into_error("list"))?;
     let rv = list.metadata.resource_version.unwrap_or_default();
-    parse_rv(Some(&rv))?;
+    parse_resource_version(name, Some(&rv))?;
     Ok(rv)
 }
 
@@ -68,7 +65,7 @@ async fn run(
     tx: mpsc::Sender<Result<()>>,
 ) {
     let params = WatchParams::default()
-        .fields(&selector(&name))
+        .fields(&name_selector(&name))
         .timeout(WATCH_SECS);
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -98,11 +95,11 @@ async fn run(
                     }
                     Some(Ok(WatchEvent::Bookmark(b))) => rv = b.metadata.resource_version,
                     Some(Ok(WatchEvent::Error(status))) => {
-                        tracing::debug!(backend = "k8s", lease = %name, code = status.code, "watch error event");
+                        tracing::debug!(backend = BACKEND, lease = %name, code = status.code, "watch error event");
                         break;
                     }
                     Some(Err(e)) => {
-                        tracing::debug!(backend = "k8s", lease = %name, error = %e, "watch stream failed");
+                        tracing::debug!(backend = BACKEND, lease = %name, error = %e, "watch stream failed");
                         break;
                     }
                     // The server ended the request (its timeout): reopen from the last revision.

@@ -17,9 +17,10 @@ use sha2::{Digest, Sha256};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnection, PgPool};
 
+use crate::client::{set_local_timeouts, tx_ctx, within};
 use crate::config::{PostgresOptions, TxTimeouts};
-use crate::error::{self, ErrCtx};
-use crate::fenced::{set_local_timeouts, tx_ctx, within};
+use crate::error::{BACKEND, ErrCtx, map};
+use crate::protocol;
 
 /// The advisory lock id of `key`: the first 8 bytes (big-endian, as a signed `i64`) of
 /// `SHA-256("lease-postgres/advisory/v1:" + key)`.
@@ -38,7 +39,7 @@ use crate::fenced::{set_local_timeouts, tx_ctx, within};
 /// ```
 pub fn advisory_lock_id(key: &LeaseKey) -> i64 {
     let mut h = Sha256::new();
-    h.update(b"lease-postgres/advisory/v1:");
+    h.update(protocol::ADVISORY_ID_PREFIX);
     h.update(key.as_str().as_bytes());
     let digest = h.finalize();
     let mut first = [0u8; 8];
@@ -51,9 +52,9 @@ pub fn advisory_lock_id(key: &LeaseKey) -> i64 {
 ///
 /// ```no_run
 /// use lease_core::LeaseKey;
-/// use lease_postgres::{AdvisoryLocks, PostgresLeaseStore, PostgresOptions};
+/// use lease_postgres::{AdvisoryLocks, PostgresLeaseStore};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 /// let locks = AdvisoryLocks::new(store.pool().clone());
 /// let key = LeaseKey::new("rebuild-index")?;
 /// let n: i64 = locks
@@ -113,7 +114,7 @@ impl AdvisoryLocks {
             + Send,
     {
         self.run(key, false, f).await?.ok_or_else(|| {
-            lease_core::Error::backend(crate::BACKEND, "advisory lock not granted", None)
+            lease_core::Error::store_fault(BACKEND, "advisory lock not granted", None)
         })
     }
 
@@ -148,7 +149,7 @@ impl AdvisoryLocks {
         within(self.options.tx_timeouts().deadline, cx.operation, async {
             let mut conn = crate::conn::Guarded::acquire(&self.pool)
                 .await
-                .map_err(|e| error::map(e, cx))?;
+                .map_err(|e| e.into_error(cx))?;
             let out = self.run_on(conn.get(), cx, key, try_only, f).await;
             conn.finish();
             out
@@ -171,20 +172,20 @@ impl AdvisoryLocks {
             ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
             + Send,
     {
-        let map = |e| error::map(e, cx);
+        let map = |e| map(e, cx);
         let id = advisory_lock_id(key);
         let mut tx = conn.begin().await.map_err(map)?;
         set_local_timeouts(&mut tx, self.options.tx_timeouts())
             .await
             .map_err(map)?;
         let granted: bool = if try_only {
-            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+            sqlx::query_scalar(protocol::ADVISORY_TRY_LOCK)
                 .bind(id)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(map)?
         } else {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            sqlx::query(protocol::ADVISORY_LOCK)
                 .bind(id)
                 .execute(&mut *tx)
                 .await
@@ -195,7 +196,7 @@ impl AdvisoryLocks {
             let _ = tx.rollback().await;
             return Ok(None);
         }
-        tracing::trace!(backend = crate::BACKEND, key = %key, lock_id = id, "advisory lock taken");
+        tracing::trace!(backend = BACKEND, key = %key, lock_id = id, "advisory lock taken");
         let value = match f(&mut tx).await {
             Ok(v) => v,
             Err(e) => {

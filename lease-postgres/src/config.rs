@@ -4,8 +4,9 @@ use std::fmt;
 use std::time::Duration;
 
 use lease_core::{Error, Result};
+use sha2::{Digest, Sha256};
 
-use crate::BACKEND;
+use crate::error::BACKEND;
 
 /// The longest legal table name part. The crate derives `<table>_token_seq`, `<table>_fence` and
 /// `<table>_token_floor` from it, which must stay within PostgreSQL's 63-byte identifier limit.
@@ -13,6 +14,9 @@ pub const MAX_TABLE_LEN: usize = 40;
 
 /// The longest legal schema name (PostgreSQL's identifier limit).
 pub const MAX_SCHEMA_LEN: usize = 63;
+
+/// PostgreSQL's identifier limit, which channel names obey.
+const MAX_CHANNEL_LEN: usize = 63;
 
 /// A schema-qualified table name, validated before any SQL is built from it.
 ///
@@ -80,7 +84,15 @@ impl TableName {
     /// # Ok::<(), lease_core::Error>(())
     /// ```
     pub fn notify_channel(&self) -> String {
-        crate::notify::channel(self)
+        let full = format!("lease:{}.{}", self.schema, self.table);
+        if full.len() <= MAX_CHANNEL_LEN {
+            return full;
+        }
+        let name = format!("{}.{}", self.schema, self.table);
+        let digest = Sha256::digest(full.as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        // Identifiers are ASCII, so any byte index is a char boundary. "lease:" + 40 + ":" + 16 = 63.
+        format!("lease:{}:{hex}", &name[..40])
     }
 
     /// A quoted, schema-qualified name of a sibling object: `"schema"."<table><suffix>"`.
@@ -273,6 +285,41 @@ pub struct PostgresOptions {
     acquire_timeout: Duration,
     tx: TxTimeouts,
     notify: bool,
+    layout: TableLayout,
+    migrate: bool,
+}
+
+/// The columns of the lease table.
+///
+/// - [`TableLayout::Library`] (the default): the table [`migrate`](crate::PostgresLeaseStore::migrate)
+///   creates, `(resource_key text, owner text, lease_until timestamptz, fencing_token bigint,
+///   ttl_ms bigint)`; any [`OwnerId`](lease_core::OwnerId) works.
+/// - [`TableLayout::Seed`]: the seed's `coordination_lease` table as users already run it,
+///   `(resource_key text, owner_id uuid, lease_until timestamptz default '-infinity',
+///   fencing_token bigint default 0)`, used **in place**: `migrate` keeps those columns and adds
+///   the token floor (sequence and triggers) and the high-water-mark table, so the seed's own
+///   statements keep working next to the library and no token goes back. Owners are stored in
+///   the `uuid` column, so every owner must be a UUID in canonical form
+///   ([`OwnerId::random`](lease_core::OwnerId::random) is one); any other owner is an
+///   [`Error::InvalidOwner`] and nothing is sent. Holders are reported with their UUID; the TTL
+///   of a holder is its remaining time (the table has no TTL column).
+///
+/// ```
+/// use lease_postgres::{PostgresOptions, TableLayout, TableName};
+/// let opts = PostgresOptions::new(TableName::parse("public.coordination_lease")?)
+///     .with_layout(TableLayout::Seed);
+/// assert_eq!(opts.layout(), TableLayout::Seed);
+/// assert_eq!(PostgresOptions::default().layout(), TableLayout::Library);
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum TableLayout {
+    /// This crate's own table (see [`migrate`](crate::PostgresLeaseStore::migrate)).
+    #[default]
+    Library,
+    /// The seed's `coordination_lease` columns (`owner_id uuid`, no TTL column).
+    Seed,
 }
 
 impl Default for PostgresOptions {
@@ -293,7 +340,40 @@ impl PostgresOptions {
             acquire_timeout: Duration::from_secs(2),
             tx: TxTimeouts::default(),
             notify: true,
+            layout: TableLayout::Library,
+            migrate: true,
         }
+    }
+
+    /// Sets the columns of the lease table ([`TableLayout`]; default [`TableLayout::Library`]).
+    pub fn with_layout(mut self, layout: TableLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The columns of the lease table.
+    pub fn layout(&self) -> TableLayout {
+        self.layout
+    }
+
+    /// Whether [`connect_with`](crate::PostgresLeaseStore::connect_with) runs
+    /// [`migrate`](crate::PostgresLeaseStore::migrate) (on, the default: idempotent, under an
+    /// advisory lock; a role without DDL rights still connects when the schema is complete) or
+    /// only [`verify_schema`](crate::PostgresLeaseStore::verify_schema) (off).
+    ///
+    /// ```
+    /// use lease_postgres::PostgresOptions;
+    /// assert!(PostgresOptions::default().migrate());
+    /// assert!(!PostgresOptions::default().with_migrate(false).migrate());
+    /// ```
+    pub fn with_migrate(mut self, on: bool) -> Self {
+        self.migrate = on;
+        self
+    }
+
+    /// Whether connecting migrates the schema.
+    pub fn migrate(&self) -> bool {
+        self.migrate
     }
 
     /// The lease table.
@@ -303,7 +383,7 @@ impl PostgresOptions {
 
     /// Sets the client-side bound on one lease operation (acquire, renew, release, inspect);
     /// beyond it the call returns [`Error::Timeout`] and its outcome is unknown. Pools built by
-    /// [`PostgresLeaseStore::connect`](crate::PostgresLeaseStore::connect) also get it as the
+    /// [`PostgresLeaseStore::connect_with`](crate::PostgresLeaseStore::connect_with) also get it as the
     /// server's `statement_timeout`.
     pub fn with_op_timeout(mut self, d: Duration) -> Self {
         self.op_timeout = d;
@@ -315,7 +395,7 @@ impl PostgresOptions {
         self.op_timeout
     }
 
-    /// Sets the pool size used by [`PostgresLeaseStore::connect`](crate::PostgresLeaseStore::connect).
+    /// Sets the pool size used by [`PostgresLeaseStore::connect_with`](crate::PostgresLeaseStore::connect_with).
     pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
@@ -379,6 +459,22 @@ impl PostgresOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_fit_the_identifier_limit_and_stay_distinct() {
+        assert_eq!(TableName::default().notify_channel(), "lease:public.leases");
+        let long_schema = "s".repeat(63);
+        let a = TableName::parse(&format!("{long_schema}.{}", "a".repeat(40))).unwrap();
+        let b = TableName::parse(&format!("{long_schema}.{}", "b".repeat(40))).unwrap();
+        let (ca, cb) = (a.notify_channel(), b.notify_channel());
+        assert_eq!(ca.len(), MAX_CHANNEL_LEN);
+        assert_ne!(ca, cb, "same prefix, different tables");
+        assert_eq!(ca, a.notify_channel(), "deterministic");
+        assert!(
+            ca.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"')
+        );
+    }
 
     #[test]
     fn server_settings_stay_in_the_servers_range() {

@@ -10,6 +10,8 @@
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPool, Postgres};
 
+use crate::error::PgError;
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct Guarded {
@@ -18,10 +20,10 @@ pub(crate) struct Guarded {
 }
 
 impl Guarded {
-    /// Takes a connection from the pool.
-    pub(crate) async fn acquire(pool: &PgPool) -> Result<Self, sqlx::Error> {
+    /// Takes a connection from the pool. A failure is [`PgError::Unsent`]: nothing was sent.
+    pub(crate) async fn acquire(pool: &PgPool) -> Result<Self, PgError> {
         Ok(Guarded {
-            conn: pool.acquire().await?,
+            conn: pool.acquire().await.map_err(PgError::Unsent)?,
             finished: false,
         })
     }

@@ -1,19 +1,49 @@
-//! Mapping sqlx errors into the core [`Error`], by kind and SQLSTATE, never by message text.
+//! The private failure type of this backend and its mapping into the core [`Error`], by kind and
+//! SQLSTATE, never by message text.
 
+use std::fmt;
 use std::time::Duration;
 
 use lease_core::Error;
 
-use crate::BACKEND;
-use crate::config::TableName;
+/// The backend name used in errors, logs and metrics.
+pub(crate) const BACKEND: &str = "postgres";
+
+/// A failed call, before it is mapped into the core [`Error`].
+#[derive(Debug)]
+pub(crate) enum PgError {
+    /// Taking a connection failed (pool timeout, connect refused): nothing was sent.
+    Unsent(sqlx::Error),
+    /// A driver error once the connection was taken: the statement may have run.
+    Sql(sqlx::Error),
+    /// The client-side bound of the operation passed; its outcome is unknown.
+    TimedOut(&'static str, Duration),
+}
+
+impl From<sqlx::Error> for PgError {
+    fn from(e: sqlx::Error) -> Self {
+        PgError::Sql(e)
+    }
+}
+
+impl PgError {
+    /// The core error, with `cx` naming the operation.
+    pub(crate) fn into_error(self, cx: ErrCtx<'_>) -> Error {
+        match self {
+            PgError::Unsent(e) => map_unsent(e, cx),
+            PgError::Sql(e) => map(e, cx),
+            PgError::TimedOut(op, after) => timeout(op, after),
+        }
+    }
+}
 
 /// What the failing call was doing, for the error message.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub(crate) struct ErrCtx<'a> {
     /// The operation (`"acquire"`, `"fenced transaction"`, ...).
     pub(crate) operation: &'static str,
     /// The lease table, named when it is missing.
-    pub(crate) table: &'a TableName,
+    pub(crate) table: &'a (dyn fmt::Display + Sync),
     /// The statement timeout in force, reported when the server cancels a statement.
     pub(crate) timeout: Duration,
     /// The lock timeout in force, reported when a lock wait is cancelled.
@@ -23,7 +53,7 @@ pub(crate) struct ErrCtx<'a> {
 /// The SQLSTATE classes this crate tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SqlState {
-    /// 42P01, 3F000, 42883: the schema was not migrated.
+    /// 42P01, 3F000, 42883, 42703: the schema was not migrated.
     MissingSchema,
     /// 3D000 (no such database), 28xxx (authentication), 42501 (permission).
     BadDeployment,
@@ -38,7 +68,7 @@ enum SqlState {
 
 fn classify(code: &str) -> SqlState {
     match code {
-        "42P01" | "3F000" | "42883" => SqlState::MissingSchema,
+        "42P01" | "3F000" | "42883" | "42703" => SqlState::MissingSchema,
         "3D000" | "42501" => SqlState::BadDeployment,
         "57014" | "55P03" | "25P03" => SqlState::Cancelled,
         "57P01" | "57P02" | "57P03" | "40001" | "40P01" => SqlState::Transient,
@@ -48,7 +78,7 @@ fn classify(code: &str) -> SqlState {
     }
 }
 
-/// Maps a sqlx error into the core error.
+/// Maps a driver error of a call that may have reached the server into the core error.
 pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
     let op = cx.operation;
     match &e {
@@ -86,7 +116,7 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
                     format!("{op}: connection lost or server busy: {said} (SQLSTATE {code})"),
                     Some(Box::new(e) as _),
                 ),
-                SqlState::Other => Error::backend(
+                SqlState::Other => Error::store_fault(
                     BACKEND,
                     format!("{op}: the server reported an error: {said} (SQLSTATE {code})"),
                     Some(Box::new(e) as _),
@@ -105,7 +135,7 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
                 Some(Box::new(e) as _),
             )
         }
-        sqlx::Error::PoolTimedOut => Error::unavailable(
+        sqlx::Error::PoolTimedOut => Error::refused(
             BACKEND,
             format!(
                 "{op}: no connection within the pool's acquire timeout \
@@ -113,11 +143,25 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
             ),
             Some(Box::new(e) as _),
         ),
-        _ => Error::backend(
+        _ => Error::store_fault(
             BACKEND,
             format!("{op}: unexpected driver error: {e}"),
             Some(Box::new(e) as _),
         ),
+    }
+}
+
+/// Maps an error from taking a connection (nothing was sent): an unavailable server is
+/// [`Error::refused`], so [`Error::outcome_unknown`] is false.
+pub(crate) fn map_unsent(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
+    match map(e, cx) {
+        Error::Unavailable {
+            backend,
+            message,
+            source,
+            ..
+        } => Error::refused(backend, message, source),
+        other => other,
     }
 }
 
@@ -128,11 +172,6 @@ pub(crate) fn timeout(operation: &'static str, after: Duration) -> Error {
         operation,
         after,
     }
-}
-
-/// A row that breaks the schema's invariants (a negative token, an absurd duration).
-pub(crate) fn corrupt(what: String) -> Error {
-    Error::backend(BACKEND, what, None)
 }
 
 #[cfg(test)]
@@ -153,15 +192,19 @@ mod tests {
     }
 
     #[test]
-    fn pool_timeout_is_retryable_and_configuration_is_not() {
-        let table = TableName::default();
+    fn pool_timeout_is_retryable_certainly_unapplied_and_configuration_is_not() {
         let cx = ErrCtx {
             operation: "acquire",
-            table: &table,
+            table: &"\"public\".\"leases\"",
             timeout: Duration::from_secs(1),
             lock_timeout: Duration::from_secs(1),
         };
-        assert!(map(sqlx::Error::PoolTimedOut, cx).is_retryable());
+        let pool = map(sqlx::Error::PoolTimedOut, cx);
+        assert!(pool.is_retryable() && !pool.outcome_unknown(), "{pool:?}");
+        let io = || sqlx::Error::Io(std::io::Error::other("reset"));
+        assert!(map(io(), cx).outcome_unknown());
+        assert!(!map_unsent(io(), cx).outcome_unknown());
+        assert!(map_unsent(io(), cx).is_retryable());
         let cfg = map(sqlx::Error::Configuration("bad".into()), cx);
         assert!(matches!(cfg, Error::Config { .. }));
         assert!(!cfg.is_retryable());

@@ -1,23 +1,25 @@
 //! Fenced writes on PostgreSQL: the fenced transaction (validated against the lease row) and the
 //! high-water-mark table (a [`FencedResource`] that does not need the lease row).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
+use lease_core::backend::decode_token;
 use lease_core::{
-    FencedResource, FencingToken, Lease, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, Lease, LeaseKey, ResourceState, Result, WriteOp,
+    WriteOutcome,
 };
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::{AssertSqlSafe, Connection, Row};
 
-use crate::BACKEND;
-use crate::config::{PostgresOptions, TableName, TxTimeouts};
-use crate::error::{self, ErrCtx};
-use crate::sql::Statements;
-use crate::store::{PostgresLeaseStore, token_from_row};
+use crate::client::{Client, set_local_timeouts, within};
+use crate::config::{TableLayout, TableName, TxTimeouts};
+use crate::error::{self, BACKEND, ErrCtx};
+use crate::protocol::Statements;
 
-/// The result of [`PostgresLeaseStore::fenced_transaction`].
+/// The result of [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
 pub enum FencedTx<T> {
@@ -39,123 +41,29 @@ impl<T> FencedTx<T> {
     }
 }
 
-/// Applies `timeouts` with `SET LOCAL` semantics (`set_config(.., true)`) to the open transaction.
-pub(crate) async fn set_local_timeouts(
-    conn: &mut PgConnection,
-    timeouts: TxTimeouts,
-) -> std::result::Result<(), sqlx::Error> {
-    let [(n1, v1), (n2, v2), (n3, v3)] = timeouts.settings();
-    sqlx::query(
-        "SELECT set_config($1, $2, true), set_config($3, $4, true), set_config($5, $6, true)",
-    )
-    .bind(n1)
-    .bind(v1)
-    .bind(n2)
-    .bind(v2)
-    .bind(n3)
-    .bind(v3)
-    .execute(conn)
+/// The fenced transaction (documented on
+/// [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction)).
+pub(crate) async fn fenced_transaction<T, F>(
+    client: &Client,
+    lease: &Lease,
+    f: F,
+) -> Result<FencedTx<T>>
+where
+    T: Send,
+    F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
+        + Send,
+{
+    let timeouts = client.options.tx_timeouts();
+    let cx = client.tx_cx("fenced transaction");
+    within(timeouts.deadline, cx.operation, async {
+        let mut conn = crate::conn::Guarded::acquire(&client.pool)
+            .await
+            .map_err(|e| e.into_error(cx))?;
+        let out = fenced_tx_on(conn.get(), &client.sql, timeouts, cx, lease, f).await;
+        conn.finish();
+        out
+    })
     .await
-    .map(|_| ())
-}
-
-/// Runs `fut` within the client-side `deadline`: past it, a retryable
-/// [`Error::Timeout`](lease_core::Error::Timeout). `fut` should hold its connection in a
-/// [`Guarded`](crate::conn::Guarded), so that a connection abandoned by the deadline is **closed**,
-/// not returned to the pool (its answer may still be on the wire, or never come: a black-holed
-/// connection).
-pub(crate) async fn within<T>(
-    deadline: Duration,
-    operation: &'static str,
-    fut: impl std::future::Future<Output = Result<T>>,
-) -> Result<T> {
-    tokio::time::timeout(deadline, fut)
-        .await
-        .map_err(|_| error::timeout(operation, deadline))?
-}
-
-impl PostgresLeaseStore {
-    /// Runs the caller's statements in one transaction that is fenced by the lease row: the seed's
-    /// protected write, as a library call.
-    ///
-    /// 1. `BEGIN`, then `lock_timeout`, `statement_timeout` and
-    ///    `idle_in_transaction_session_timeout` are set for this transaction only
-    ///    ([`TxTimeouts`], from the store's options).
-    /// 2. The lease row is locked `FOR UPDATE` and validated: same key, owner and token, and
-    ///    `lease_until > clock_timestamp()`. Otherwise: rollback, [`FencedTx::LeaseLost`].
-    /// 3. `f` runs its statements on the same connection, inside the transaction.
-    /// 4. The row is checked again (still unexpired) and the transaction commits.
-    ///
-    /// While the row is locked nobody can take the lease over (a takeover must update the row),
-    /// so the caller's writes commit before any newer token exists. The timeouts bound how long a
-    /// stuck transaction can delay a takeover; it also delays the holder's own renewals, so keep
-    /// fenced transactions short compared to the TTL.
-    ///
-    /// If `f` fails, the transaction is rolled back and its error is returned, mapped like every
-    /// other driver error.
-    ///
-    /// ```no_run
-    /// use std::time::Duration;
-    /// use lease_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
-    /// use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-    /// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
-    /// let req = AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10));
-    /// let lease = store.acquire(&req).await?.lease().expect("free");
-    /// let out = store
-    ///     .fenced_transaction(&lease, |conn| {
-    ///         Box::pin(async move {
-    ///             sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = 7")
-    ///                 .execute(&mut *conn)
-    ///                 .await?;
-    ///             Ok(())
-    ///         })
-    ///     })
-    ///     .await?;
-    /// match out {
-    ///     FencedTx::Committed(()) => println!("written under token {}", lease.token()),
-    ///     FencedTx::LeaseLost => println!("lease lost, nothing written"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// The whole call (taking a pooled connection included) is bounded on the client by
-    /// [`TxTimeouts::deadline`] (default 10 s): a connection that stops answering (a black-holed
-    /// network path, where even the server's own timeouts never reach the client) gives a
-    /// retryable [`Error::Timeout`](lease_core::Error::Timeout), and that connection is closed.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`](lease_core::Error::Timeout) if the row lock was not granted within
-    /// `lock_timeout`, a statement ran past `statement_timeout` (nothing committed), or the call
-    /// ran past `deadline` (if `COMMIT` had been sent, its outcome is unknown);
-    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection was lost (if lost
-    /// during `COMMIT`, the outcome is unknown); `f`'s own error, mapped.
-    ///
-    /// # Cancellation safety
-    /// Not cancel safe: dropped before `COMMIT` was sent, the transaction is rolled back (when the
-    /// connection returns to the pool) and nothing is written; dropped during `COMMIT`, the outcome
-    /// is unknown. Locks end with the transaction or, at the latest, after `idle_timeout`.
-    pub async fn fenced_transaction<T, F>(&self, lease: &Lease, f: F) -> Result<FencedTx<T>>
-    where
-        T: Send,
-        F: for<'c> FnOnce(
-                &'c mut PgConnection,
-            ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
-            + Send,
-    {
-        let timeouts = self.options().tx_timeouts();
-        let cx = tx_ctx(self.options(), "fenced transaction");
-        let sql = self.statements();
-        within(timeouts.deadline, cx.operation, async {
-            let mut conn = crate::conn::Guarded::acquire(self.pool())
-                .await
-                .map_err(|e| error::map(e, cx))?;
-            let out = fenced_tx_on(conn.get(), sql, timeouts, cx, lease, f).await;
-            conn.finish();
-            out
-        })
-        .await
-    }
 }
 
 async fn fenced_tx_on<T, F>(
@@ -210,16 +118,6 @@ where
     Ok(FencedTx::Committed(value))
 }
 
-pub(crate) fn tx_ctx<'a>(options: &'a PostgresOptions, operation: &'static str) -> ErrCtx<'a> {
-    let t = options.tx_timeouts();
-    ErrCtx {
-        operation,
-        table: options.table(),
-        timeout: t.statement_timeout,
-        lock_timeout: t.lock_timeout,
-    }
-}
-
 /// A high-water-mark table: a [`FencedResource`] for data that lives in PostgreSQL but is written
 /// **without** holding the lease row.
 ///
@@ -230,14 +128,14 @@ pub(crate) fn tx_ctx<'a>(options: &'a PostgresOptions, operation: &'static str) 
 /// The [`WriteOp`]s act on the row's `value` (`Put`) and `counter` (`Add`) columns.
 ///
 /// For your own tables, either add a `last_fencing_token` column and use the same condition
-/// (`... WHERE last_fencing_token <= $token`), or call [`HighWaterTable::advance_in`] inside your
+/// (`... WHERE last_fencing_token <= $token`), or call [`PostgresFencedResource::advance_in`] inside your
 /// transaction before your own statements.
 ///
 /// ```no_run
 /// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
-/// use lease_postgres::{PostgresLeaseStore, PostgresOptions};
+/// use lease_postgres::PostgresLeaseStore;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 /// let res = store.fenced_resource();
 /// let key = LeaseKey::new("ledger")?;
 /// let out = res.write(&key, FencingToken::new(7)?, WriteOp::Add(1)).await?;
@@ -245,21 +143,24 @@ pub(crate) fn tx_ctx<'a>(options: &'a PostgresOptions, operation: &'static str) 
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct HighWaterTable {
+pub struct PostgresFencedResource {
     pool: PgPool,
     table: TableName,
-    sql: std::sync::Arc<Statements>,
+    sql: Arc<Statements>,
     op_timeout: Duration,
 }
 
-impl HighWaterTable {
+impl PostgresFencedResource {
     /// The high-water-mark table that belongs to the lease table `lease_table`
-    /// (`<lease_table>_fence`, created by [`PostgresLeaseStore::migrate`]).
-    pub fn new(pool: PgPool, lease_table: &TableName, op_timeout: Duration) -> Self {
-        HighWaterTable {
+    /// (`<lease_table>_fence`, created by
+    /// [`PostgresLeaseStore::migrate`](crate::PostgresLeaseStore::migrate)), over an existing
+    /// pool; each call is bounded by `op_timeout`. No I/O.
+    pub fn from_pool(pool: PgPool, lease_table: &TableName, op_timeout: Duration) -> Self {
+        PostgresFencedResource {
             pool,
             table: lease_table.clone(),
-            sql: std::sync::Arc::new(Statements::new(lease_table)),
+            // The high-water-mark statements are the same in every layout.
+            sql: Arc::new(Statements::new(lease_table, TableLayout::Library)),
             op_timeout,
         }
     }
@@ -289,10 +190,10 @@ impl HighWaterTable {
         key: &LeaseKey,
         token: FencingToken,
     ) -> Result<WriteOutcome> {
-        self.apply(conn, key, token, None).await
+        self.apply_on(conn, key, token, None).await
     }
 
-    pub(crate) async fn apply(
+    pub(crate) async fn apply_on(
         &self,
         conn: &mut PgConnection,
         key: &LeaseKey,
@@ -329,7 +230,7 @@ impl HighWaterTable {
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| error::map(e, cx))?;
-        let high_water = token_from_row(mark)?;
+        let high_water = decode_token(BACKEND, key.as_str(), mark)?;
         tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
         Ok(WriteOutcome::Rejected {
             presented: token,
@@ -347,8 +248,8 @@ impl HighWaterTable {
         within(self.op_timeout, operation, async {
             let mut conn = crate::conn::Guarded::acquire(&self.pool)
                 .await
-                .map_err(|e| error::map(e, self.cx(operation)))?;
-            let out = self.apply(conn.get(), key, token, op).await;
+                .map_err(|e| e.into_error(self.cx(operation)))?;
+            let out = self.apply_on(conn.get(), key, token, op).await;
             conn.finish();
             out
         })
@@ -357,18 +258,18 @@ impl HighWaterTable {
 }
 
 #[async_trait]
-impl FencedResource for HighWaterTable {
-    async fn write(
+impl FencedResource for PostgresFencedResource {
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        self.run("fenced write", key, token, Some(op)).await
-    }
-
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.run("fenced install", key, token, None).await
+        let what = match op.write_op() {
+            Some(_) => "fenced write",
+            None => "fenced install",
+        };
+        self.run(what, key, token, op.into_write_op()).await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
@@ -390,11 +291,16 @@ impl FencedResource for HighWaterTable {
         let counter: i64 = row.try_get(2).map_err(|e| error::map(e, cx))?;
         let accepted: i64 = row.try_get(3).map_err(|e| error::map(e, cx))?;
         Ok(ResourceState {
-            high_water: Some(token_from_row(mark)?),
+            high_water: Some(decode_token(BACKEND, key.as_str(), mark)?),
             value,
             counter,
-            accepted: u64::try_from(accepted)
-                .map_err(|_| error::corrupt(format!("negative accepted count for {key}")))?,
+            accepted: u64::try_from(accepted).map_err(|_| {
+                lease_core::backend::corrupt(
+                    BACKEND,
+                    key.as_str(),
+                    format_args!("negative accepted count {accepted}"),
+                )
+            })?,
         })
     }
 }

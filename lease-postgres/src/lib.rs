@@ -6,9 +6,10 @@
 //!
 //! ## The table
 //! One row per key, the seed's design: `(resource_key text primary key, owner text, lease_until
-//! timestamptz, fencing_token bigint)`, plus `ttl_ms`. [`PostgresLeaseStore::migrate`] creates it
-//! (idempotent); the same DDL ships as `sql/0001_leases.sql` for teams that run migrations
-//! themselves. The table name is configurable and schema-qualified ([`TableName`]), validated
+//! timestamptz, fencing_token bigint)`, plus `ttl_ms`. [`PostgresLeaseStore::connect`] creates it
+//! if missing ([`PostgresLeaseStore::migrate`], idempotent); the same DDL ships as
+//! `sql/0001_leases.sql` for teams that run migrations themselves. A team that already runs the
+//! seed's `coordination_lease` table keeps it: see [Adopting the seed's table](#adopting-the-seeds-coordination_lease-table). The table name is configurable and schema-qualified ([`TableName`]), validated
 //! before any SQL is built.
 //!
 //! - **acquire** is one statement, the seed's upsert: insert, or take over only when
@@ -52,8 +53,7 @@
 //! use lease_postgres::{PostgresLeaseStore, PostgresOptions, TableName};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 //! let opts = PostgresOptions::new(TableName::parse("public.leases")?);
-//! let store = PostgresLeaseStore::connect_lazy("postgres://postgres@127.0.0.1:5432/test", opts)?;
-//! store.migrate().await?;
+//! let store = PostgresLeaseStore::connect_with("postgres://postgres@127.0.0.1:5432/test", opts).await?;
 //! let req = AcquireRequest::new(LeaseKey::new("tenant-42")?, OwnerId::with_label("worker-a"), Duration::from_secs(10));
 //! let lease = match store.acquire(&req).await? {
 //!     AcquireOutcome::Acquired(lease) => lease,
@@ -70,9 +70,9 @@
 //! ```no_run
 //! # use std::time::Duration;
 //! # use lease_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
-//! # use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions};
+//! # use lease_postgres::{FencedTx, PostgresLeaseStore};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 //! # let lease = store.acquire(&AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10))).await?.lease().unwrap();
 //! let token = lease.token().to_i64();
 //! let out = store
@@ -93,16 +93,16 @@
 //! ## Fenced resources
 //! Two [`FencedResource`](lease_core::FencedResource)s, both run through the shared fencing cases:
 //! [`LeaseRowFence`] validates each write against the lease row's generation in the same
-//! transaction (the lease row is the high-water mark); [`HighWaterTable`] ([`PostgresLeaseStore::fenced_resource`]) accepts a write only if its token
+//! transaction (the lease row is the high-water mark); [`PostgresFencedResource`] ([`PostgresLeaseStore::fenced_resource`]) accepts a write only if its token
 //! is at least the key's `last_fencing_token` and advances it in the same statement; `install`
 //! moves the mark to a new generation before the new owner starts.
 //!
 //! ## Advisory locks
 //! ```no_run
 //! # use lease_core::LeaseKey;
-//! # use lease_postgres::{AdvisoryLocks, PostgresLeaseStore, PostgresOptions};
+//! # use lease_postgres::{AdvisoryLocks, PostgresLeaseStore};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 //! let locks = AdvisoryLocks::new(store.pool().clone());
 //! let ran = locks
 //!     .try_with_lock(&LeaseKey::new("compaction")?, |conn| {
@@ -123,9 +123,9 @@
 //! the key.
 //! ```no_run
 //! # use lease_core::{LeaseKey, LeaseStore};
-//! # use lease_postgres::{PostgresLeaseStore, PostgresOptions};
+//! # use lease_postgres::PostgresLeaseStore;
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+//! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 //! let key = LeaseKey::new("nightly-report")?;
 //! let mut watch = store.watch(&key).await?.expect("notifications are on by default");
 //! // ... try to acquire; if held, wait for a hint (or the holder's expiry) and try again:
@@ -141,33 +141,54 @@
 //! sends nothing (PostgreSQL has no expiry events); the supervisor retries at the holder's
 //! server-reported remaining time anyway. [`PostgresLeaseStore`] documents the details.
 //!
+//! ## Adopting the seed's `coordination_lease` table
+//! [`TableLayout::Seed`] runs the library on the seed's table **in place**: its columns
+//! (`resource_key text`, `owner_id uuid`, `lease_until timestamptz default '-infinity'`,
+//! `fencing_token bigint default 0`) are kept, and [`migrate`](PostgresLeaseStore::migrate)
+//! (run by `connect_with` unless turned off) adds the token floor (sequence and triggers) and the
+//! high-water-mark table ([`protocol::migration`] shows the DDL). Services that run the seed's
+//! own statements keep running them next to the library: the trigger floors their
+//! `fencing_token + 1` too, so no token goes back. Owners must be UUIDs
+//! ([`OwnerId::random`](lease_core::OwnerId::random)). An un-migrated seed table is refused with
+//! an [`Error::Config`](lease_core::Error::Config) naming what is missing.
+//! ```no_run
+//! use lease_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+//! use lease_postgres::{PostgresLeaseStore, PostgresOptions, TableLayout, TableName};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let options = PostgresOptions::new(TableName::parse("public.coordination_lease")?)
+//!     .with_layout(TableLayout::Seed);
+//! let store = PostgresLeaseStore::connect_with("postgres://postgres@127.0.0.1:5432/test", options).await?;
+//! let req = AcquireRequest::new(LeaseKey::new("nightly")?, OwnerId::random(), std::time::Duration::from_secs(10));
+//! let _ = store.acquire(&req).await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Errors
 //! Driver errors are mapped by kind and SQLSTATE: connection loss, pool exhaustion and server
 //! shutdown are [`Error::Unavailable`](lease_core::Error::Unavailable) (retryable); cancelled
 //! statements and lock waits are [`Error::Timeout`](lease_core::Error::Timeout); an unparsable
 //! URL, a refused login, a missing database or a missing table are
 //! [`Error::Config`](lease_core::Error::Config); anything else is
-//! [`Error::Backend`](lease_core::Error::Backend).
+//! [`Error::Backend`](lease_core::Error::Backend). A failure to take a pooled connection (pool
+//! timeout, connection refused) is built with [`Error::refused`](lease_core::Error::refused):
+//! nothing was sent, so [`outcome_unknown`](lease_core::Error::outcome_unknown) is false.
 
 pub mod advisory;
+mod client;
 mod config;
 mod conn;
 mod error;
 mod fenced;
 mod notify;
+pub mod protocol;
 mod row_fence;
 mod schema;
-mod sql;
 mod store;
 
-/// The backend name used in errors, logs and metrics.
-pub const BACKEND: &str = "postgres";
-
 pub use advisory::{AdvisoryLocks, advisory_lock_id};
-pub use config::{MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableName, TxTimeouts};
-pub use fenced::{FencedTx, HighWaterTable};
+pub use config::{
+    MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableLayout, TableName, TxTimeouts,
+};
+pub use fenced::{FencedTx, PostgresFencedResource};
 pub use row_fence::LeaseRowFence;
 pub use store::{MIN_TTL, PostgresLeaseStore};
-
-/// The shipped migration (`sql/0001_leases.sql`), for the default table `"public"."leases"`.
-pub const MIGRATION_SQL: &str = sql::MIGRATION;

@@ -24,35 +24,18 @@ use std::time::Duration;
 
 use futures::Stream;
 use lease_core::{KeyWatch, LeaseKey};
-use sha2::{Digest, Sha256};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::config::TableName;
-use crate::store::Failure;
+use crate::error::{BACKEND, PgError};
 
 /// The `application_name` of listener connections.
 pub(crate) const LISTENER_APP: &str = "lease-postgres-listener";
 
 /// How long a listener with no open watch stays connected before it stops.
 pub(crate) const LINGER: Duration = Duration::from_secs(30);
-
-/// PostgreSQL's identifier limit, which channel names obey.
-const MAX_CHANNEL_LEN: usize = 63;
-
-/// The channel of `table` (see [`TableName::notify_channel`]).
-pub(crate) fn channel(table: &TableName) -> String {
-    let full = format!("lease:{}.{}", table.schema(), table.table());
-    if full.len() <= MAX_CHANNEL_LEN {
-        return full;
-    }
-    let name = format!("{}.{}", table.schema(), table.table());
-    let digest = Sha256::digest(full.as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    // Identifiers are ASCII, so any byte index is a char boundary. "lease:" + 40 + ":" + 16 = 63.
-    format!("lease:{}:{hex}", &name[..40])
-}
 
 /// The watch machinery of one store, shared by its clones.
 pub(crate) struct Notifier {
@@ -74,7 +57,7 @@ impl fmt::Debug for Notifier {
 impl Notifier {
     pub(crate) fn new(table: &TableName) -> Self {
         Notifier {
-            channel: channel(table),
+            channel: table.notify_channel(),
             current: Mutex::new(None),
             starting: tokio::sync::Mutex::new(()),
         }
@@ -92,7 +75,7 @@ impl Notifier {
         pool: &PgPool,
         key: &LeaseKey,
         within: Duration,
-    ) -> Result<KeyWatch, Failure> {
+    ) -> Result<KeyWatch, PgError> {
         if let Some(sub) = self.subscribe(key) {
             return Ok(KeyWatch::new(Box::pin(sub)));
         }
@@ -102,7 +85,7 @@ impl Notifier {
         }
         let hub = self.start(pool, within).await?;
         let sub = Hub::subscribe(&hub, key).ok_or_else(|| {
-            Failure::Sql(sqlx::Error::Protocol(
+            PgError::Sql(sqlx::Error::Protocol(
                 "the new listener closed at once".into(),
             ))
         })?;
@@ -122,7 +105,7 @@ impl Notifier {
         current.as_ref().map_or(0, |h| h.lock().count)
     }
 
-    async fn start(&self, pool: &PgPool, within: Duration) -> Result<Arc<Hub>, Failure> {
+    async fn start(&self, pool: &PgPool, within: Duration) -> Result<Arc<Hub>, PgError> {
         let options = (*pool.connect_options())
             .clone()
             .application_name(LISTENER_APP);
@@ -144,8 +127,8 @@ impl Notifier {
         };
         let listener = match tokio::time::timeout(within, listener).await {
             Ok(Ok(l)) => l,
-            Ok(Err(e)) => return Err(Failure::Sql(e)),
-            Err(_) => return Err(Failure::TimedOut("watch", within)),
+            Ok(Err(e)) => return Err(PgError::Sql(e)),
+            Err(_) => return Err(PgError::TimedOut("watch", within)),
         };
         let (stop_tx, stop_rx) = oneshot::channel();
         let hub = Arc::new(Hub {
@@ -159,7 +142,7 @@ impl Notifier {
             _stop: stop_tx,
         });
         tokio::spawn(run(listener, Arc::downgrade(&hub), stop_rx));
-        tracing::debug!(backend = crate::BACKEND, channel = %self.channel, "listener started");
+        tracing::debug!(backend = BACKEND, channel = %self.channel, "listener started");
         Ok(hub)
     }
 }
@@ -286,7 +269,7 @@ async fn run(mut listener: PgListener, hub: Weak<Hub>, mut stop: oneshot::Receiv
                 },
                 Ok(None) => break "connection lost",
                 Err(e) => {
-                    tracing::warn!(backend = crate::BACKEND, error = %e, "listener failed; open watches end");
+                    tracing::warn!(backend = BACKEND, error = %e, "listener failed; open watches end");
                     break "connection failed";
                 }
             },
@@ -295,7 +278,7 @@ async fn run(mut listener: PgListener, hub: Weak<Hub>, mut stop: oneshot::Receiv
     if let Some(h) = hub.upgrade() {
         h.close();
     }
-    tracing::debug!(backend = crate::BACKEND, reason = why, "listener stopped");
+    tracing::debug!(backend = BACKEND, reason = why, "listener stopped");
 }
 
 /// One watch: the receiving end of a key's hints. Unsubscribes when dropped.
@@ -317,26 +300,5 @@ impl Stream for Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.hub.unsubscribe(&self.key, self.id);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channels_fit_the_identifier_limit_and_stay_distinct() {
-        assert_eq!(channel(&TableName::default()), "lease:public.leases");
-        let long_schema = "s".repeat(63);
-        let a = TableName::parse(&format!("{long_schema}.{}", "a".repeat(40))).unwrap();
-        let b = TableName::parse(&format!("{long_schema}.{}", "b".repeat(40))).unwrap();
-        let (ca, cb) = (channel(&a), channel(&b));
-        assert_eq!(ca.len(), MAX_CHANNEL_LEN);
-        assert_ne!(ca, cb, "same prefix, different tables");
-        assert_eq!(ca, channel(&a), "deterministic");
-        assert!(
-            ca.bytes()
-                .all(|b| b.is_ascii_graphic() && b != b'\'' && b != b'"')
-        );
     }
 }

@@ -1,17 +1,20 @@
 //! A [`FencedResource`] fenced by the lease row itself: the generation in the lease table is the
 //! high-water mark.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use lease_core::backend::decode_token;
 use lease_core::{
-    Error, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    Error, FenceOp, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp,
+    WriteOutcome,
 };
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Connection};
 
-use crate::BACKEND;
-use crate::error::{self, ErrCtx};
-use crate::fenced::{HighWaterTable, set_local_timeouts, tx_ctx, within};
-use crate::store::{PostgresLeaseStore, token_from_row};
+use crate::client::{Client, set_local_timeouts, within};
+use crate::error::{BACKEND, ErrCtx, map};
+use crate::fenced::PostgresFencedResource;
 
 /// A [`FencedResource`] whose writes are validated against the **lease row** in the same
 /// transaction, like the seed's protected write but keyed by the token alone (a
@@ -23,7 +26,7 @@ use crate::store::{PostgresLeaseStore, token_from_row};
 /// the `<table>_fence` row (value, counter, mark) and committed. While the row is locked no newer
 /// token can be granted, so an accepted write always commits before any newer holder exists.
 /// It does not check expiry: a token that is still the newest generation is, by definition, not
-/// stale yet (use [`PostgresLeaseStore::fenced_transaction`] to also require an unexpired lease).
+/// stale yet (use [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction) to also require an unexpired lease).
 ///
 /// Each call is bounded on the client by the store's [`TxTimeouts::deadline`](crate::TxTimeouts::deadline)
 /// (default 10 s): a connection that stops answering gives a retryable
@@ -33,9 +36,9 @@ use crate::store::{PostgresLeaseStore, token_from_row};
 /// ```no_run
 /// use std::time::Duration;
 /// use lease_core::{AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
-/// use lease_postgres::{LeaseRowFence, PostgresLeaseStore, PostgresOptions};
+/// use lease_postgres::{LeaseRowFence, PostgresLeaseStore};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test", PostgresOptions::default()).await?;
+/// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 /// let req = AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10));
 /// let lease = store.acquire(&req).await?.lease().expect("free");
 /// let fence = LeaseRowFence::new(store.clone());
@@ -45,15 +48,15 @@ use crate::store::{PostgresLeaseStore, token_from_row};
 /// ```
 #[derive(Debug, Clone)]
 pub struct LeaseRowFence {
-    store: PostgresLeaseStore,
-    data: HighWaterTable,
+    client: Arc<Client>,
+    data: PostgresFencedResource,
 }
 
 impl LeaseRowFence {
-    /// The lease-row fence of `store`'s table; data goes to `<table>_fence`.
-    pub fn new(store: PostgresLeaseStore) -> Self {
-        let data = store.fenced_resource();
-        LeaseRowFence { store, data }
+    /// The lease-row fence over a store's shared internals; data goes to `data`
+    /// (`<table>_fence`). [`LeaseRowFence::new`] is the public constructor.
+    pub(crate) fn from_client(client: Arc<Client>, data: PostgresFencedResource) -> Self {
+        LeaseRowFence { client, data }
     }
 
     async fn run(
@@ -62,16 +65,19 @@ impl LeaseRowFence {
         token: FencingToken,
         op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        let options = self.store.options();
-        let cx = tx_ctx(options, "lease-row fenced write");
-        within(options.tx_timeouts().deadline, cx.operation, async {
-            let mut conn = crate::conn::Guarded::acquire(self.store.pool())
-                .await
-                .map_err(|e| error::map(e, cx))?;
-            let out = self.run_on(conn.get(), cx, key, token, op).await;
-            conn.finish();
-            out
-        })
+        let cx = self.client.tx_cx("lease-row fenced write");
+        within(
+            self.client.options.tx_timeouts().deadline,
+            cx.operation,
+            async {
+                let mut conn = crate::conn::Guarded::acquire(&self.client.pool)
+                    .await
+                    .map_err(|e| e.into_error(cx))?;
+                let out = self.run_on(conn.get(), cx, key, token, op).await;
+                conn.finish();
+                out
+            },
+        )
         .await
     }
 
@@ -83,25 +89,24 @@ impl LeaseRowFence {
         token: FencingToken,
         op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        let map = |e| error::map(e, cx);
+        let map = |e| map(e, cx);
         let mut tx = conn.begin().await.map_err(map)?;
-        set_local_timeouts(&mut tx, self.store.options().tx_timeouts())
+        set_local_timeouts(&mut tx, self.client.options.tx_timeouts())
             .await
             .map_err(map)?;
-        let generation: Option<i64> = sqlx::query_scalar(AssertSqlSafe(
-            self.store.statements().lock_generation.as_str(),
-        ))
-        .bind(key.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map)?;
+        let generation: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.client.sql.lock_generation.as_str()))
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map)?;
         let Some(generation) = generation else {
             let _ = tx.rollback().await;
             return Err(Error::InvalidInput(format!(
                 "no lease row for {key}: token {token} was not issued by this table"
             )));
         };
-        let generation = token_from_row(generation)?;
+        let generation = decode_token(BACKEND, key.as_str(), generation)?;
         if token < generation {
             let _ = tx.rollback().await;
             tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %generation, "stale token rejected by the lease row");
@@ -118,7 +123,7 @@ impl LeaseRowFence {
                 ),
             });
         }
-        let out = self.data.apply(&mut tx, key, token, op).await?;
+        let out = self.data.apply_on(&mut tx, key, token, op).await?;
         if out.is_accepted() {
             tx.commit().await.map_err(map)?;
         } else {
@@ -130,17 +135,13 @@ impl LeaseRowFence {
 
 #[async_trait]
 impl FencedResource for LeaseRowFence {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        self.run(key, token, Some(op)).await
-    }
-
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.run(key, token, None).await
+        self.run(key, token, op.into_write_op()).await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {

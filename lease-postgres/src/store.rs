@@ -1,26 +1,28 @@
 //! [`PostgresLeaseStore`]: the lease contract on a PostgreSQL table.
 
-use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures::future::BoxFuture;
+use lease_core::backend::{decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl};
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability, validate_ttl,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability,
 };
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Row};
 use tokio::time::Instant;
 
-use crate::BACKEND;
-use crate::config::{PostgresOptions, TableName, millis_setting};
-use crate::error::{self, ErrCtx};
-use crate::fenced::HighWaterTable;
+use crate::client::Client;
+use crate::config::{PostgresOptions, TableLayout, TableName, millis_setting};
+use crate::error::{self, BACKEND, ErrCtx};
+use crate::fenced::{FencedTx, PostgresFencedResource};
 use crate::notify::Notifier;
-use crate::sql::Statements;
+use crate::row_fence::LeaseRowFence;
+use crate::schema;
 
 /// The shortest TTL this store grants: one millisecond, its granularity.
 pub const MIN_TTL: Duration = Duration::from_millis(1);
@@ -80,72 +82,99 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// ```
 #[derive(Debug, Clone)]
 pub struct PostgresLeaseStore {
-    pool: PgPool,
-    options: Arc<PostgresOptions>,
-    sql: Arc<Statements>,
+    client: Arc<Client>,
     notifier: Arc<Notifier>,
 }
 
 impl PostgresLeaseStore {
-    /// A store over an existing pool. No I/O; call [`migrate`](Self::migrate) or
-    /// [`verify_schema`](Self::verify_schema) before use.
-    pub fn new(pool: PgPool, options: PostgresOptions) -> Self {
-        let sql = Arc::new(Statements::new(options.table()));
-        let notifier = Arc::new(Notifier::new(options.table()));
-        PostgresLeaseStore {
-            pool,
-            options: Arc::new(options),
-            sql,
-            notifier,
-        }
-    }
-
-    /// Builds a pool from `url` (sized and bounded by `options`, with `statement_timeout` set to
-    /// the operation timeout), connects, and checks that the schema exists.
+    /// Connects to `url` with [`PostgresOptions::default`]: the table `public.leases`, created
+    /// if missing. The same as [`connect_with`](Self::connect_with)`(url, PostgresOptions::default())`.
+    ///
+    /// ```no_run
+    /// use lease_postgres::PostgresLeaseStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] for an unparsable URL, a refused login, a missing database or a missing
-    /// table (run [`migrate`](Self::migrate)); [`Error::Unavailable`] if the server cannot be
-    /// reached.
+    /// As [`connect_with`](Self::connect_with).
     ///
     /// # Cancellation safety
-    /// Cancel safe: nothing is changed on the server.
-    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
+    /// As [`connect_with`](Self::connect_with).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Builds a pool from `url` (`postgres://` or `postgresql://`, sized and bounded by
+    /// `options`, with `statement_timeout` set to the operation timeout), connects, and then
+    /// runs [`migrate`](Self::migrate) ([`PostgresOptions::with_migrate`], on by default; a role
+    /// without DDL rights still connects when [`verify_schema`](Self::verify_schema) passes) or
+    /// only `verify_schema` (off).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unparsable URL, a refused login, a missing database, or a
+    /// missing or outdated schema that could not be migrated; [`Error::Unavailable`] if the
+    /// server cannot be reached.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the migration is one transaction, rolled back if dropped; nothing else is
+    /// changed on the server.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
         let (pool_options, connect_options) = pool_config(url, &options)?;
         let pool = pool_options
             .connect_with(connect_options)
             .await
-            .map_err(|e| error::map(e, err_ctx("connect", &options)))?;
-        let store = PostgresLeaseStore::new(pool, options);
-        store.verify_schema().await?;
+            .map_err(|e| error::map_unsent(e, err_ctx("connect", &options)))?;
+        let store = PostgresLeaseStore::from_pool(pool, options);
+        if store.options().migrate() {
+            if let Err(e) = store.migrate().await
+                && (e.is_retryable() || store.verify_schema().await.is_err())
+            {
+                return Err(e);
+            }
+        } else {
+            store.verify_schema().await?;
+        }
         Ok(store)
     }
 
-    /// Parses `url` and builds a pool that connects on first use. No I/O.
+    /// Parses `url` and builds a pool that connects on first use. No I/O, no migration (call
+    /// [`migrate`](Self::migrate) or [`verify_schema`](Self::verify_schema) before use).
     ///
     /// # Errors
     /// [`Error::Config`] for an unparsable URL.
     pub fn connect_lazy(url: &str, options: PostgresOptions) -> Result<Self> {
         let (pool_options, connect_options) = pool_config(url, &options)?;
-        Ok(PostgresLeaseStore::new(
+        Ok(PostgresLeaseStore::from_pool(
             pool_options.connect_lazy_with(connect_options),
             options,
         ))
     }
 
+    /// A store over an existing pool. No I/O; call [`migrate`](Self::migrate) or
+    /// [`verify_schema`](Self::verify_schema) before use.
+    pub fn from_pool(pool: PgPool, options: PostgresOptions) -> Self {
+        let notifier = Arc::new(Notifier::new(options.table()));
+        PostgresLeaseStore {
+            client: Arc::new(Client::new(pool, options)),
+            notifier,
+        }
+    }
+
     /// The pool (for your own queries, [`AdvisoryLocks`](crate::AdvisoryLocks), ...).
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.client.pool
     }
 
     /// The options the store was built with.
     pub fn options(&self) -> &PostgresOptions {
-        &self.options
+        &self.client.options
     }
 
     /// The lease table.
     pub fn table(&self) -> &TableName {
-        self.options.table()
+        self.client.options.table()
     }
 
     /// The channel releases are notified on (whether or not notifications are on):
@@ -162,8 +191,114 @@ impl PostgresLeaseStore {
 
     /// The high-water-mark [`FencedResource`](lease_core::FencedResource) next to this store's
     /// lease table (`<table>_fence`), sharing the pool.
-    pub fn fenced_resource(&self) -> HighWaterTable {
-        HighWaterTable::new(self.pool.clone(), self.table(), self.options.op_timeout())
+    pub fn fenced_resource(&self) -> PostgresFencedResource {
+        PostgresFencedResource::from_pool(
+            self.pool().clone(),
+            self.table(),
+            self.options().op_timeout(),
+        )
+    }
+
+    /// Creates the schema (if needed), the lease table, its token sequence and triggers, and
+    /// the high-water-mark table; with [`TableLayout::Seed`], keeps the existing seed table's
+    /// columns and adds the rest (see [`protocol::migration`](crate::protocol::migration)).
+    /// Idempotent, and safe to run from several processes at once (the DDL runs in one
+    /// transaction under an advisory lock).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] / [`Error::Timeout`] if the server cannot be reached in time;
+    /// [`Error::Config`] or [`Error::Backend`] if the DDL is refused (for example permissions).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the DDL is one transaction, rolled back if dropped.
+    pub async fn migrate(&self) -> Result<()> {
+        schema::migrate(&self.client).await
+    }
+
+    /// Checks that the lease table (with the layout's owner column), its sequence, its token
+    /// triggers (the current version, see `docs/adr/0010-postgres-token-floor.md`) and the
+    /// high-water-mark table exist.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming what is missing or outdated (run [`migrate`](Self::migrate),
+    /// which upgrades an existing schema in place).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    pub async fn verify_schema(&self) -> Result<()> {
+        schema::verify(&self.client).await
+    }
+
+    /// Runs the caller's statements in one transaction that is fenced by the lease row: the seed's
+    /// protected write, as a library call.
+    ///
+    /// 1. `BEGIN`, then `lock_timeout`, `statement_timeout` and
+    ///    `idle_in_transaction_session_timeout` are set for this transaction only
+    ///    ([`TxTimeouts`](crate::TxTimeouts), from the store's options).
+    /// 2. The lease row is locked `FOR UPDATE` and validated: same key, owner and token, and
+    ///    `lease_until > clock_timestamp()`. Otherwise: rollback, [`FencedTx::LeaseLost`].
+    /// 3. `f` runs its statements on the same connection, inside the transaction.
+    /// 4. The row is checked again (still unexpired) and the transaction commits.
+    ///
+    /// While the row is locked nobody can take the lease over (a takeover must update the row),
+    /// so the caller's writes commit before any newer token exists. The timeouts bound how long a
+    /// stuck transaction can delay a takeover; it also delays the holder's own renewals, so keep
+    /// fenced transactions short compared to the TTL.
+    ///
+    /// If `f` fails, the transaction is rolled back and its error is returned, mapped like every
+    /// other driver error.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lease_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+    /// use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
+    /// let req = AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10));
+    /// let lease = store.acquire(&req).await?.lease().expect("free");
+    /// let out = store
+    ///     .fenced_transaction(&lease, |conn| {
+    ///         Box::pin(async move {
+    ///             sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = 7")
+    ///                 .execute(&mut *conn)
+    ///                 .await?;
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .await?;
+    /// match out {
+    ///     FencedTx::Committed(()) => println!("written under token {}", lease.token()),
+    ///     FencedTx::LeaseLost => println!("lease lost, nothing written"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The whole call (taking a pooled connection included) is bounded on the client by
+    /// [`TxTimeouts::deadline`](crate::TxTimeouts::deadline) (default 10 s): a connection that stops answering (a black-holed
+    /// network path, where even the server's own timeouts never reach the client) gives a
+    /// retryable [`Error::Timeout`](lease_core::Error::Timeout), and that connection is closed.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](lease_core::Error::Timeout) if the row lock was not granted within
+    /// `lock_timeout`, a statement ran past `statement_timeout` (nothing committed), or the call
+    /// ran past `deadline` (if `COMMIT` had been sent, its outcome is unknown);
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) if the connection was lost (if lost
+    /// during `COMMIT`, the outcome is unknown); `f`'s own error, mapped.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropped before `COMMIT` was sent, the transaction is rolled back (when the
+    /// connection returns to the pool) and nothing is written; dropped during `COMMIT`, the outcome
+    /// is unknown. Locks end with the transaction or, at the latest, after `idle_timeout`.
+    pub async fn fenced_transaction<T, F>(&self, lease: &Lease, f: F) -> Result<FencedTx<T>>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c mut PgConnection,
+            ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
+            + Send,
+    {
+        self.check_owner(lease.owner())?;
+        crate::fenced::fenced_transaction(&self.client, lease, f).await
     }
 
     /// Deletes every lease row and high-water-mark row whose key starts with `prefix`. Tokens
@@ -176,72 +311,65 @@ impl PostgresLeaseStore {
     /// # Cancellation safety
     /// Not cancel safe: a dropped call may or may not have deleted the rows.
     pub async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        let c = &self.client;
         let mut n = 0;
-        for stmt in &self.sql.delete_prefix {
-            n += self
+        for stmt in &c.sql.delete_prefix {
+            n += c
                 .bounded("delete", async {
-                    let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                    let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
                     let r = sqlx::query(AssertSqlSafe(stmt.as_str()))
                         .bind(prefix)
                         .execute(conn.get())
                         .await;
                     conn.finish();
-                    r
+                    Ok(r?)
                 })
                 .await
-                .map_err(|e| e.into_error(self.cx("delete")))?
+                .map_err(|e| e.into_error(c.cx("delete")))?
                 .rows_affected();
         }
         Ok(n)
     }
 
-    pub(crate) fn statements(&self) -> &Statements {
-        &self.sql
-    }
-
-    pub(crate) fn cx(&self, operation: &'static str) -> ErrCtx<'_> {
-        err_ctx(operation, &self.options)
-    }
-
-    /// Runs `fut` within the operation timeout.
-    pub(crate) async fn bounded<T>(
-        &self,
-        operation: &'static str,
-        fut: impl Future<Output = std::result::Result<T, sqlx::Error>>,
-    ) -> std::result::Result<T, Failure> {
-        let after = self.options.op_timeout();
-        match tokio::time::timeout(after, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(Failure::Sql(e)),
-            Err(_) => Err(Failure::TimedOut(operation, after)),
+    /// On [`TableLayout::Seed`], owners live in a `uuid` column: anything but a canonical UUID
+    /// is refused before anything is sent.
+    fn check_owner(&self, owner: &OwnerId) -> Result<()> {
+        if self.options().layout() == TableLayout::Seed && !is_canonical_uuid(owner.as_str()) {
+            return Err(Error::InvalidOwner {
+                owner: owner.as_str().chars().take(80).collect(),
+                reason: "the seed table layout stores owners in a uuid column: use \
+                         OwnerId::random() or a lowercase hyphenated UUID",
+            });
         }
+        Ok(())
     }
 
     async fn holder(&self, key: &LeaseKey) -> Result<(Option<Holder>, Option<FencingToken>)> {
-        let row = self
+        let c = &self.client;
+        let row = c
             .bounded("inspect", async {
-                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(self.sql.inspect.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.inspect.as_str()))
                     .bind(key.as_str())
                     .fetch_optional(conn.get())
                     .await;
                 conn.finish();
-                r
+                Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(self.cx("inspect")))?;
+            .map_err(|e| e.into_error(c.cx("inspect")))?;
         let Some(row) = row else {
             return Ok((None, None));
         };
-        let cx = self.cx("inspect");
-        let owner: String = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+        let cx = c.cx("inspect");
+        let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
         let token: i64 = row
             .try_get("fencing_token")
             .map_err(|e| error::map(e, cx))?;
         let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
         let remaining_us: Option<i64> =
             row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
-        let token = token_from_row(token)?;
+        let token = decode_token(BACKEND, key.as_str(), token)?;
         let holder = match remaining_us {
             Some(_) => Some(holder_from(key, owner, token, ttl_ms, remaining_us)?),
             None => None,
@@ -250,11 +378,29 @@ impl PostgresLeaseStore {
     }
 }
 
+impl LeaseRowFence {
+    /// The lease-row fence of `store`'s table; data goes to `<table>_fence`.
+    pub fn new(store: PostgresLeaseStore) -> Self {
+        let data = store.fenced_resource();
+        LeaseRowFence::from_client(store.client, data)
+    }
+}
+
+/// Whether `s` is a UUID in the form PostgreSQL prints it (lowercase, hyphenated), so that an
+/// owner stored in a `uuid` column reads back as the same [`OwnerId`].
+fn is_canonical_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        })
+}
+
 /// A holder from a row: the remaining time (at most the TTL) and the TTL (the row's, or the
 /// remaining time for rows written by other tools).
 fn holder_from(
     key: &LeaseKey,
-    owner: String,
+    owner: Option<String>,
     token: FencingToken,
     ttl_ms: Option<i64>,
     remaining_us: Option<i64>,
@@ -272,8 +418,7 @@ fn holder_from(
         }
         _ => (remaining, remaining),
     };
-    let owner = lease_core::OwnerId::new(&owner)
-        .map_err(|e| error::corrupt(format!("the lease row of {key} has an illegal owner: {e}")))?;
+    let owner = decode_owner(BACKEND, key.as_str(), owner.as_deref().unwrap_or_default())?;
     Ok(Holder {
         owner,
         token,
@@ -282,22 +427,7 @@ fn holder_from(
     })
 }
 
-/// A failed bounded call: a driver error, or the client-side timeout.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    Sql(sqlx::Error),
-    TimedOut(&'static str, Duration),
-}
-
-impl Failure {
-    pub(crate) fn into_error(self, cx: ErrCtx<'_>) -> Error {
-        match self {
-            Failure::Sql(e) => error::map(e, cx),
-            Failure::TimedOut(op, after) => error::timeout(op, after),
-        }
-    }
-}
-
+/// The error context of an operation before the store exists.
 fn err_ctx<'a>(operation: &'static str, options: &'a PostgresOptions) -> ErrCtx<'a> {
     ErrCtx {
         operation,
@@ -335,25 +465,6 @@ fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, P
     Ok((pool, connect))
 }
 
-/// A TTL in whole milliseconds, rounded up, and the granted TTL it stands for.
-pub(crate) fn ttl_millis(ttl: Duration) -> Result<(i64, Duration)> {
-    let ms = ttl.as_nanos().div_ceil(1_000_000);
-    let ms = u64::try_from(ms).map_err(|_| Error::InvalidTtl {
-        ttl,
-        reason: "too large".to_string(),
-    })?;
-    let signed = i64::try_from(ms).map_err(|_| Error::InvalidTtl {
-        ttl,
-        reason: "too large".to_string(),
-    })?;
-    Ok((signed, Duration::from_millis(ms)))
-}
-
-pub(crate) fn token_from_row(token: i64) -> Result<FencingToken> {
-    FencingToken::try_from(token)
-        .map_err(|e| error::corrupt(format!("the lease table holds an illegal token: {e}")))
-}
-
 #[async_trait]
 impl LeaseStore for PostgresLeaseStore {
     fn backend(&self) -> &'static str {
@@ -366,42 +477,44 @@ impl LeaseStore for PostgresLeaseStore {
     /// clock does not lag the old primary's by more than the failover took (ADR 0010).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TokenDurability::ClockFloored, ExpiryClock::Server)
-            .with_watch(self.options.notify())
+            .with_watch(self.options().notify())
             .with_min_ttl(MIN_TTL)
             .with_ttl_granularity(Duration::from_millis(1))
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, MIN_TTL)?;
-        let (ms, granted) = ttl_millis(req.ttl)?;
+        self.check_owner(&req.owner)?;
+        let ttl = ttl_millis(req.ttl)?;
         let sent = Instant::now();
-        let row = self
+        let c = &self.client;
+        let row = c
             .bounded("acquire", async {
-                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.acquire.as_str()))
                     .bind(req.key.as_str())
                     .bind(req.owner.as_str())
-                    .bind(ms)
+                    .bind(ttl.as_i64())
                     .fetch_one(conn.get())
                     .await;
                 conn.finish();
-                r
+                Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(self.cx("acquire")))?;
-        let cx = self.cx("acquire");
-        let owner: String = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+            .map_err(|e| e.into_error(c.cx("acquire")))?;
+        let cx = c.cx("acquire");
+        let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
         let token: i64 = row
             .try_get("fencing_token")
             .map_err(|e| error::map(e, cx))?;
-        let token = token_from_row(token)?;
-        if owner == req.owner.as_str() {
+        let token = decode_token(BACKEND, req.key.as_str(), token)?;
+        if owner.as_deref() == Some(req.owner.as_str()) {
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-            return Ok(AcquireOutcome::Acquired(Lease::granted(
+            return Ok(AcquireOutcome::Acquired(granted_lease(
                 req.key.clone(),
                 req.owner.clone(),
                 token,
-                granted,
+                ttl.granted(),
                 req.drift_margin(),
                 sent,
             )));
@@ -416,23 +529,26 @@ impl LeaseStore for PostgresLeaseStore {
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), MIN_TTL)?;
-        let (ms, granted) = ttl_millis(lease.ttl())?;
+        self.check_owner(lease.owner())?;
+        let ttl = ttl_millis(lease.ttl())?;
+        let granted = ttl.granted();
         let sent = Instant::now();
-        let done = self
+        let c = &self.client;
+        let done = c
             .bounded("renew", async {
-                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(self.sql.renew.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
-                    .bind(ms)
+                    .bind(ttl.as_i64())
                     .execute(conn.get())
                     .await;
                 conn.finish();
-                r
+                Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(self.cx("renew")))?;
+            .map_err(|e| e.into_error(c.cx("renew")))?;
         if done.rows_affected() == 1 {
             tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
             Ok(RenewOutcome::Renewed(lease.renewed(granted, sent)))
@@ -445,14 +561,16 @@ impl LeaseStore for PostgresLeaseStore {
     /// One statement. With notifications on (the default) it also sends
     /// `pg_notify(<channel>, <key>)` when, and only when, it released: one round trip.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let sql = if self.options.notify() {
-            self.sql.release_notify.as_str()
+        self.check_owner(lease.owner())?;
+        let c = &self.client;
+        let sql = if c.options.notify() {
+            c.sql.release_notify.as_str()
         } else {
-            self.sql.release.as_str()
+            c.sql.release.as_str()
         };
-        let done = self
+        let done = c
             .bounded("release", async {
-                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
                 let r = sqlx::query(AssertSqlSafe(sql))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
@@ -460,10 +578,10 @@ impl LeaseStore for PostgresLeaseStore {
                     .execute(conn.get())
                     .await;
                 conn.finish();
-                r
+                Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(self.cx("release")))?;
+            .map_err(|e| e.into_error(c.cx("release")))?;
         if done.rows_affected() == 1 {
             tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
             Ok(ReleaseOutcome::Released)
@@ -479,13 +597,16 @@ impl LeaseStore for PostgresLeaseStore {
         let (mut keys, mut owners, mut tokens, mut ttls) = (vec![], vec![], vec![], vec![]);
         let mut granted = Vec::with_capacity(leases.len());
         for lease in leases {
-            match validate_ttl(lease.ttl(), MIN_TTL).and_then(|()| ttl_millis(lease.ttl())) {
-                Ok((ms, g)) => {
+            match validate_ttl(lease.ttl(), MIN_TTL)
+                .and_then(|()| self.check_owner(lease.owner()))
+                .and_then(|()| ttl_millis(lease.ttl()))
+            {
+                Ok(ttl) => {
                     keys.push(lease.key().as_str().to_string());
                     owners.push(lease.owner().as_str().to_string());
                     tokens.push(lease.token().to_i64());
-                    ttls.push(ms);
-                    granted.push(g);
+                    ttls.push(ttl.as_i64());
+                    granted.push(ttl.granted());
                     slots.push(None);
                 }
                 Err(e) => {
@@ -498,10 +619,11 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(slots.into_iter().flatten().collect());
         }
         let sent = Instant::now();
-        let rows = self
+        let c = &self.client;
+        let rows = c
             .bounded("renew", async {
-                let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(self.sql.renew_many.as_str()))
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.renew_many.as_str()))
                     .bind(&keys)
                     .bind(&owners)
                     .bind(&tokens)
@@ -509,13 +631,13 @@ impl LeaseStore for PostgresLeaseStore {
                     .fetch_all(conn.get())
                     .await;
                 conn.finish();
-                r
+                Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(self.cx("renew")))?;
+            .map_err(|e| e.into_error(c.cx("renew")))?;
         let mut renewed = std::collections::HashSet::with_capacity(rows.len());
         for row in rows {
-            let cx = self.cx("renew");
+            let cx = c.cx("renew");
             let key: String = row.try_get(0).map_err(|e| error::map(e, cx))?;
             let token: i64 = row.try_get(1).map_err(|e| error::map(e, cx))?;
             renewed.insert((key, token));
@@ -559,14 +681,14 @@ impl LeaseStore for PostgresLeaseStore {
     /// # Cancellation safety
     /// Cancel safe: a listener being started is dropped with the future; nothing else changes.
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
-        if !self.options.notify() {
+        if !self.options().notify() {
             return Ok(None);
         }
         self.notifier
-            .watch(&self.pool, key, self.options.op_timeout())
+            .watch(self.pool(), key, self.options().op_timeout())
             .await
             .map(Some)
-            .map_err(|e| e.into_error(self.cx("watch")))
+            .map_err(|e| e.into_error(self.client.cx("watch")))
     }
 }
 
@@ -575,21 +697,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ttls_round_up_to_milliseconds() {
-        assert_eq!(
-            ttl_millis(Duration::from_micros(1500)).unwrap(),
-            (2, Duration::from_millis(2))
-        );
-        assert_eq!(
-            ttl_millis(Duration::from_secs(3)).unwrap(),
-            (3000, Duration::from_secs(3))
-        );
-    }
-
-    #[test]
     fn unparsable_urls_are_config_errors() {
         let err =
             PostgresLeaseStore::connect_lazy("not a url", PostgresOptions::default()).unwrap_err();
         assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn only_canonical_uuids_fit_the_seed_owner_column() {
+        assert!(is_canonical_uuid(OwnerId::random().as_str()));
+        assert!(is_canonical_uuid("0f8fad5b-d9cb-469f-a165-70867728950e"));
+        for bad in [
+            "0F8FAD5B-D9CB-469F-A165-70867728950E",
+            "0f8fad5bd9cb469fa16570867728950e",
+            "{0f8fad5b-d9cb-469f-a165-70867728950e}",
+            "worker-a",
+            "",
+        ] {
+            assert!(!is_canonical_uuid(bad), "{bad}");
+        }
     }
 }

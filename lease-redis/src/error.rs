@@ -1,11 +1,13 @@
-//! Mapping Redis driver errors into [`lease_core::Error`], by kind.
+//! The backend's name, its own failures, and the mapping of Redis driver errors into
+//! [`lease_core::Error`], by kind.
 
 use std::time::Duration;
 
 use lease_core::Error;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::BACKEND;
+/// The backend name used in errors, logs and metrics.
+pub(crate) const BACKEND: &str = "redis";
 
 /// Failures of this backend that have no driver error behind them; carried as the `source` of
 /// the core error.
@@ -24,19 +26,34 @@ pub(crate) enum RedisStoreError {
 }
 
 impl RedisStoreError {
-    pub(crate) fn into_backend(self) -> Error {
-        Error::backend(
-            BACKEND,
-            self.to_string(),
-            Some(Box::new(self) as lease_core::BoxError),
-        )
+    /// As a core error: an unexpected reply is a store fault, too few replicas is
+    /// `Unavailable` (the grant was made, then released best effort).
+    pub(crate) fn into_error(self) -> Error {
+        let message = self.to_string();
+        let unavailable = matches!(self, RedisStoreError::TooFewReplicas { .. });
+        let source = Some(Box::new(self) as lease_core::BoxError);
+        if unavailable {
+            Error::unavailable(BACKEND, message, source)
+        } else {
+            Error::store_fault(BACKEND, message, source)
+        }
     }
 }
 
-/// Maps a driver error by its kind: I/O and refused or dropped connections are `Unavailable`,
-/// response timeouts `Timeout`, bad client configuration and authentication `Config`, a server
-/// that cannot serve right now (loading, read-only replica, cluster down) `Unavailable`, anything
-/// else `Backend`.
+/// An unexpected reply of `script`.
+pub(crate) fn unexpected(script: &'static str, reply: &impl std::fmt::Debug) -> Error {
+    RedisStoreError::UnexpectedReply {
+        script,
+        reply: format!("{reply:?}"),
+    }
+    .into_error()
+}
+
+/// Maps a driver error by its kind: a refused connection is `Unavailable` and certainly not
+/// applied ([`Error::refused`]); other I/O errors and dropped connections are `Unavailable` with
+/// an unknown outcome; response timeouts `Timeout`; bad client configuration and authentication
+/// `Config`; a server that cannot serve right now (loading, read-only replica, cluster down)
+/// `Unavailable`; anything else `Backend`.
 pub(crate) fn map_redis(operation: &'static str, after: Duration, err: RedisError) -> Error {
     if err.is_timeout() {
         return Error::Timeout {
@@ -47,7 +64,10 @@ pub(crate) fn map_redis(operation: &'static str, after: Duration, err: RedisErro
     }
     let message = format!("{operation}: {err}");
     let source = Some(Box::new(err.clone()) as lease_core::BoxError);
-    if err.is_connection_refusal() || err.is_connection_dropped() || err.is_io_error() {
+    if err.is_connection_refusal() {
+        return Error::refused(BACKEND, message, source);
+    }
+    if err.is_connection_dropped() || err.is_io_error() {
         return Error::unavailable(BACKEND, message, source);
     }
     match err.kind() {
@@ -62,6 +82,6 @@ pub(crate) fn map_redis(operation: &'static str, after: Duration, err: RedisErro
             | ServerErrorKind::ReadOnly,
         )
         | ErrorKind::ClusterConnectionNotFound => Error::unavailable(BACKEND, message, source),
-        _ => Error::backend(BACKEND, message, source),
+        _ => Error::store_fault(BACKEND, message, source),
     }
 }

@@ -1,69 +1,39 @@
-//! The Redis-side [`FencedResource`]: one script checks the token against the resource's
-//! high-water mark and applies the write atomically.
+//! [`RedisFencedResource`]: one script checks the token against the resource's high-water mark
+//! and applies the write atomically.
 
 use async_trait::async_trait;
+use lease_core::backend::decode_token;
 use lease_core::{
-    FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
 
-use crate::BACKEND;
-use crate::error::RedisStoreError;
-use crate::scripts;
+use crate::error::{BACKEND, unexpected};
+use crate::protocol;
 use crate::store::RedisLeaseStore;
 
-fn unexpected(reply: &impl std::fmt::Debug) -> lease_core::Error {
-    RedisStoreError::UnexpectedReply {
-        script: "fence",
-        reply: format!("{reply:?}"),
-    }
-    .into_backend()
-}
-
 impl RedisLeaseStore {
-    async fn fence_unbounded(
-        &self,
-        key: &LeaseKey,
-        token: FencingToken,
-        op: Option<WriteOp>,
-    ) -> Result<WriteOutcome> {
-        let (name, operand): (&str, Vec<u8>) = match &op {
-            None => ("install", Vec::new()),
-            Some(WriteOp::Put(v)) => ("put", v.clone()),
-            Some(WriteOp::Add(n)) => ("add", n.to_string().into_bytes()),
-            Some(other) => {
-                return Err(lease_core::Error::InvalidInput(format!(
-                    "write op {other:?} is not supported by {BACKEND}"
-                )));
-            }
-        };
-        let mut con = self.connection();
-        let reply: Vec<String> = scripts::FENCE
-            .key(self.layout().fence(key))
-            .arg(token.get())
-            .arg(name)
-            .arg(operand)
-            .invoke_async(&mut con)
-            .await
-            .map_err(self.map("fenced write"))?;
-        match reply.as_slice() {
-            [tag, hw] if tag == "accepted" || tag == "rejected" => {
-                let high_water: FencingToken = hw.parse().map_err(|_| unexpected(&reply))?;
-                if tag == "accepted" {
-                    Ok(WriteOutcome::Accepted { high_water })
-                } else {
-                    tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
-                    Ok(WriteOutcome::Rejected {
-                        presented: token,
-                        high_water,
-                    })
-                }
-            }
-            _ => Err(unexpected(&reply)),
+    /// The [`FencedResource`] in this store's Redis, on the store's connection (see
+    /// [`RedisFencedResource`] for when *not* to use it).
+    ///
+    /// ```no_run
+    /// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
+    /// use lease_redis::RedisLeaseStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let resource = RedisLeaseStore::connect("redis://10.0.0.9:6379").await?.fenced_resource();
+    /// let key = LeaseKey::new("ledger")?;
+    /// let outcome = resource.write(&key, FencingToken::new(7)?, WriteOp::Add(1)).await?;
+    /// # let _ = outcome; Ok(()) }
+    /// ```
+    pub fn fenced_resource(&self) -> RedisFencedResource {
+        RedisFencedResource {
+            store: self.clone(),
         }
     }
 }
 
-/// Fenced writes in the same Redis, under `<prefix>:{key}:fence` (see [`KeyLayout`](crate::KeyLayout)).
+/// Fenced writes in a Redis, under `<prefix>:{key}:fence` (see
+/// [`KeyLayout`](crate::protocol::KeyLayout)). Made by
+/// [`RedisLeaseStore::fenced_resource`]; cheap to clone.
 ///
 /// Each write is one script: a token below the high-water mark is rejected, otherwise the mark
 /// moves to it and the write is applied, atomically. Every call is bounded by the store's
@@ -80,51 +50,99 @@ impl RedisLeaseStore {
 /// store: a different Redis (with its own persistence), or the system the work writes to (the
 /// PostgreSQL backend's fenced transactions). Only with one Redis that never fails over (and
 /// keeps its data across restarts) is the pairing safe.
-#[async_trait]
-impl FencedResource for RedisLeaseStore {
-    async fn write(
+#[derive(Debug, Clone)]
+pub struct RedisFencedResource {
+    store: RedisLeaseStore,
+}
+
+impl RedisFencedResource {
+    async fn apply_unbounded(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        self.bounded("fenced write", self.fence_unbounded(key, token, Some(op)))
+        let (name, operand): (&str, Vec<u8>) = match &op {
+            None => ("install", Vec::new()),
+            Some(WriteOp::Put(v)) => ("put", v.clone()),
+            Some(WriteOp::Add(n)) => ("add", n.to_string().into_bytes()),
+            Some(other) => {
+                return Err(lease_core::Error::InvalidInput(format!(
+                    "write op {other:?} is not supported by {BACKEND}"
+                )));
+            }
+        };
+        let mut con = self.store.connection();
+        let reply: Vec<String> = protocol::FENCE
+            .key(self.store.layout().fence(key))
+            .arg(token.get())
+            .arg(name)
+            .arg(operand)
+            .invoke_async(&mut con)
             .await
+            .map_err(self.store.map("fenced write"))?;
+        match reply.as_slice() {
+            [tag, hw] if tag == "accepted" || tag == "rejected" => {
+                let high_water = decode_token(BACKEND, key.as_str(), hw.as_str())?;
+                if tag == "accepted" {
+                    Ok(WriteOutcome::Accepted { high_water })
+                } else {
+                    tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
+                    Ok(WriteOutcome::Rejected {
+                        presented: token,
+                        high_water,
+                    })
+                }
+            }
+            _ => Err(unexpected("fence", &reply)),
+        }
     }
 
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.bounded("fenced install", self.fence_unbounded(key, token, None))
-            .await
-    }
-
-    async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
-        self.bounded("fenced read", self.read_unbounded(key)).await
-    }
-}
-
-impl RedisLeaseStore {
     async fn read_unbounded(&self, key: &LeaseKey) -> Result<ResourceState> {
-        let mut con = self.connection();
+        let mut con = self.store.connection();
         let (hw, value, counter, accepted): (
             Option<String>,
             Option<Vec<u8>>,
             Option<i64>,
             Option<u64>,
         ) = redis::cmd("HMGET")
-            .arg(self.layout().fence(key))
+            .arg(self.store.layout().fence(key))
             .arg(&["hw", "value", "counter", "accepted"])
             .query_async(&mut con)
             .await
-            .map_err(self.map("fenced read"))?;
+            .map_err(self.store.map("fenced read"))?;
         let high_water = hw
-            .map(|h| h.parse::<FencingToken>())
-            .transpose()
-            .map_err(|_| unexpected(&"hw"))?;
+            .map(|h| decode_token(BACKEND, key.as_str(), h))
+            .transpose()?;
         Ok(ResourceState {
             high_water,
             value,
             counter: counter.unwrap_or(0),
             accepted: accepted.unwrap_or(0),
         })
+    }
+}
+
+#[async_trait]
+impl FencedResource for RedisFencedResource {
+    async fn apply(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: FenceOp,
+    ) -> Result<WriteOutcome> {
+        let what = match op {
+            FenceOp::Write(_) => "fenced write",
+            _ => "fenced install",
+        };
+        self.store
+            .bounded(what, self.apply_unbounded(key, token, op.into_write_op()))
+            .await
+    }
+
+    async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
+        self.store
+            .bounded("fenced read", self.read_unbounded(key))
+            .await
     }
 }

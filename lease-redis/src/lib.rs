@@ -2,15 +2,25 @@
 //!
 //! Leases with fencing tokens on Redis (7.0 or newer): [`RedisLeaseStore`] implements
 //! [`LeaseStore`](lease_core::LeaseStore) and, for the protected side,
+//! [`fenced_resource`](RedisLeaseStore::fenced_resource) gives a
 //! [`FencedResource`](lease_core::FencedResource).
+//!
+//! | file | what |
+//! |------|------|
+//! | `config.rs` | [`RedisOptions`]: every knob |
+//! | `store.rs` | [`RedisLeaseStore`]: [`connect`](RedisLeaseStore::connect), [`connect_with`](RedisLeaseStore::connect_with), the lease operations |
+//! | `fenced.rs` | [`RedisFencedResource`] |
+//! | `protocol.rs` | [`protocol`]: every Lua script and the key layout |
+//! | `watch.rs`, `connection.rs`, `error.rs` | waking waiters, the connection, error mapping |
 //!
 //! ## Quick start
 //! ```no_run
 //! use std::time::Duration;
-//! use lease_core::{AcquireOutcome, AcquireRequest, FencedResource, LeaseKey, LeaseStore, OwnerId, WriteOp};
-//! use lease_redis::RedisLeaseStore;
+//! use lease_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+//! use lease_redis::{RedisLeaseStore, RedisOptions};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-//! let locks = RedisLeaseStore::builder("redis://127.0.0.1:6379").prefix("jobs").connect().await?;
+//! let options = RedisOptions::default().with_prefix("jobs");
+//! let locks = RedisLeaseStore::connect_with("redis://127.0.0.1:6379", options).await?;
 //! let key = LeaseKey::new("nightly-report")?;
 //! let req = AcquireRequest::new(key.clone(), OwnerId::with_label("worker-a"), Duration::from_secs(10));
 //! if let AcquireOutcome::Acquired(lease) = locks.acquire(&req).await? {
@@ -28,17 +38,31 @@
 //!   release channel. Expiry is judged by the Redis server's clock, never the client's.
 //!   [`renew_many`](lease_core::LeaseStore::renew_many) renews any number of leases in **one**
 //!   script (one round trip), with the same per-lease check, so a supervisor with renewal
-//!   batching renews thousands of leases in a handful of round trips. (All keys go to the one
-//!   server of the store's connection; the store does not speak Redis Cluster.)
-//! - **Key layout** (see [`KeyLayout`]): `prefix:{key}:lease`, `prefix:{key}:gen`,
+//!   batching renews thousands of leases in a handful of round trips. On Redis Cluster it sends
+//!   one script per hash slot, all at once, so the scripts for one master share a round trip on
+//!   that master's multiplexed connection.
+//! - **Key layout** (see [`KeyLayout`](protocol::KeyLayout)): `prefix:{key}:lease`, `prefix:{key}:gen`,
 //!   `prefix:{key}:fence` and the channel `prefix:{key}:released`. The `{key}` hash tag keeps a
 //!   lease, its counter and its fenced resource in one Redis Cluster slot; a prefix containing `{`
 //!   or `}` is refused with [`Error::Config`](lease_core::Error::Config).
+//! - **Redis Cluster.** Connect with `redis+cluster://h1:p1,h2:p2,...` (`rediss+cluster://`
+//!   for TLS): the store then uses the `redis` crate's async cluster client, which routes each
+//!   script to the master of its key's slot and follows `MOVED`/`ASK` and topology changes. Every
+//!   script touches only keys with the same `{key}` hash tag, so it stays in one slot. A watch
+//!   subscribes to the release channel on the first reachable node (a `PUBLISH` reaches the
+//!   whole cluster) and polls for expiry every
+//!   [poll interval](RedisOptions::with_watch_poll_interval) (keyspace events are node-local).
+//!   Tested against a real 3-master, 3-replica cluster (`scripts/services/redis-cluster.sh`):
+//!   the whole conformance suite, and a coordinated failover (`CLUSTER FAILOVER` on the
+//!   replica) of the master serving a held key, after which the holder's renewal is granted, a
+//!   contender is refused and the fenced resource still knows the holder's token. A master that
+//!   dies with writes its replica has not received can lose a grant, exactly as with one
+//!   primary and its replica (below): replication is asynchronous in a cluster too.
 //! - **Waiting.** [`watch`](lease_core::LeaseStore::watch) opens a dedicated pub/sub connection and
 //!   subscribes to the release channel (always available) and, if the server publishes keyspace
 //!   notifications (`notify-keyspace-events` with `K` and `x` or `A`), to the lease hash's
 //!   keyspace events, which also report expiry. Without them the watch also signals every
-//!   [poll interval](RedisStoreBuilder::watch_poll_interval), so an expiry is noticed within
+//!   [poll interval](RedisOptions::with_watch_poll_interval), so an expiry is noticed within
 //!   that bound. An open watch pings its connection every response timeout; an unanswered ping
 //!   or a closed connection ends the watch with a retryable error (the waiter falls back to
 //!   polling), so a black-holed connection is noticed within twice the response timeout.
@@ -78,7 +102,7 @@
 //!
 //! **It cannot promise** that two owners never *believe* they hold the same key. Replication is
 //! asynchronous: if the primary grants a lease and fails before the grant reaches the replica
-//! that is promoted, the new primary grants the key again. [`RedisStoreBuilder::wait_for_replicas`]
+//! that is promoted, the new primary grants the key again. [`RedisOptions::with_wait_for_replicas`]
 //! (`WAIT`) narrows that window but does not close it. Nor can any lease stop a holder that
 //! pauses (GC, VM suspend) past its TTL and then writes.
 //!
@@ -91,7 +115,7 @@
 //!
 //! **The resource must not fail over with the lock.** This holds only for a resource that keeps
 //! its high-water mark *outside* the failing-over Redis (another Redis, the database the work
-//! writes to). The [`FencedResource`](lease_core::FencedResource) of a [`RedisLeaseStore`] keeps
+//! writes to). The [`RedisFencedResource`] of a [`RedisLeaseStore`] keeps
 //! the mark in the store's own Redis: paired with the lock store's Redis it shares its failover,
 //! and a failover to a replica that missed the last fenced write loses the mark with it. Then
 //! **a lower token is accepted after a higher one**: split brain is not fenced. The test
@@ -106,7 +130,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
 //! let old_primary = RedisLeaseStore::connect("redis://10.0.0.1:6379").await?;
 //! let promoted = RedisLeaseStore::connect("redis://10.0.0.2:6379").await?; // missed A's grant
-//! let resource = RedisLeaseStore::connect("redis://10.0.0.9:6379").await?; // the protected data
+//! let resource = RedisLeaseStore::connect("redis://10.0.0.9:6379").await?.fenced_resource(); // the protected data
 //! let key = LeaseKey::new("ledger")?;
 //! let ttl = Duration::from_secs(10);
 //! let a = old_primary.acquire(&AcquireRequest::new(key.clone(), OwnerId::random(), ttl)).await?.lease().unwrap();
@@ -127,15 +151,15 @@
 //! timeout or failed authentication are [`Error::Config`](lease_core::Error::Config); anything
 //! else is [`Error::Backend`](lease_core::Error::Backend).
 
+mod config;
+mod connection;
 mod error;
 mod fenced;
-mod layout;
-mod scripts;
+pub mod protocol;
 mod store;
 mod watch;
 
-pub use layout::{DEFAULT_PREFIX, KeyLayout, MAX_PREFIX_LEN};
-pub use store::{MIN_TTL, RedisLeaseStore, RedisStoreBuilder, ReplicaWait};
-
-/// The backend name used in errors, logs and metrics.
-pub const BACKEND: &str = "redis";
+pub use config::{RedisOptions, ReplicaWait};
+pub use connection::RedisConnection;
+pub use fenced::RedisFencedResource;
+pub use store::{MIN_TTL, RedisLeaseStore};

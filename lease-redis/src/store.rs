@@ -1,222 +1,31 @@
-//! [`RedisLeaseStore`]: connection, configuration and the [`LeaseStore`] implementation.
+//! [`RedisLeaseStore`]: connecting, and the [`LeaseStore`] implementation.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lease_core::backend::{decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability, validate_ttl,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, Holder, KeyState, KeyWatch,
+    Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
 
-use crate::BACKEND;
-use crate::error::{RedisStoreError, map_redis};
-use crate::layout::{DEFAULT_PREFIX, KeyLayout};
-use crate::scripts;
+use crate::config::{RedisOptions, ReplicaWait};
+use crate::connection::{Conn, RedisConnection};
+use crate::error::{BACKEND, RedisStoreError, map_redis, unexpected};
+use crate::protocol::{self, KeyLayout};
 
 /// The shortest TTL granted: 1 ms (`PEXPIRE` resolution).
 pub const MIN_TTL: Duration = Duration::from_millis(1);
 
-/// Wait for replicas after each grant (`WAIT numreplicas timeout`); see
-/// [`RedisStoreBuilder::wait_for_replicas`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReplicaWait {
-    /// How many replicas must acknowledge the grant.
-    pub replicas: u32,
-    /// How long to wait for them.
-    pub timeout: Duration,
-}
-
-/// Configures and connects a [`RedisLeaseStore`].
-///
-/// ```no_run
-/// use std::time::Duration;
-/// use lease_redis::RedisLeaseStore;
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
-/// let store = RedisLeaseStore::builder("redis://127.0.0.1:6379")
-///     .prefix("jobs")
-///     .response_timeout(Duration::from_secs(2))
-///     .wait_for_replicas(1, Duration::from_millis(200))
-///     .connect()
-///     .await?;
-/// # let _ = store; Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct RedisStoreBuilder {
-    source: Source,
-    prefix: String,
-    response_timeout: Duration,
-    connect_timeout: Duration,
-    connect_retries: usize,
-    replica_wait: Option<ReplicaWait>,
-    poll_interval: Duration,
-}
-
-#[derive(Debug, Clone)]
-enum Source {
-    Url(String),
-    Client(redis::Client),
-}
-
-impl RedisStoreBuilder {
-    fn new(source: Source) -> Self {
-        RedisStoreBuilder {
-            source,
-            prefix: DEFAULT_PREFIX.to_string(),
-            response_timeout: Duration::from_secs(5),
-            connect_timeout: Duration::from_secs(5),
-            connect_retries: 2,
-            replica_wait: None,
-            poll_interval: Duration::from_millis(250),
-        }
-    }
-
-    /// The key prefix (default `lease`); see [`KeyLayout`] for the names built from it.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// How long a command may take before it fails with [`Error::Timeout`] (default 5 s). Must
-    /// not be zero.
-    ///
-    /// Together with the connect timeout it also sets the **operation deadline**, the longest any
-    /// operation of the store waits, reconnecting included: connect timeout + 2 × response
-    /// timeout (one reconnection attempt, then at most two round trips: a script's `EVALSHA` and,
-    /// on a server that lost its script cache, `EVAL`). See [`RedisLeaseStore::op_deadline`].
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = timeout;
-        self
-    }
-
-    /// How long one connection attempt may take (default 5 s). Must not be zero.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// How often the connection manager retries a failed (re)connection before an operation
-    /// fails with [`Error::Unavailable`] (default 2). Retries happen within the
-    /// [operation deadline](RedisLeaseStore::op_deadline): an operation waiting for a
-    /// reconnection fails with [`Error::Timeout`] when the deadline passes, however many retries
-    /// are left (the reconnection goes on in the background).
-    pub fn connect_retries(mut self, retries: usize) -> Self {
-        self.connect_retries = retries;
-        self
-    }
-
-    /// After each grant, run `WAIT replicas timeout` (pipelined right after the acquire script on
-    /// the same connection, since `WAIT` counts only that connection's writes) and fail the
-    /// acquire with
-    /// [`Error::Unavailable`] (after releasing the grant, best effort) unless at least `replicas`
-    /// replicas acknowledged it.
-    ///
-    /// **What it promises:** a successful acquire was received by that many replicas, which
-    /// narrows the window in which a failover to a replica loses the grant. **What it does not:**
-    /// `WAIT` is not consensus. A replica that acknowledged may still not be the one promoted, the
-    /// grant is already visible on the primary while waiting, renewals and releases are not waited
-    /// for, and `WAIT` blocks this store's multiplexed connection for up to `timeout`. Safety
-    /// still comes from the fencing token (see the crate docs). `timeout` must be shorter than the
-    /// response timeout.
-    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replica_wait = Some(ReplicaWait { replicas, timeout });
-        self
-    }
-
-    /// How often a [`watch`](LeaseStore::watch) signals "look again" when the server does not
-    /// publish keyspace notifications for expiry (default 250 ms). Releases wake a watcher at once
-    /// regardless, through the release channel.
-    pub fn watch_poll_interval(mut self, interval: Duration) -> Self {
-        self.poll_interval = interval;
-        self
-    }
-
-    /// Validates the configuration and connects.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for an unparsable URL, an illegal prefix, a zero response or connect
-    /// timeout, or a `WAIT` timeout not below the response timeout; [`Error::Unavailable`] if the
-    /// server cannot be reached (refused, unreachable), [`Error::Timeout`] if it does not answer
-    /// within the [operation deadline](RedisLeaseStore::op_deadline).
-    ///
-    /// # Cancellation safety
-    /// Cancel safe: nothing is held until the store is returned.
-    pub async fn connect(self) -> Result<RedisLeaseStore> {
-        let layout = KeyLayout::new(self.prefix.clone())?;
-        for (name, value) in [
-            ("response timeout", self.response_timeout),
-            ("connect timeout", self.connect_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(Error::config(
-                    BACKEND,
-                    format!("the {name} must not be zero"),
-                    None,
-                ));
-            }
-        }
-        let op_deadline = self
-            .connect_timeout
-            .saturating_add(self.response_timeout.saturating_mul(2));
-        if let Some(w) = self.replica_wait
-            && w.timeout >= self.response_timeout
-        {
-            return Err(Error::config(
-                BACKEND,
-                format!(
-                    "WAIT timeout {:?} must be below the response timeout {:?}",
-                    w.timeout, self.response_timeout
-                ),
-                None,
-            ));
-        }
-        let client = match &self.source {
-            Source::Client(c) => c.clone(),
-            Source::Url(url) => redis::Client::open(url.as_str()).map_err(|e| {
-                Error::config(
-                    BACKEND,
-                    format!("unusable Redis URL {url:?}: {e}"),
-                    Some(Box::new(e) as lease_core::BoxError),
-                )
-            })?,
-        };
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.response_timeout))
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_number_of_retries(self.connect_retries)
-            .set_max_delay(Duration::from_millis(500));
-        let con = bounded(
-            "connect",
-            op_deadline,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await?
-        .map_err(|e| map_redis("connect", self.connect_timeout, e))?;
-        let db = client.get_connection_info().redis_settings().db();
-        Ok(RedisLeaseStore {
-            inner: Arc::new(Inner {
-                client,
-                con,
-                layout,
-                db,
-                response_timeout: self.response_timeout,
-                connect_timeout: self.connect_timeout,
-                op_deadline,
-                replica_wait: self.replica_wait,
-                poll_interval: self.poll_interval,
-            }),
-        })
-    }
-}
-
-/// A [`LeaseStore`] (and [`FencedResource`](lease_core::FencedResource)) on Redis.
+/// A [`LeaseStore`] on Redis; [`fenced_resource`](Self::fenced_resource) gives the
+/// [`FencedResource`](lease_core::FencedResource) in the same Redis.
 ///
 /// A cheap-to-clone handle over one multiplexed, automatically reconnecting connection
-/// ([`ConnectionManager`]). Acquire, renew and release are each one Lua script; expiry is the
+/// ([`RedisConnection`]). Acquire, renew and release are each one Lua script; expiry is the
 /// server's `PEXPIRE`. See the [crate docs](crate) for what Redis can and cannot promise.
 ///
 /// ```no_run
@@ -238,8 +47,11 @@ pub struct RedisLeaseStore {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: redis::Client,
-    pub(crate) con: ConnectionManager,
+    /// Where new connections (the watch's pub/sub) come from: the server, or each cluster node
+    /// in the order of the URL (a release is published to the whole cluster, so any node will
+    /// do).
+    pub(crate) clients: Vec<redis::Client>,
+    pub(crate) con: RedisConnection,
     pub(crate) layout: KeyLayout,
     pub(crate) db: i64,
     pub(crate) response_timeout: Duration,
@@ -253,9 +65,15 @@ impl fmt::Debug for RedisLeaseStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisLeaseStore")
             .field(
-                "server",
-                &self.inner.client.get_connection_info().addr().to_string(),
+                "servers",
+                &self
+                    .inner
+                    .clients
+                    .iter()
+                    .map(|c| c.get_connection_info().addr().to_string())
+                    .collect::<Vec<_>>(),
             )
+            .field("cluster", &self.inner.con.is_cluster())
             .field("db", &self.inner.db)
             .field("prefix", &self.inner.layout.prefix())
             .field("replica_wait", &self.inner.replica_wait)
@@ -264,25 +82,134 @@ impl fmt::Debug for RedisLeaseStore {
 }
 
 impl RedisLeaseStore {
-    /// A builder for a store at `url` (`redis://host:port/db`).
-    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder::new(Source::Url(url.into()))
-    }
-
-    /// A builder for a store using an existing client (for custom TLS or credentials).
-    pub fn builder_from_client(client: redis::Client) -> RedisStoreBuilder {
-        RedisStoreBuilder::new(Source::Client(client))
-    }
-
-    /// Connects to `url` with the default configuration.
+    /// Connects to `url` with the default [`RedisOptions`].
+    ///
+    /// `url` is `redis://[user:password@]host:port[/db]`, `rediss://...` (TLS) or
+    /// `redis+unix:///path` for one server, and `redis+cluster://[user:password@]h1:p1,h2:p2,...`
+    /// (or `rediss+cluster://` for TLS) for a Redis Cluster: the listed nodes are the seeds the
+    /// cluster client discovers the topology from (one reachable node is enough).
+    ///
+    /// ```no_run
+    /// use lease_redis::RedisLeaseStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = RedisLeaseStore::connect("redis://127.0.0.1:6379").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// As [`RedisStoreBuilder::connect`].
+    /// As [`connect_with`](Self::connect_with).
     ///
     /// # Cancellation safety
     /// Cancel safe: nothing is held until the store is returned.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder(url).connect().await
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects to `url` (see [`connect`](Self::connect)) with `options`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unparsable URL, an illegal prefix, a zero response or connect
+    /// timeout, or a `WAIT` timeout not below the response timeout; [`Error::Unavailable`] if the
+    /// server cannot be reached (refused, unreachable), [`Error::Timeout`] if it does not answer
+    /// within the [operation deadline](Self::op_deadline).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is held until the store is returned.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        options.validate()?;
+        if let Some(nodes) = cluster_nodes(url)? {
+            return Self::connect_cluster(nodes, options).await;
+        }
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::config(
+                BACKEND,
+                format!("unusable Redis URL {url:?}: {e}"),
+                Some(Box::new(e) as lease_core::BoxError),
+            )
+        })?;
+        Self::from_client(client, options).await
+    }
+
+    /// Connects through an existing client (for custom TLS or credentials) with `options`.
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is held until the store is returned.
+    pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
+        let layout = options.validate()?;
+        let op_deadline = options.op_deadline();
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(options.response_timeout))
+            .set_connection_timeout(Some(options.connect_timeout))
+            .set_number_of_retries(options.connect_retries)
+            .set_max_delay(Duration::from_millis(500));
+        let con = bounded(
+            "connect",
+            op_deadline,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await?
+        .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+        let db = client.get_connection_info().redis_settings().db();
+        Ok(RedisLeaseStore {
+            inner: Arc::new(Inner {
+                clients: vec![client],
+                con: RedisConnection {
+                    inner: Conn::Single(con),
+                },
+                layout,
+                db,
+                response_timeout: options.response_timeout,
+                connect_timeout: options.connect_timeout,
+                op_deadline,
+                replica_wait: options.replica_wait,
+                poll_interval: options.poll_interval,
+            }),
+        })
+    }
+
+    /// Connects to a Redis Cluster through its seed nodes (`redis://h:p` each).
+    async fn connect_cluster(nodes: Vec<String>, options: RedisOptions) -> Result<Self> {
+        let layout = options.validate()?;
+        let op_deadline = options.op_deadline();
+        let bad_url = |e: redis::RedisError| {
+            Error::config(
+                BACKEND,
+                format!("unusable Redis Cluster node URL: {e}"),
+                Some(Box::new(e) as lease_core::BoxError),
+            )
+        };
+        let clients = nodes
+            .iter()
+            .map(|n| redis::Client::open(n.as_str()))
+            .collect::<redis::RedisResult<Vec<_>>>()
+            .map_err(bad_url)?;
+        let cluster = redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(options.connect_timeout)
+            .response_timeout(options.response_timeout)
+            .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX))
+            .build()
+            .map_err(bad_url)?;
+        let con = bounded("connect", op_deadline, cluster.get_async_connection())
+            .await?
+            .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+        Ok(RedisLeaseStore {
+            inner: Arc::new(Inner {
+                clients,
+                con: RedisConnection {
+                    inner: Conn::Cluster(con),
+                },
+                layout,
+                db: 0,
+                response_timeout: options.response_timeout,
+                connect_timeout: options.connect_timeout,
+                op_deadline,
+                replica_wait: options.replica_wait,
+                poll_interval: options.poll_interval,
+            }),
+        })
     }
 
     /// The key layout in use.
@@ -290,8 +217,8 @@ impl RedisLeaseStore {
         &self.inner.layout
     }
 
-    /// A clone of the underlying connection (for administration and tests).
-    pub fn connection(&self) -> ConnectionManager {
+    /// A clone of the store's connection (for administration, baselines and tests).
+    pub fn connection(&self) -> RedisConnection {
         self.inner.con.clone()
     }
 
@@ -321,6 +248,45 @@ impl RedisLeaseStore {
     }
 }
 
+/// The seed node URLs of a `redis+cluster://` or `rediss+cluster://` URL, `None` for any other
+/// URL. Credentials given on the first node apply to every node; a database other than 0 is
+/// refused (a cluster has only database 0).
+fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(None);
+    };
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "redis+cluster" => "redis",
+        "rediss+cluster" => "rediss",
+        _ => return Ok(None),
+    };
+    let bad = |why: &str| {
+        Err(Error::config(
+            BACKEND,
+            format!("unusable Redis Cluster URL {url:?}: {why}"),
+            None,
+        ))
+    };
+    let (userinfo, hosts) = match rest.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), rest),
+    };
+    let (hosts, db) = hosts.split_once('/').unwrap_or((hosts, ""));
+    if !(db.is_empty() || db == "0") {
+        return bad("a cluster has only database 0");
+    }
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{userinfo}{h}"))
+        .collect();
+    if nodes.is_empty() {
+        return bad("no node listed (expected host:port,host:port,...)");
+    }
+    Ok(Some(nodes))
+}
+
 /// `op` unless `deadline` passes first, then [`Error::Timeout`] (retryable, outcome unknown).
 pub(crate) async fn bounded<F: Future>(
     operation: &'static str,
@@ -336,34 +302,17 @@ pub(crate) async fn bounded<F: Future>(
         })
 }
 
-fn ttl_millis(ttl: Duration) -> Result<(u64, Duration)> {
-    let ms = u64::try_from(ttl.as_nanos().div_ceil(1_000_000)).map_err(|_| Error::InvalidTtl {
-        ttl,
-        reason: "does not fit in milliseconds".into(),
-    })?;
-    Ok((ms, Duration::from_millis(ms)))
-}
-
-fn unexpected(script: &'static str, reply: &impl fmt::Debug) -> Error {
-    RedisStoreError::UnexpectedReply {
-        script,
-        reply: format!("{reply:?}"),
-    }
-    .into_backend()
-}
-
-fn parse_holder(
-    script: &'static str,
-    owner: &str,
-    token: &str,
-    pttl: &str,
-    ttl: &str,
-) -> Result<Holder> {
-    let bad = |_| unexpected(script, &(owner, token, pttl, ttl));
-    let owner = OwnerId::new(owner).map_err(|_| unexpected(script, &owner))?;
-    let token: FencingToken = token.parse().map_err(bad)?;
-    let pttl: i64 = pttl.parse().map_err(|_| unexpected(script, &pttl))?;
-    let ttl: u64 = ttl.parse().map_err(|_| unexpected(script, &ttl))?;
+/// The holder a script reported for `key`: owner, token, remaining and granted TTL in ms.
+fn parse_holder(key: &LeaseKey, owner: &str, token: &str, pttl: &str, ttl: &str) -> Result<Holder> {
+    let name = key.as_str();
+    let owner = decode_owner(BACKEND, name, owner)?;
+    let token = decode_token(BACKEND, name, token)?;
+    let pttl: i64 = pttl
+        .parse()
+        .map_err(|_| lease_core::backend::corrupt(BACKEND, name, format_args!("pttl {pttl:?}")))?;
+    let ttl: u64 = ttl
+        .parse()
+        .map_err(|_| lease_core::backend::corrupt(BACKEND, name, format_args!("ttl {ttl:?}")))?;
     let remaining = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
     Ok(Holder {
         owner,
@@ -416,17 +365,17 @@ impl LeaseStore for RedisLeaseStore {
 impl RedisLeaseStore {
     async fn acquire_unbounded(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, MIN_TTL)?;
-        let (ms, granted_ttl) = ttl_millis(req.ttl)?;
+        let ttl = ttl_millis(req.ttl)?;
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
         let (reply, acked): (Vec<String>, Option<i64>) = match self.inner.replica_wait {
             None => {
-                let reply = scripts::ACQUIRE
+                let reply = protocol::ACQUIRE
                     .key(layout.lease(&req.key))
                     .key(layout.generation(&req.key))
                     .arg(req.owner.as_str())
-                    .arg(ms)
+                    .arg(ttl.as_u64())
                     .invoke_async(&mut con)
                     .await
                     .map_err(self.map("acquire"))?;
@@ -437,12 +386,12 @@ impl RedisLeaseStore {
             Some(wait) => {
                 let (reply, acked): (Vec<String>, i64) = redis::pipe()
                     .cmd("EVAL")
-                    .arg(scripts::ACQUIRE_LUA)
+                    .arg(protocol::ACQUIRE_LUA)
                     .arg(2)
                     .arg(layout.lease(&req.key))
                     .arg(layout.generation(&req.key))
                     .arg(req.owner.as_str())
-                    .arg(ms)
+                    .arg(ttl.as_u64())
                     .cmd("WAIT")
                     .arg(wait.replicas)
                     .arg(
@@ -458,19 +407,18 @@ impl RedisLeaseStore {
         };
         match reply.as_slice() {
             [tag, owner, token, pttl, ttl] if tag == "held" => {
-                let holder = parse_holder("acquire", owner, token, pttl, ttl)?;
+                let holder = parse_holder(&req.key, owner, token, pttl, ttl)?;
                 tracing::trace!(backend = BACKEND, key = %req.key, owner = %req.owner, holder = %holder.owner, token = %holder.token, "lease held by another owner");
                 Ok(AcquireOutcome::Held(holder))
             }
             [tag, token] if tag == "granted" => {
-                let token: FencingToken =
-                    token.parse().map_err(|_| unexpected("acquire", &reply))?;
+                let token = decode_token(BACKEND, req.key.as_str(), token.as_str())?;
                 tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-                let lease = Lease::granted(
+                let lease = granted_lease(
                     req.key.clone(),
                     req.owner.clone(),
                     token,
-                    granted_ttl,
+                    ttl.granted(),
                     req.drift_margin(),
                     sent,
                 );
@@ -485,66 +433,78 @@ impl RedisLeaseStore {
 
     async fn renew_unbounded(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), MIN_TTL)?;
-        let (ms, granted_ttl) = ttl_millis(lease.ttl())?;
+        let ttl = ttl_millis(lease.ttl())?;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
-        let renewed: i64 = scripts::RENEW
+        let renewed: i64 = protocol::RENEW
             .key(self.inner.layout.lease(lease.key()))
             .arg(lease.owner().as_str())
             .arg(lease.token().get())
-            .arg(ms)
+            .arg(ttl.as_u64())
             .invoke_async(&mut con)
             .await
             .map_err(self.map("renew"))?;
-        if renewed == 1 {
-            tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
-            Ok(RenewOutcome::Renewed(lease.renewed(granted_ttl, sent)))
-        } else {
-            tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease lost");
-            Ok(RenewOutcome::Lost)
-        }
+        Ok(renew_outcome(lease, renewed == 1, ttl.granted(), sent))
     }
 
     async fn renew_many_unbounded(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        // Invalid TTLs are reported in their slot and not sent; the rest go in one script.
+        // Invalid TTLs are reported in their slot and not sent; the rest go in one script per
+        // group (one group on a single server, one per hash slot on a cluster).
         let mut out: Vec<Result<RenewOutcome>> = Vec::with_capacity(leases.len());
-        let mut sendable: Vec<(usize, Duration)> = Vec::with_capacity(leases.len());
-        let mut invocation = scripts::RENEW_MANY.prepare_invoke();
+        let mut groups: Vec<Vec<(usize, u64, Duration)>> = Vec::new();
+        let mut group_of = std::collections::HashMap::new();
         for (i, lease) in leases.iter().enumerate() {
             match validate_ttl(lease.ttl(), MIN_TTL).and_then(|()| ttl_millis(lease.ttl())) {
-                Ok((ms, granted_ttl)) => {
-                    invocation
-                        .key(self.inner.layout.lease(lease.key()))
-                        .arg(lease.owner().as_str())
-                        .arg(lease.token().get())
-                        .arg(ms);
-                    sendable.push((i, granted_ttl));
+                Ok(ttl) => {
+                    let group = self.inner.con.group(&self.inner.layout.lease(lease.key()));
+                    let g = *group_of.entry(group).or_insert_with(|| {
+                        groups.push(Vec::new());
+                        groups.len() - 1
+                    });
+                    groups[g].push((i, ttl.as_u64(), ttl.granted()));
                     out.push(Ok(RenewOutcome::Lost)); // overwritten below
                 }
                 Err(e) => out.push(Err(e)),
             }
         }
-        if sendable.is_empty() {
-            return Ok(out);
-        }
-        let mut con = self.inner.con.clone();
         let sent = Instant::now();
-        let renewed: Vec<i64> = invocation
-            .invoke_async(&mut con)
-            .await
-            .map_err(self.map("renew_many"))?;
-        if renewed.len() != sendable.len() {
-            return Err(unexpected("renew_many", &renewed));
-        }
-        for ((i, granted_ttl), flag) in sendable.into_iter().zip(renewed) {
-            let lease = &leases[i];
-            out[i] = if flag == 1 {
-                tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
-                Ok(RenewOutcome::Renewed(lease.renewed(granted_ttl, sent)))
-            } else {
-                tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease lost");
-                Ok(RenewOutcome::Lost)
-            };
+        // The groups go out together: on a cluster, the scripts for one node are pipelined on
+        // that node's multiplexed connection.
+        let replies = futures::future::join_all(groups.iter().map(|group| async move {
+            let mut invocation = protocol::RENEW_MANY.prepare_invoke();
+            for &(i, ms, _) in group {
+                let lease = &leases[i];
+                invocation
+                    .key(self.inner.layout.lease(lease.key()))
+                    .arg(lease.owner().as_str())
+                    .arg(lease.token().get())
+                    .arg(ms);
+            }
+            let mut con = self.inner.con.clone();
+            invocation
+                .invoke_async::<Vec<i64>>(&mut con)
+                .await
+                .map_err(self.map("renew_many"))
+        }))
+        .await;
+        for (group, reply) in groups.into_iter().zip(replies) {
+            match reply {
+                Ok(flags) if flags.len() == group.len() => {
+                    for ((i, _, granted), flag) in group.into_iter().zip(flags) {
+                        out[i] = Ok(renew_outcome(&leases[i], flag == 1, granted, sent));
+                    }
+                }
+                Ok(flags) => return Err(unexpected("renew_many", &flags)),
+                // One group failing fails the call when it is the only group (as before);
+                // with several groups, the others' outcomes are kept and this group's leases
+                // carry the error.
+                Err(e) if group_of.len() == 1 => return Err(e),
+                Err(e) => {
+                    for (i, _, _) in group {
+                        out[i] = Err(clone_error(&e));
+                    }
+                }
+            }
         }
         Ok(out)
     }
@@ -552,7 +512,7 @@ impl RedisLeaseStore {
     async fn release_unbounded(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
-        let released: i64 = scripts::RELEASE
+        let released: i64 = protocol::RELEASE
             .key(layout.lease(lease.key()))
             .arg(lease.owner().as_str())
             .arg(lease.token().get())
@@ -571,7 +531,7 @@ impl RedisLeaseStore {
     async fn inspect_unbounded(&self, key: &LeaseKey) -> Result<KeyState> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
-        let reply: Vec<String> = scripts::INSPECT
+        let reply: Vec<String> = protocol::INSPECT
             .key(layout.lease(key))
             .key(layout.generation(key))
             .invoke_async(&mut con)
@@ -581,18 +541,14 @@ impl RedisLeaseStore {
             [generation] => (generation, None),
             [generation, owner, token, pttl, ttl] => (
                 generation,
-                Some(parse_holder("inspect", owner, token, pttl, ttl)?),
+                Some(parse_holder(key, owner, token, pttl, ttl)?),
             ),
             _ => return Err(unexpected("inspect", &reply)),
         };
         let last_token = if generation.is_empty() {
             None
         } else {
-            Some(
-                generation
-                    .parse::<FencingToken>()
-                    .map_err(|_| unexpected("inspect", &reply))?,
-            )
+            Some(decode_token(BACKEND, key.as_str(), generation.as_str())?)
         };
         Ok(KeyState {
             key: key.clone(),
@@ -600,9 +556,7 @@ impl RedisLeaseStore {
             last_token,
         })
     }
-}
 
-impl RedisLeaseStore {
     /// Fails the acquire (after releasing the grant, best effort) unless `WAIT` saw enough
     /// replicas.
     async fn check_replicas(&self, lease: &Lease, wait: ReplicaWait, acked: i64) -> Result<()> {
@@ -611,15 +565,83 @@ impl RedisLeaseStore {
         }
         tracing::warn!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), acked, wanted = wait.replicas, "too few replicas acknowledged the grant; releasing it");
         let _ = self.release(lease).await;
-        let err = RedisStoreError::TooFewReplicas {
+        Err(RedisStoreError::TooFewReplicas {
             acked,
             wanted: wait.replicas,
             timeout: wait.timeout,
-        };
-        Err(Error::unavailable(
-            BACKEND,
-            err.to_string(),
-            Some(Box::new(err) as lease_core::BoxError),
-        ))
+        }
+        .into_error())
+    }
+}
+
+/// The outcome of one renewal the server answered.
+fn renew_outcome(lease: &Lease, renewed: bool, granted: Duration, sent: Instant) -> RenewOutcome {
+    if renewed {
+        tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
+        RenewOutcome::Renewed(lease.renewed(granted, sent))
+    } else {
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease lost");
+        RenewOutcome::Lost
+    }
+}
+
+/// A copy of a group's error for each of its leases (the error itself is not `Clone`).
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::Timeout {
+            backend,
+            operation,
+            after,
+        } => Error::Timeout {
+            backend,
+            operation,
+            after: *after,
+        },
+        Error::Config { message, .. } => Error::config(BACKEND, message.clone(), None),
+        e if e.is_retryable() && e.outcome_unknown() => {
+            Error::unavailable(BACKEND, e.to_string(), None)
+        }
+        e if e.is_retryable() => Error::refused(BACKEND, e.to_string(), None),
+        e => Error::store_fault(BACKEND, e.to_string(), None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_list_their_seed_nodes() {
+        assert_eq!(cluster_nodes("redis://h:6379").unwrap(), None);
+        assert_eq!(
+            cluster_nodes("redis+cluster://a:7000, b:7001/0").unwrap(),
+            Some(vec![
+                "redis://a:7000".to_string(),
+                "redis://b:7001".to_string()
+            ])
+        );
+        assert_eq!(
+            cluster_nodes("REDISS+CLUSTER://u:pw@a:7000,b:7001").unwrap(),
+            Some(vec![
+                "rediss://u:pw@a:7000".to_string(),
+                "rediss://u:pw@b:7001".to_string()
+            ])
+        );
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://,,",
+            "redis+cluster://a:1/3",
+        ] {
+            assert!(
+                matches!(
+                    cluster_nodes(bad),
+                    Err(Error::Config {
+                        backend: "redis",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
     }
 }

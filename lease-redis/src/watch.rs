@@ -11,14 +11,19 @@ use redis::Msg;
 use redis::aio::{PubSubSink, PubSubStream};
 use tokio::time::{Instant, sleep_until};
 
-use crate::BACKEND;
+use crate::error::BACKEND;
 use crate::error::map_redis;
 use crate::store::{RedisLeaseStore, bounded};
 
 /// Whether the server publishes keyspace events for expiry (`notify-keyspace-events` contains
-/// `K` and `x` or `A`). `CONFIG` may be disabled (managed Redis), or the server may not answer
+/// `K` and `x` or `A`; never on a cluster). `CONFIG` may be disabled (managed Redis), or the server may not answer
 /// within the response timeout: then we assume not (and poll).
 async fn expiry_notifications(store: &RedisLeaseStore) -> bool {
+    // Keyspace events are published only on the node that holds the key, which may change: on
+    // a cluster, poll.
+    if store.inner.con.is_cluster() {
+        return false;
+    }
     let mut con = store.connection();
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("notify-keyspace-events");
@@ -54,16 +59,25 @@ pub(crate) async fn watch(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Key
     Ok(KeyWatch::new(Box::pin(stream)))
 }
 
+/// A pub/sub connection to the server, or to the first cluster node that answers (a release is
+/// published to the whole cluster).
+async fn pubsub(store: &RedisLeaseStore) -> Result<redis::aio::PubSub> {
+    let inner = &store.inner;
+    let mut last = None;
+    for client in &inner.clients {
+        match bounded("watch", inner.connect_timeout, client.get_async_pubsub()).await {
+            Ok(Ok(pubsub)) => return Ok(pubsub),
+            Ok(Err(e)) => last = Some(map_redis("watch", inner.connect_timeout, e)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::config(BACKEND, "no Redis node to watch through", None)))
+}
+
 async fn subscribe(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Live> {
     let inner = &store.inner;
     let notify = expiry_notifications(store).await;
-    let pubsub = bounded(
-        "watch",
-        inner.connect_timeout,
-        inner.client.get_async_pubsub(),
-    )
-    .await?
-    .map_err(|e| map_redis("watch", inner.connect_timeout, e))?;
+    let pubsub = pubsub(store).await?;
     let (mut sink, messages) = pubsub.split();
     let map = |e| map_redis("watch", inner.response_timeout, e);
     sink.subscribe(inner.layout.released_channel(key))

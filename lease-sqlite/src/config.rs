@@ -83,7 +83,7 @@ impl SqliteOptions {
     }
 
     /// How long a statement waits for another connection's (or process's) write lock before it
-    /// fails with [`Error::Timeout`]. SQLite's `busy_timeout`; at least 1 ms.
+    /// fails with [`Error::Unavailable`] (built by [`Error::refused`]: nothing was applied). SQLite's `busy_timeout`; at least 1 ms.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout.max(Duration::from_millis(1));
         self

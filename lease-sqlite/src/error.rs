@@ -1,15 +1,19 @@
-//! Mapping SQLite and sqlx failures into [`lease_core::Error`], by kind.
+//! This backend's failures ([`SqliteError`]) and their mapping into [`lease_core::Error`], by
+//! kind.
 //!
 //! SQLite reports failures as (extended) result codes; sqlx exposes them through
 //! `DatabaseError::code()`. We classify by the *primary* code (the low byte):
-//! - `SQLITE_BUSY` / `SQLITE_LOCKED`: another process held the write lock for the whole
-//!   busy timeout -> [`Error::Timeout`] (retryable; nothing was applied);
+//! - `SQLITE_BUSY` / `SQLITE_LOCKED`: another connection held the write lock for the whole busy
+//!   timeout -> [`Error::refused`] (retryable; certainly not applied: SQLite refuses the
+//!   statement, or leaves a busy `COMMIT`'s transaction open, and sqlx rolls that back);
 //! - `SQLITE_CANTOPEN`, `SQLITE_READONLY`, `SQLITE_PERM`, `SQLITE_AUTH`, `SQLITE_NOTADB`, and a
 //!   missing table -> [`Error::Config`] (fix the path, the permissions or the file);
-//! - `SQLITE_IOERR`, `SQLITE_FULL`, `SQLITE_NOMEM`, and sqlx's I/O, pool and worker failures ->
-//!   [`Error::Unavailable`] (retryable);
-//! - everything else (a corrupt file, a constraint the schema does not expect, undecodable rows)
-//!   -> [`Error::Backend`].
+//! - `SQLITE_IOERR`, `SQLITE_FULL`, `SQLITE_NOMEM`, sqlx's I/O and worker failures ->
+//!   [`Error::unavailable`] (retryable; perhaps applied);
+//! - sqlx's pool failures (no connection was free in time, the pool is closed) ->
+//!   [`Error::refused`] (nothing was sent);
+//! - everything else (a corrupt file, a constraint the schema does not expect) ->
+//!   [`Error::Backend`]. Rows that do not decode are [`lease_core::backend::corrupt`].
 
 use std::time::Duration;
 
@@ -45,16 +49,62 @@ pub(crate) fn is_busy(err: &sqlx::Error) -> bool {
     matches!(primary_code(err), Some(SQLITE_BUSY | SQLITE_LOCKED))
 }
 
-/// Maps a sqlx error raised during `operation` into the core error.
+/// What can go wrong with the SQLite file, before it becomes a [`lease_core::Error`].
+#[derive(Debug)]
+pub(crate) enum SqliteError {
+    /// sqlx (or SQLite) failed `operation`; `busy_timeout` is the store's, named when the write
+    /// lock stayed busy.
+    Driver {
+        operation: &'static str,
+        busy_timeout: Duration,
+        source: sqlx::Error,
+    },
+    /// The file was written by a newer schema version than this build understands.
+    NewerSchema { found: i64 },
+}
+
+impl From<SqliteError> for Error {
+    fn from(e: SqliteError) -> Error {
+        match e {
+            SqliteError::Driver {
+                operation,
+                busy_timeout,
+                source,
+            } => driver(operation, busy_timeout, source),
+            SqliteError::NewerSchema { found } => Error::config(
+                BACKEND,
+                format!(
+                    "the database has lease schema version {found}; this build understands up to {}",
+                    crate::protocol::SCHEMA_VERSION
+                ),
+                None,
+            ),
+        }
+    }
+}
+
+/// Maps a sqlx error raised during `operation` into the core error (see
+/// [`SqliteError::Driver`]).
 pub(crate) fn map(operation: &'static str, busy_timeout: Duration, err: sqlx::Error) -> Error {
+    SqliteError::Driver {
+        operation,
+        busy_timeout,
+        source: err,
+    }
+    .into()
+}
+
+fn driver(operation: &'static str, busy_timeout: Duration, err: sqlx::Error) -> Error {
     let message = format!("{operation}: {err}");
     match &err {
         sqlx::Error::Database(db) => match primary_code(&err) {
-            Some(SQLITE_BUSY | SQLITE_LOCKED) => Error::Timeout {
-                backend: BACKEND,
-                operation,
-                after: busy_timeout,
-            },
+            Some(SQLITE_BUSY | SQLITE_LOCKED) => Error::refused(
+                BACKEND,
+                format!(
+                    "{message} (another connection held the write lock for the whole busy timeout of {busy_timeout:?}; nothing was applied)"
+                ),
+                Some(err.into()),
+            ),
             Some(SQLITE_CANTOPEN | SQLITE_READONLY | SQLITE_PERM | SQLITE_AUTH | SQLITE_NOTADB) => {
                 Error::config(BACKEND, message, Some(err.into()))
             }
@@ -68,23 +118,21 @@ pub(crate) fn map(operation: &'static str, busy_timeout: Duration, err: sqlx::Er
                 Error::unavailable(BACKEND, message, Some(err.into()))
             }
             Some(SQLITE_CORRUPT) | Some(_) | None => {
-                Error::backend(BACKEND, message, Some(err.into()))
+                Error::store_fault(BACKEND, message, Some(err.into()))
             }
         },
         sqlx::Error::Configuration(_) | sqlx::Error::InvalidArgument(_) => {
             Error::config(BACKEND, message, Some(err.into()))
         }
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => Error::unavailable(BACKEND, message, Some(err.into())),
-        _ => Error::backend(BACKEND, message, Some(err.into())),
+        // No connection was obtained, so nothing was sent.
+        sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            Error::refused(BACKEND, message, Some(err.into()))
+        }
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => {
+            Error::unavailable(BACKEND, message, Some(err.into()))
+        }
+        _ => Error::store_fault(BACKEND, message, Some(err.into())),
     }
-}
-
-/// A row held a value the schema does not allow (a negative token, an illegal owner id).
-pub(crate) fn corrupt(what: &str, err: impl std::fmt::Display) -> Error {
-    Error::backend(BACKEND, format!("corrupt row: {what}: {err}"), None)
 }
 
 #[cfg(test)]
@@ -94,19 +142,19 @@ mod tests {
     #[test]
     fn non_database_errors_map_by_kind() {
         let t = Duration::from_secs(1);
-        assert!(matches!(
-            map("op", t, sqlx::Error::PoolTimedOut),
-            Error::Unavailable { .. }
-        ));
-        assert!(matches!(
-            map("op", t, sqlx::Error::PoolClosed),
-            Error::Unavailable { .. }
-        ));
+        for refused in [sqlx::Error::PoolTimedOut, sqlx::Error::PoolClosed] {
+            let e = map("op", t, refused);
+            assert!(
+                matches!(e, Error::Unavailable { .. }) && !e.outcome_unknown(),
+                "{e:?}"
+            );
+        }
         let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone");
-        assert!(matches!(
-            map("op", t, sqlx::Error::Io(io)),
-            Error::Unavailable { .. }
-        ));
+        let e = map("op", t, sqlx::Error::Io(io));
+        assert!(
+            matches!(e, Error::Unavailable { .. }) && e.outcome_unknown(),
+            "{e:?}"
+        );
         assert!(matches!(
             map("op", t, sqlx::Error::RowNotFound),
             Error::Backend { .. }
@@ -116,5 +164,12 @@ mod tests {
             Error::Config { .. }
         ));
         assert!(primary_code(&sqlx::Error::RowNotFound).is_none());
+    }
+
+    #[test]
+    fn a_newer_schema_is_a_config_error_naming_both_versions() {
+        let e = Error::from(SqliteError::NewerSchema { found: 99 });
+        assert!(matches!(e, Error::Config { .. }), "{e:?}");
+        assert!(e.to_string().contains("99"), "{e}");
     }
 }

@@ -4,11 +4,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lease_core::{
-    FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
 
-use crate::error::{BACKEND, corrupt};
-use crate::sql;
+use lease_core::backend::{corrupt, decode_token};
+
+use crate::error::BACKEND;
+use crate::protocol;
 use crate::store::{Inner, SqliteLeaseStore};
 
 /// A [`FencedResource`] in table `lease_fenced` of a [`SqliteLeaseStore`]'s file: per key, the
@@ -51,15 +53,15 @@ impl SqliteFencedResource {
         let mut tx = self
             .inner
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(protocol::BEGIN)
             .await
             .map_err(&map)?;
-        let row: Option<(i64, Option<Vec<u8>>, i64, i64)> = sqlx::query_as(sql::SELECT_FENCED)
+        let row: Option<(i64, Option<Vec<u8>>, i64, i64)> = sqlx::query_as(protocol::SELECT_FENCED)
             .bind(key.as_str())
             .fetch_optional(&mut *tx)
             .await
             .map_err(&map)?;
-        let mut state = decode(row)?;
+        let mut state = decode(key, row)?;
         if let Some(high_water) = state.high_water
             && token < high_water
         {
@@ -89,7 +91,7 @@ impl SqliteFencedResource {
             }
             None => {}
         }
-        sqlx::query(sql::UPSERT_FENCED)
+        sqlx::query(protocol::UPSERT_FENCED)
             .bind(key.as_str())
             .bind(token.to_i64())
             .bind(state.value)
@@ -104,40 +106,42 @@ impl SqliteFencedResource {
     }
 }
 
-fn decode(row: Option<(i64, Option<Vec<u8>>, i64, i64)>) -> Result<ResourceState> {
+fn decode(key: &LeaseKey, row: Option<(i64, Option<Vec<u8>>, i64, i64)>) -> Result<ResourceState> {
     let Some((high_water, value, counter, accepted)) = row else {
         return Ok(ResourceState::default());
     };
     Ok(ResourceState {
-        high_water: Some(FencingToken::try_from(high_water).map_err(|e| corrupt("high_water", e))?),
+        high_water: Some(decode_token(BACKEND, key.as_str(), high_water)?),
         value,
         counter,
-        accepted: u64::try_from(accepted).map_err(|e| corrupt("accepted", e))?,
+        accepted: u64::try_from(accepted).map_err(|e| {
+            corrupt(
+                BACKEND,
+                key.as_str(),
+                format_args!("accepted {accepted}: {e}"),
+            )
+        })?,
     })
 }
 
 #[async_trait]
 impl FencedResource for SqliteFencedResource {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        self.apply(key, token, Some(op)).await
-    }
-
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.apply(key, token, None).await
+        self.apply(key, token, op.into_write_op()).await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
-        let row = sqlx::query_as(sql::SELECT_FENCED)
+        let row = sqlx::query_as(protocol::SELECT_FENCED)
             .bind(key.as_str())
             .fetch_optional(&self.inner.pool)
             .await
             .map_err(self.inner.map("fenced read"))?;
-        decode(row)
+        decode(key, row)
     }
 }
 
@@ -145,17 +149,13 @@ impl FencedResource for SqliteFencedResource {
 /// so one handle serves both roles.
 #[async_trait]
 impl FencedResource for SqliteLeaseStore {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        self.fenced_resource().write(key, token, op).await
-    }
-
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.fenced_resource().install(key, token).await
+        FencedResource::apply(&self.fenced_resource(), key, token, op).await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {

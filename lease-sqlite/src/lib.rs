@@ -44,7 +44,9 @@
 //!   queue in which renewals and releases go before acquires; across processes they wait for
 //!   each other in SQLite's busy handler. Writers wait up to the busy timeout
 //!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
-//!   [`Error::Timeout`](lease_core::Error::Timeout), which is retryable.
+//!   [`Error::Unavailable`](lease_core::Error::Unavailable) built by
+//!   [`Error::refused`](lease_core::Error::refused): retryable, and certainly not applied
+//!   ([`outcome_unknown`](lease_core::Error::outcome_unknown) is false).
 //! - **Watch by registry and polling.** SQLite cannot notify other processes. A release wakes
 //!   the key's watchers in the same process at once; commits by other processes are noticed by
 //!   polling `PRAGMA data_version` (every 25 ms by default, only while something watches), so a
@@ -64,13 +66,14 @@
 //!
 //! ## Tables
 //! `lease_meta` (schema version), `lease_generation`, `lease_holder`, `lease_fenced`; they live
-//! next to any tables of your own in the same file.
+//! next to any tables of your own in the same file. [`protocol`] holds the schema and every
+//! statement the crate sends.
 
 mod config;
 mod error;
 mod fenced;
 mod gate;
-mod sql;
+pub mod protocol;
 mod store;
 mod watch;
 

@@ -7,18 +7,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, ExpiryClock, FencingToken, Holder, KeyState,
-    KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability, validate_ttl,
+    KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use tokio::time::Instant;
 
 use crate::config::{self, SqliteOptions};
-use crate::error::{self, BACKEND, corrupt};
+use lease_core::backend::{decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl};
+
+use crate::error::{self, BACKEND, SqliteError};
 use crate::fenced::SqliteFencedResource;
 use crate::gate::{self, Gate};
-use crate::sql;
+use crate::protocol;
 use crate::watch::{self, Hub};
 
 /// A [`LeaseStore`] on one SQLite database file, shared by any number of processes **on one
@@ -98,7 +99,8 @@ impl Inner {
 
 impl SqliteLeaseStore {
     /// Opens (creating if needed) the database file at `path` with default [`SqliteOptions`],
-    /// and creates the schema if it is missing.
+    /// and creates the schema if it is missing. What it adds to [`connect`](Self::connect): any
+    /// file system path, including ones a URL cannot spell (not UTF-8, or containing `?`).
     ///
     /// ```no_run
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
@@ -110,7 +112,8 @@ impl SqliteLeaseStore {
     /// # Errors
     /// [`Error::Config`](lease_core::Error::Config) if the directory does not exist, the path is
     /// a directory, or the file is not a database (or has a newer schema);
-    /// [`Error::Timeout`](lease_core::Error::Timeout) if other processes held the write lock for
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) (refused, nothing applied) if other
+    /// processes held the write lock for
     /// the whole busy timeout while the schema was created.
     ///
     /// # Cancellation safety
@@ -210,13 +213,14 @@ impl SqliteLeaseStore {
     ///
     /// # Errors
     /// [`Error::Config`](lease_core::Error::Config) if the file has a newer schema version;
-    /// [`Error::Timeout`](lease_core::Error::Timeout) if the write lock was busy throughout.
+    /// [`Error::Unavailable`](lease_core::Error::Unavailable) (refused, nothing applied) if the
+    /// write lock was busy throughout.
     ///
     /// # Cancellation safety
     /// Cancel safe: one transaction that commits or rolls back.
     pub async fn migrate(&self) -> Result<()> {
         let _turn = self.inner.gate.ordinary().await;
-        sql::migrate(&self.inner.pool, self.inner.busy_timeout).await
+        migrate(&self.inner.pool, self.inner.busy_timeout).await
     }
 
     /// The database file.
@@ -251,26 +255,38 @@ impl SqliteLeaseStore {
     }
 }
 
-/// The TTL as whole milliseconds, rounded up (so the granted TTL is never below the request).
-fn ttl_ms(ttl: Duration) -> Result<(i64, Duration)> {
-    let ms = ttl.as_nanos().div_ceil(1_000_000);
-    let ms = i64::try_from(ms).map_err(|_| lease_core::Error::InvalidTtl {
-        ttl,
-        reason: "does not fit in milliseconds".to_string(),
-    })?;
-    Ok((ms, Duration::from_millis(ms.unsigned_abs())))
+/// Creates the tables if they are missing, in one immediate transaction (safe when several
+/// processes open a fresh file at once). Idempotent. Refuses a file written by a newer schema.
+async fn migrate(pool: &SqlitePool, busy: Duration) -> Result<()> {
+    let map = |e| error::map("migrate", busy, e);
+    let mut tx = pool.begin_with(protocol::BEGIN).await.map_err(map)?;
+    sqlx::query(protocol::CREATE_META)
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    let found: Option<i64> = sqlx::query_scalar(protocol::SELECT_SCHEMA_VERSION)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?;
+    if let Some(v) = found
+        && v > protocol::SCHEMA_VERSION
+    {
+        return Err(SqliteError::NewerSchema { found: v }.into());
+    }
+    for ddl in protocol::CREATE_TABLES {
+        sqlx::query(ddl).execute(&mut *tx).await.map_err(map)?;
+    }
+    sqlx::query(protocol::INSERT_SCHEMA_VERSION)
+        .bind(protocol::SCHEMA_VERSION)
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    tx.commit().await.map_err(map)?;
+    Ok(())
 }
 
 fn duration_ms(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-fn token_of(v: i64) -> Result<FencingToken> {
-    FencingToken::try_from(v).map_err(|e| corrupt("token", e))
-}
-
-fn owner_of(v: &str) -> Result<OwnerId> {
-    OwnerId::new(v).map_err(|e| corrupt("owner", e))
 }
 
 #[async_trait]
@@ -286,7 +302,8 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         validate_ttl(req.ttl, self.capabilities().min_ttl)?;
-        let (ttl_ms, granted) = ttl_ms(req.ttl)?;
+        let ttl = ttl_millis(req.ttl)?;
+        let (ttl_ms, granted) = (ttl.as_i64(), ttl.granted());
         let key = req.key.as_str();
         let map = self.tx_map("acquire");
         let sent = Instant::now();
@@ -296,7 +313,7 @@ impl LeaseStore for SqliteLeaseStore {
         let mut tx = self
             .inner
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(protocol::BEGIN)
             .await
             .map_err(&map)?;
         type Row = (
@@ -308,7 +325,7 @@ impl LeaseStore for SqliteLeaseStore {
             Option<i64>,
         );
         let (now, generation, owner, token, held_ttl, expires): Row =
-            sqlx::query_as(sql::ACQUIRE_READ)
+            sqlx::query_as(protocol::ACQUIRE_READ)
                 .bind(key)
                 .fetch_one(&mut *tx)
                 .await
@@ -324,8 +341,8 @@ impl LeaseStore for SqliteLeaseStore {
             && owner.as_str() != req.owner.as_str()
         {
             let holder = Holder {
-                owner: owner_of(owner)?,
-                token: token_of(*token)?,
+                owner: decode_owner(BACKEND, key, owner)?,
+                token: decode_token(BACKEND, key, *token)?,
                 remaining: duration_ms(expires - now),
                 ttl: duration_ms(*held_ttl),
             };
@@ -337,16 +354,16 @@ impl LeaseStore for SqliteLeaseStore {
         // deleted generation rows by hand).
         let last = generation.max(holder.as_ref().map(|h| h.1));
         let token = match last {
-            Some(v) => token_of(v)?.next()?,
+            Some(v) => decode_token(BACKEND, key, v)?.next()?,
             None => FencingToken::MIN,
         };
-        sqlx::query(sql::UPSERT_GENERATION)
+        sqlx::query(protocol::UPSERT_GENERATION)
             .bind(key)
             .bind(token.to_i64())
             .execute(&mut *tx)
             .await
             .map_err(&map)?;
-        sqlx::query(sql::UPSERT_HOLDER)
+        sqlx::query(protocol::UPSERT_HOLDER)
             .bind(key)
             .bind(req.owner.as_str())
             .bind(token.to_i64())
@@ -357,7 +374,7 @@ impl LeaseStore for SqliteLeaseStore {
             .map_err(&map)?;
         tx.commit().await.map_err(&map)?;
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-        Ok(AcquireOutcome::Acquired(Lease::granted(
+        Ok(AcquireOutcome::Acquired(granted_lease(
             req.key.clone(),
             req.owner.clone(),
             token,
@@ -369,10 +386,11 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
-        let (ttl_ms, granted) = ttl_ms(lease.ttl())?;
+        let ttl = ttl_millis(lease.ttl())?;
+        let (ttl_ms, granted) = (ttl.as_i64(), ttl.granted());
         let sent = Instant::now();
         let _turn = self.inner.gate.urgent().await;
-        let done = sqlx::query(sql::RENEW)
+        let done = sqlx::query(protocol::RENEW)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())
             .bind(lease.token().to_i64())
@@ -403,20 +421,20 @@ impl LeaseStore for SqliteLeaseStore {
         let mut tx = self
             .inner
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(protocol::BEGIN)
             .await
             .map_err(&map)?;
         let mut out = Vec::with_capacity(leases.len());
         for lease in leases {
             let (ttl_ms, granted) =
-                match validate_ttl(lease.ttl(), min).and_then(|()| ttl_ms(lease.ttl())) {
-                    Ok(v) => v,
+                match validate_ttl(lease.ttl(), min).and_then(|()| ttl_millis(lease.ttl())) {
+                    Ok(t) => (t.as_i64(), t.granted()),
                     Err(e) => {
                         out.push(Err(e));
                         continue;
                     }
                 };
-            let done = sqlx::query(sql::RENEW)
+            let done = sqlx::query(protocol::RENEW)
                 .bind(lease.key().as_str())
                 .bind(lease.owner().as_str())
                 .bind(lease.token().to_i64())
@@ -438,7 +456,7 @@ impl LeaseStore for SqliteLeaseStore {
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let _turn = self.inner.gate.urgent().await;
-        let done = sqlx::query(sql::RELEASE)
+        let done = sqlx::query(protocol::RELEASE)
             .bind(lease.key().as_str())
             .bind(lease.owner().as_str())
             .bind(lease.token().to_i64())
@@ -463,24 +481,25 @@ impl LeaseStore for SqliteLeaseStore {
             Option<i64>,
             Option<i64>,
         );
-        let (last, owner, token, ttl, remaining): Row = sqlx::query_as(sql::INSPECT)
+        let (last, owner, token, ttl, remaining): Row = sqlx::query_as(protocol::INSPECT)
             .bind(key.as_str())
             .fetch_one(&self.inner.pool)
             .await
             .map_err(self.tx_map("inspect"))?;
         let holder = match (owner, token, ttl, remaining) {
             (Some(owner), Some(token), Some(ttl), Some(remaining)) => Some(Holder {
-                owner: owner_of(&owner)?,
-                token: token_of(token)?,
+                owner: decode_owner(BACKEND, key.as_str(), &owner)?,
+                token: decode_token(BACKEND, key.as_str(), token)?,
                 remaining: duration_ms(remaining),
                 ttl: duration_ms(ttl),
             }),
             _ => None,
         };
         let last_token = match (last, &holder) {
-            (Some(v), h) => {
-                Some(token_of(v)?.max(h.as_ref().map_or(FencingToken::MIN, |h| h.token)))
-            }
+            (Some(v), h) => Some(
+                decode_token(BACKEND, key.as_str(), v)?
+                    .max(h.as_ref().map_or(FencingToken::MIN, |h| h.token)),
+            ),
             (None, Some(h)) => Some(h.token),
             (None, None) => None,
         };
@@ -514,23 +533,6 @@ impl LeaseStore for SqliteLeaseStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ttls_round_up_to_whole_milliseconds() -> Result<()> {
-        assert_eq!(
-            ttl_ms(Duration::from_millis(600))?,
-            (600, Duration::from_millis(600))
-        );
-        assert_eq!(
-            ttl_ms(Duration::from_micros(600_001))?,
-            (601, Duration::from_millis(601))
-        );
-        assert_eq!(
-            ttl_ms(Duration::from_nanos(1))?,
-            (1, Duration::from_millis(1))
-        );
-        Ok(())
-    }
 
     #[test]
     fn negative_times_clamp_to_zero() {

@@ -8,7 +8,7 @@
 //! - **Other connections.** While the file has watchers, one task polls `PRAGMA data_version`
 //!   on a dedicated connection. The value changes when *another* connection commits (this
 //!   process's own pool connections included). On a change the task asks which watched keys are
-//!   free now ([`sql::FREE_KEYS`], one read) and wakes their watchers: renewals and grants by
+//!   free now ([`protocol::FREE_KEYS`], one read) and wakes their watchers: renewals and grants by
 //!   others wake nobody. The task stops when the last watch is dropped, and being a plain task
 //!   on the runtime, never holds a runtime's shutdown up.
 //! - **Expiry** is not a commit and wakes nobody: a waiter times its next attempt to the
@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::error::{self, BACKEND};
-use crate::sql;
+use crate::protocol;
 
 /// The watchers of one database file in this process.
 #[derive(Debug, Default)]
@@ -211,14 +211,14 @@ async fn open(connect: &SqliteConnectOptions) -> sqlx::Result<(SqliteConnection,
 }
 
 async fn data_version(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
-    sqlx::query_scalar(sql::DATA_VERSION)
+    sqlx::query_scalar(protocol::DATA_VERSION)
         .fetch_one(&mut *conn)
         .await
 }
 
 /// Which of `keys` have no unexpired holder now.
 async fn free_keys(conn: &mut SqliteConnection, keys: &[String]) -> sqlx::Result<Vec<String>> {
-    let rows = sqlx::query(sql::FREE_KEYS)
+    let rows = sqlx::query(protocol::FREE_KEYS)
         .bind(json_array(keys))
         .fetch_all(&mut *conn)
         .await?;

@@ -17,7 +17,7 @@ use crate::url::StoreUrl;
 ///
 /// What each backend does on connect:
 /// - **postgres**: builds a pool, then creates the lease tables if they are missing
-///   (`PostgresLeaseStore::migrate`: idempotent, under an advisory lock); a role
+///   (`PostgresLeaseStore::connect`: idempotent, under an advisory lock); a role
 ///   without DDL rights may use tables that already exist.
 /// - **redis**: connects with the default key prefix.
 /// - **etcd**: connects to the listed endpoints with the default prefixes.
@@ -55,10 +55,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LeaseStore>> {
         StoreUrl::Memory => Ok(Arc::new(MemoryLeaseStore::new())),
         StoreUrl::Postgres(u) => backends::postgres(u).await.map(|(s, _)| s),
         StoreUrl::Redis(u) => backends::redis(u).await.map(|(s, _)| s),
-        StoreUrl::Etcd { endpoints } => backends::etcd(endpoints).await.map(|(s, _)| s),
-        StoreUrl::Kubernetes { namespace } => {
-            backends::k8s(namespace.as_deref()).await.map(|(s, _)| s)
-        }
+        StoreUrl::Etcd { .. } => backends::etcd(&parsed.to_string()).await.map(|(s, _)| s),
+        StoreUrl::Kubernetes { .. } => backends::k8s(&parsed.to_string()).await.map(|(s, _)| s),
         StoreUrl::Sqlite(u) => backends::sqlite(u).await.map(|(s, _)| s),
     }
 }
@@ -214,8 +212,8 @@ async fn connect_parsed(
         )),
         StoreUrl::Postgres(u) => backends::postgres(u).await,
         StoreUrl::Redis(u) => backends::redis(u).await,
-        StoreUrl::Etcd { endpoints } => backends::etcd(endpoints).await,
-        StoreUrl::Kubernetes { namespace } => backends::k8s(namespace.as_deref()).await,
+        StoreUrl::Etcd { .. } => backends::etcd(&parsed.to_string()).await,
+        StoreUrl::Kubernetes { .. } => backends::k8s(&parsed.to_string()).await,
         StoreUrl::Sqlite(u) => backends::sqlite(u).await,
     }
 }
@@ -229,77 +227,26 @@ mod backends {
 
     type Pair = (Arc<dyn LeaseStore>, Arc<dyn FencedResource>);
 
-    #[cfg(feature = "postgres")]
-    pub(super) async fn postgres(url: &str) -> Result<Pair> {
-        use lease_postgres::{PostgresLeaseStore, PostgresOptions};
-        let store = PostgresLeaseStore::connect_lazy(url, PostgresOptions::default())?;
-        // Create the tables on first use (idempotent, under an advisory lock). A role without
-        // DDL rights can still use tables created by someone else.
-        if let Err(e) = store.migrate().await
-            && (e.is_retryable() || store.verify_schema().await.is_err())
-        {
-            return Err(e);
-        }
-        let resource = store.fenced_resource();
-        Ok((Arc::new(store), Arc::new(resource)))
-    }
-    #[cfg(not(feature = "postgres"))]
-    pub(super) async fn postgres(url: &str) -> Result<Pair> {
-        Err(StoreUrl::Postgres(url.to_string()).feature_off())
+    /// Every backend crate has the same shape (`<B>LeaseStore::connect(url)` and
+    /// `store.fenced_resource()`), so every backend is one line here.
+    macro_rules! backend {
+        ($name:ident, $feature:literal, $store:ty) => {
+            #[cfg(feature = $feature)]
+            pub(super) async fn $name(url: &str) -> Result<Pair> {
+                let store = <$store>::connect(url).await?;
+                let resource = store.fenced_resource();
+                Ok((Arc::new(store), Arc::new(resource)))
+            }
+            #[cfg(not(feature = $feature))]
+            pub(super) async fn $name(url: &str) -> Result<Pair> {
+                Err(StoreUrl::parse(url)?.feature_off())
+            }
+        };
     }
 
-    #[cfg(feature = "redis")]
-    pub(super) async fn redis(url: &str) -> Result<Pair> {
-        let store = lease_redis::RedisLeaseStore::connect(url).await?;
-        Ok((Arc::new(store.clone()), Arc::new(store)))
-    }
-    #[cfg(not(feature = "redis"))]
-    pub(super) async fn redis(url: &str) -> Result<Pair> {
-        Err(StoreUrl::Redis(url.to_string()).feature_off())
-    }
-
-    #[cfg(feature = "etcd")]
-    pub(super) async fn etcd(endpoints: &[String]) -> Result<Pair> {
-        let config = lease_etcd::EtcdConfig::new(endpoints.iter().cloned());
-        let store = lease_etcd::EtcdLeaseStore::connect(config).await?;
-        let resource = lease_etcd::EtcdFencedResource::from_store(&store);
-        Ok((Arc::new(store), Arc::new(resource)))
-    }
-    #[cfg(not(feature = "etcd"))]
-    pub(super) async fn etcd(endpoints: &[String]) -> Result<Pair> {
-        Err(StoreUrl::Etcd {
-            endpoints: endpoints.to_vec(),
-        }
-        .feature_off())
-    }
-
-    #[cfg(feature = "k8s")]
-    pub(super) async fn k8s(namespace: Option<&str>) -> Result<Pair> {
-        let client = lease_k8s::infer_client().await?;
-        let namespace =
-            namespace.map_or_else(|| client.default_namespace().to_string(), str::to_string);
-        let resource = lease_k8s::KubeFencedResource::new(client.clone(), &namespace)?;
-        let store = lease_k8s::KubeLeaseStore::builder(client)
-            .namespace(namespace)
-            .build()?;
-        Ok((Arc::new(store), Arc::new(resource)))
-    }
-    #[cfg(not(feature = "k8s"))]
-    pub(super) async fn k8s(namespace: Option<&str>) -> Result<Pair> {
-        Err(StoreUrl::Kubernetes {
-            namespace: namespace.map(str::to_string),
-        }
-        .feature_off())
-    }
-
-    #[cfg(feature = "sqlite")]
-    pub(super) async fn sqlite(url: &str) -> Result<Pair> {
-        let store = lease_sqlite::SqliteLeaseStore::connect(url).await?;
-        let resource = store.fenced_resource();
-        Ok((Arc::new(store), Arc::new(resource)))
-    }
-    #[cfg(not(feature = "sqlite"))]
-    pub(super) async fn sqlite(url: &str) -> Result<Pair> {
-        Err(StoreUrl::Sqlite(url.to_string()).feature_off())
-    }
+    backend!(postgres, "postgres", lease_postgres::PostgresLeaseStore);
+    backend!(redis, "redis", lease_redis::RedisLeaseStore);
+    backend!(etcd, "etcd", lease_etcd::EtcdLeaseStore);
+    backend!(k8s, "k8s", lease_k8s::K8sLeaseStore);
+    backend!(sqlite, "sqlite", lease_sqlite::SqliteLeaseStore);
 }

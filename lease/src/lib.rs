@@ -123,6 +123,7 @@
 //! - [`supervisor`]: bounded acquisition, renewal, health, guarded work.
 //! - [`election`]: leader election whose term is the fencing token.
 //! - [`capability`]: what each backend promises.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod connect;
 mod url;
@@ -134,27 +135,36 @@ pub use connect::{
 pub use lease_core::*;
 pub use url::{SCHEMES, StoreUrl};
 
+/// The attribute that implements [`LeaseStore`] (an `async_trait`) for your own type, for
+/// example a wrapper around another store.
+pub use async_trait::async_trait;
+
 /// The PostgreSQL backend (feature `postgres`): the crate `lease-postgres`.
 #[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 #[doc(inline)]
 pub use lease_postgres as postgres;
 
 /// The Redis backend (feature `redis`): the crate `lease-redis`.
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[doc(inline)]
 pub use lease_redis as redis;
 
 /// The etcd backend (feature `etcd`): the crate `lease-etcd`.
 #[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 #[doc(inline)]
 pub use lease_etcd as etcd;
 
 /// The Kubernetes backend (feature `k8s`): the crate `lease-k8s`.
 #[cfg(feature = "k8s")]
+#[cfg_attr(docsrs, doc(cfg(feature = "k8s")))]
 #[doc(inline)]
 pub use lease_k8s as k8s;
 
 /// The SQLite backend (feature `sqlite`): the crate `lease-sqlite`.
 #[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 #[doc(inline)]
 pub use lease_sqlite as sqlite;

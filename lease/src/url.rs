@@ -10,6 +10,7 @@ const FACADE: &str = "lease";
 
 /// The URL schemes [`connect`](crate::connect) understands, for error messages.
 pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss://, \
+                           redis+cluster://host:port,..., rediss+cluster://, \
                            etcd://host:port,..., etcds://, k8s://NAMESPACE, sqlite://PATH";
 
 /// A store URL, parsed: which backend and where. Parsing never connects and does not depend on
@@ -20,6 +21,7 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// | `memory:` | [`MemoryLeaseStore`](lease_core::MemoryLeaseStore), one per call | none |
 /// | `postgres://user@host:5432/db`, `postgresql://...` | PostgreSQL | `postgres` |
 /// | `redis://host:6379/0`, `rediss://...` (TLS) | Redis | `redis` |
+/// | `redis+cluster://host:7000,host:7001`, `rediss+cluster://...` (TLS) | Redis Cluster | `redis` |
 /// | `etcd://host:2379,host:2379`, `etcds://...` (TLS) | etcd v3 | `etcd` |
 /// | `k8s://NAMESPACE`, `k8s://` (the kubeconfig's namespace), `kubernetes://NAMESPACE` | Kubernetes Leases | `k8s` |
 /// | `sqlite://PATH`, `sqlite:///ABSOLUTE/PATH` | SQLite file | `sqlite` |
@@ -86,7 +88,7 @@ impl StoreUrl {
                 authority(url, rest, "postgres")?;
                 Ok(StoreUrl::Postgres(url.to_string()))
             }
-            "redis" | "rediss" | "redis+unix" | "unix" => {
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster" => {
                 if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") {
                     authority(url, rest, "redis")?;
                 }
@@ -342,6 +344,7 @@ mod tests {
         assert_eq!(ok("postgresql://h/db").backend(), "postgres");
         assert_eq!(ok("redis://127.0.0.1:6379/0").backend(), "redis");
         assert_eq!(ok("rediss://h:6380").backend(), "redis");
+        assert_eq!(ok("redis+cluster://a:7000,b:7001").backend(), "redis");
         assert_eq!(
             ok("etcd://a:2379, b:2379/"),
             StoreUrl::Etcd {

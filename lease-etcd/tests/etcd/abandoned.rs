@@ -7,10 +7,23 @@ use std::time::Duration;
 
 use etcd_client::{EventType, WatchOptions};
 use lease_core::{AcquireRequest, LeaseStore, OwnerId, RenewOutcome};
-use lease_etcd::{EtcdConfig, EtcdLeaseStore, LeaseSharing};
-use lease_testkit::proxy::{FaultProxy, Mode};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
+use lease_faults::proxy::{FaultProxy, Mode};
+use lease_testkit::case;
+use lease_testkit::cases::Case;
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::time::Instant;
+
+/// This file's cases for `sharing` (PerTtl only: with one etcd lease per grant a failed acquire revokes its lease).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => vec![
+            case!("etcd", a_dropped_acquire_leaves_no_key_alive),
+            case!("etcd", a_failed_acquire_leaves_no_key_alive),
+        ],
+        _ => Vec::new(),
+    }
+}
 
 /// How the caller abandons its acquire once the put is applied.
 #[derive(Debug, Clone, Copy)]
@@ -32,17 +45,16 @@ async fn abandoned_acquire_frees_the_key(ctx: Ctx, how: Abandon) -> CaseResult {
         .parse()
         .map_err(|e| format!("endpoint {first}: {e}"))?;
     let proxy = FaultProxy::start(upstream).await?;
-    let config = EtcdConfig::from_list(&format!("http://{}", proxy.addr()))
-        .with_lease_sharing(LeaseSharing::PerTtl);
-    let store = EtcdLeaseStore::connect(config).await?;
-    let direct = EtcdLeaseStore::connect(super::config()).await?;
+    let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect_with(&format!("etcd://{}", proxy.addr()), options).await?;
+    let direct = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     // Long enough for `kept` to outlive the slow (proxied) acquire without a renewal.
     let ttl = Duration::from_secs(8);
     let (kept, abandoned) = (ctx.key("kept"), ctx.key("abandoned"));
     let a = OwnerId::with_label("a");
-    let mut keep = super::must_acquire(&store, &kept, &a, ttl).await?;
+    let mut keep = ctx.must_acquire_with(&store, &kept, &a, ttl).await?;
 
-    let prefix = format!("{}/", direct.config().lock_name(&abandoned));
+    let prefix = format!("{}/", direct.options().lock_name(&abandoned));
     let mut events = direct
         .client()
         .watch(prefix, Some(WatchOptions::new().with_prefix()))

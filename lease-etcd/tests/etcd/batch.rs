@@ -6,11 +6,27 @@ use std::time::Duration;
 use etcd_client::{PutOptions, Txn, TxnOp};
 use futures::{StreamExt, TryStreamExt};
 use lease_core::{AcquireOutcome, Lease, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome};
-use lease_etcd::{EtcdConfig, EtcdLeaseStore, LeaseSharing};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::cluster::{Cluster, Timing};
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+
+/// This file's cases for `sharing`.
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => vec![
+            case!("etcd", renew_many_reads_keys_back_in_few_range_requests),
+            case!("etcd", renew_many_reports_exactly_the_leases_that_were_lost),
+        ],
+        _ => vec![case!(
+            "etcd",
+            renew_many_reports_exactly_the_leases_that_were_lost
+        )],
+    }
+}
 
 /// Request messages etcd received (`grpc_server_msg_received_total` on `/metrics`): all of them,
 /// and those of the range method.
@@ -103,8 +119,8 @@ async fn renew_all(store: &EtcdLeaseStore, leases: &[Lease]) -> Result<Vec<Lease
 pub(crate) async fn renew_many_reads_keys_back_in_few_range_requests(ctx: Ctx) -> CaseResult {
     let cluster = Cluster::start(1, Timing::FAST).await?;
     let endpoint = cluster.endpoints()[0].clone();
-    let config = EtcdConfig::new(cluster.endpoints()).with_lease_sharing(LeaseSharing::PerTtl);
-    let store = EtcdLeaseStore::connect(config).await?;
+    let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect_with(&cluster.url(), options).await?;
     let ttl = Duration::from_secs(30);
     let leases = acquire_many(&ctx, &store, "k", 2_000, ttl).await?;
     let etcd_leases: std::collections::HashSet<_> = leases
@@ -131,7 +147,7 @@ pub(crate) async fn renew_many_reads_keys_back_in_few_range_requests(ctx: Ctx) -
 
     // 6,000 keys of somebody else sort between our k0998 and k0999.
     let mut client = store.client();
-    let foreign = store.config().lock_name(&ctx.key("k0999-x"));
+    let foreign = store.options().lock_name(&ctx.key("k0999-x"));
     for chunk in (0..6_000).collect::<Vec<u32>>().chunks(100) {
         let puts: Vec<TxnOp> = chunk
             .iter()
@@ -152,7 +168,7 @@ pub(crate) async fn renew_many_reads_keys_back_in_few_range_requests(ctx: Ctx) -
         );
     }
 
-    let per_grant = EtcdLeaseStore::connect(EtcdConfig::new(cluster.endpoints())).await?;
+    let per_grant = EtcdLeaseStore::connect(&cluster.url()).await?;
     let own = acquire_many(&ctx, &per_grant, "g", 100, ttl).await?;
     let before = requests(&endpoint).await?;
     renew_all(&per_grant, &own).await?;
@@ -169,8 +185,8 @@ pub(crate) async fn renew_many_reads_keys_back_in_few_range_requests(ctx: Ctx) -
 /// TTLs: exactly the lost ones are `Lost`, the rest `Renewed` with their tokens, and nothing the
 /// refused slots name is changed.
 pub(crate) async fn renew_many_reports_exactly_the_leases_that_were_lost(ctx: Ctx) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
-    let other = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let other = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let mut client = store.client();
     let (long, medium) = (ctx.long_ttl(), Duration::from_secs(20));
     let a = acquire_many(&ctx, &store, "a", 12, long).await?;
@@ -184,7 +200,7 @@ pub(crate) async fn renew_many_reports_exactly_the_leases_that_were_lost(ctx: Ct
         Ok(i64::from_str_radix(id, 16)?)
     };
     let lock_key = |l: &Lease, client: &mut etcd_client::Client| {
-        let prefix = format!("{}/", store.config().lock_name(l.key()));
+        let prefix = format!("{}/", store.options().lock_name(l.key()));
         let mut client = client.clone();
         async move {
             let opts = etcd_client::GetOptions::new().with_prefix();
@@ -200,7 +216,7 @@ pub(crate) async fn renew_many_reports_exactly_the_leases_that_were_lost(ctx: Ct
     let kv = lock_key(&a[2], &mut client).await?;
     client.delete(kv.key(), None).await?;
     let c = OwnerId::with_label("c");
-    let taken = super::must_acquire(&other, a[2].key(), &c, long).await?;
+    let taken = ctx.must_acquire_with(&other, a[2].key(), &c, long).await?;
     // a3: released.
     assert_eq!(store.release(&a[3]).await?, ReleaseOutcome::Released);
     // a4: a new incarnation of the same key, same etcd lease, same value.

@@ -158,6 +158,11 @@ impl Cluster {
         self.members.iter().map(|m| m.client_url.clone()).collect()
     }
 
+    /// The cluster's `etcd://` URL.
+    pub(crate) fn url(&self) -> String {
+        super::etcd_url(self.endpoints())
+    }
+
     /// Kills member `i` with SIGKILL and waits for it to exit.
     pub(crate) async fn kill(&mut self, i: usize) -> Result<(), Failed> {
         if let Some(mut child) = self.members[i].child.take() {

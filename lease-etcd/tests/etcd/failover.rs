@@ -3,11 +3,25 @@
 use std::time::Duration;
 
 use lease_core::{AcquireRequest, Lease, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome};
-use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions};
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::time::Instant;
 
 use super::cluster::{Cluster, Timing};
+use lease_etcd::LeaseSharing;
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+
+/// This file's cases for `sharing` (PerGrant only: the failover cases do not depend on the sharing mode).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => Vec::new(),
+        _ => vec![
+            case!("etcd", member_restart_while_a_lease_is_held),
+            case!("etcd", leader_killed_in_a_three_member_cluster),
+        ],
+    }
+}
 
 /// Renews, retrying retryable errors until `within` passes; `None` if every attempt failed.
 async fn renew_retrying(
@@ -33,12 +47,12 @@ async fn renew_retrying(
 /// has lost it (never both), and the next grant has a greater token.
 pub(crate) async fn member_restart_while_a_lease_is_held(ctx: Ctx) -> CaseResult {
     let mut cluster = Cluster::start(1, Timing::FAST).await?;
-    let config = EtcdConfig::new(cluster.endpoints()).with_request_timeout(Duration::from_secs(2));
-    let store = EtcdLeaseStore::connect(config.clone()).await?;
+    let options = EtcdOptions::default().with_request_timeout(Duration::from_secs(2));
+    let store = EtcdLeaseStore::connect_with(&cluster.url(), options.clone()).await?;
     let key = ctx.key("restart");
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let ttl = Duration::from_secs(2);
-    let lease = super::must_acquire(&store, &key, &a, ttl).await?;
+    let lease = ctx.must_acquire_with(&store, &key, &a, ttl).await?;
 
     cluster.kill(0).await?;
     assert!(
@@ -66,7 +80,7 @@ pub(crate) async fn member_restart_while_a_lease_is_held(ctx: Ctx) -> CaseResult
             );
         }
     }
-    let other = EtcdLeaseStore::connect(config).await?;
+    let other = EtcdLeaseStore::connect_with(&cluster.url(), options).await?;
     let next = super::wait_and_acquire(
         &other,
         &AcquireRequest::new(key.clone(), b, ttl),
@@ -89,9 +103,9 @@ pub(crate) async fn member_restart_while_a_lease_is_held(ctx: Ctx) -> CaseResult
 pub(crate) async fn leader_killed_in_a_three_member_cluster(ctx: Ctx) -> CaseResult {
     let timing = Timing::FAST;
     let mut cluster = Cluster::start(3, timing).await?;
-    let config = EtcdConfig::new(cluster.endpoints()).with_request_timeout(Duration::from_secs(1));
-    let holder = EtcdLeaseStore::connect(config.clone()).await?;
-    let waiter = EtcdLeaseStore::connect(config.clone()).await?;
+    let options = EtcdOptions::default().with_request_timeout(Duration::from_secs(1));
+    let holder = EtcdLeaseStore::connect_with(&cluster.url(), options.clone()).await?;
+    let waiter = EtcdLeaseStore::connect_with(&cluster.url(), options.clone()).await?;
     let ttl = Duration::from_secs(2);
     let (kept, orphan) = (ctx.key("kept"), ctx.key("orphan"));
     let (a, d, b) = (
@@ -99,8 +113,8 @@ pub(crate) async fn leader_killed_in_a_three_member_cluster(ctx: Ctx) -> CaseRes
         OwnerId::with_label("d"),
         OwnerId::with_label("b"),
     );
-    let la = super::must_acquire(&holder, &kept, &a, ttl).await?;
-    let ld = super::must_acquire(&holder, &orphan, &d, ttl).await?; // never renewed
+    let la = ctx.must_acquire_with(&holder, &kept, &a, ttl).await?;
+    let ld = ctx.must_acquire_with(&holder, &orphan, &d, ttl).await?; // never renewed
     let before = la.token().max(ld.token());
 
     // The waiter watches the orphaned key from before the failure.

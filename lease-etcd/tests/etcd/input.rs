@@ -4,11 +4,29 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use lease_core::{AcquireOutcome, AcquireRequest, Error, LeaseStore, OwnerId};
-use lease_etcd::{EtcdConfig, EtcdLeaseStore};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions};
 use lease_testkit::{CaseResult, Ctx};
 use tokio::time::Instant;
 
 use super::cluster::{Cluster, Timing};
+use lease_etcd::LeaseSharing;
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+
+/// This file's cases for `sharing` (PerGrant only: input checks do not depend on the sharing mode).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => Vec::new(),
+        _ => vec![
+            case!("etcd", unreachable_endpoints_fail_fast_and_retryable),
+            case!("etcd", malformed_endpoints_are_config_errors),
+            case!(
+                "etcd",
+                ttl_below_the_server_minimum_is_invalid_and_others_round_up
+            ),
+        ],
+    }
+}
 
 /// A refused port and a port that accepts connections but never answers fail within the
 /// timeouts, as retryable errors.
@@ -21,14 +39,14 @@ pub(crate) async fn unreachable_endpoints_fail_fast_and_retryable(_ctx: Ctx) -> 
     let silent = TcpListener::bind("127.0.0.1:0")?;
     let silent_port = silent.local_addr()?.port();
     for endpoint in [
-        format!("http://127.0.0.1:{closed}"),
-        format!("http://127.0.0.1:{silent_port}"),
+        format!("etcd://127.0.0.1:{closed}"),
+        format!("etcd://127.0.0.1:{silent_port}"),
     ] {
-        let config = EtcdConfig::from_list(&endpoint)
+        let options = EtcdOptions::default()
             .with_connect_timeout(Duration::from_millis(300))
             .with_request_timeout(Duration::from_millis(700));
         let started = Instant::now();
-        match EtcdLeaseStore::connect(config).await {
+        match EtcdLeaseStore::connect_with(&endpoint, options).await {
             Err(e @ (Error::Unavailable { .. } | Error::Timeout { .. })) => {
                 assert!(e.is_retryable())
             }
@@ -50,23 +68,27 @@ pub(crate) async fn unreachable_endpoints_fail_fast_and_retryable(_ctx: Ctx) -> 
 
 /// Empty, scheme-less garbage and broken URLs are configuration errors, before any I/O.
 pub(crate) async fn malformed_endpoints_are_config_errors(_ctx: Ctx) -> CaseResult {
-    let lists: [&[&str]; 6] = [
-        &[],
-        &["http://"],
-        &["ftp://host:2379"],
-        &["http://bad host:1"],
-        &["http://h:1", "::::"],
-        &["http://[::1:2379"],
+    let urls = [
+        "",
+        "etcd://",
+        "http://127.0.0.1:2379",
+        "ftp://host:2379",
+        "etcd://bad host:1",
+        "etcd://h:1,::::",
+        "etcd://h:1,,h:2",
+        "etcd://[::1:2379",
     ];
-    for list in lists {
-        match EtcdLeaseStore::connect(EtcdConfig::new(list.iter().copied())).await {
-            Err(Error::Config { .. }) => {}
-            other => return Err(format!("{list:?}: expected Config, got {other:?}").into()),
+    for url in urls {
+        match EtcdLeaseStore::connect(url).await {
+            Err(Error::Config { message, .. }) if message.contains(url) => {}
+            other => {
+                return Err(format!("{url:?}: expected Config naming it, got {other:?}").into());
+            }
         }
     }
-    let zero = EtcdConfig::from_list("http://127.0.0.1:1").with_request_timeout(Duration::ZERO);
+    let zero = EtcdOptions::default().with_request_timeout(Duration::ZERO);
     assert!(matches!(
-        EtcdLeaseStore::connect(zero).await,
+        EtcdLeaseStore::connect_with("etcd://127.0.0.1:1", zero).await,
         Err(Error::Config { .. })
     ));
     Ok(())
@@ -79,7 +101,7 @@ pub(crate) async fn ttl_below_the_server_minimum_is_invalid_and_others_round_up(
     ctx: Ctx,
 ) -> CaseResult {
     let cluster = Cluster::start(1, Timing::DEFAULT).await?;
-    let store = EtcdLeaseStore::connect(EtcdConfig::new(cluster.endpoints())).await?;
+    let store = EtcdLeaseStore::connect(&cluster.url()).await?;
     assert_eq!(store.capabilities().min_ttl, Duration::from_secs(2));
     assert_eq!(store.capabilities().ttl_granularity, Duration::from_secs(1));
     let key = ctx.key("min-ttl");

@@ -7,9 +7,28 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, Error, Lease, LeaseStore, OwnerId, ReleaseOutcome,
 };
 use lease_etcd::EtcdLeaseStore;
+use lease_etcd::LeaseSharing;
+use lease_testkit::case;
+use lease_testkit::cases::Case;
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
+
+/// This file's cases for `sharing`.
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => vec![
+            case!("etcd", etcdctl_holds_and_the_store_is_refused),
+            case!("etcd", etcdctl_holders_cannot_be_impersonated),
+            case!("etcd", store_holds_and_etcdctl_waits),
+        ],
+        _ => vec![
+            case!("etcd", etcdctl_holds_and_the_store_is_refused),
+            case!("etcd", etcdctl_holders_cannot_be_impersonated),
+            case!("etcd", store_holds_and_etcdctl_waits),
+        ],
+    }
+}
 
 /// The etcdctl binary: `LEASE_ETCDCTL_BIN`, default `/usr/bin/etcdctl`.
 fn etcdctl_bin() -> String {
@@ -70,9 +89,9 @@ async fn interrupt(mut child: Child) -> CaseResult {
 /// `etcdctl lock` holds the name: the store is refused and names the etcdctl key as the holder;
 /// once etcdctl unlocks, the store acquires with a greater token.
 pub(crate) async fn etcdctl_holds_and_the_store_is_refused(ctx: Ctx) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let key = ctx.key("etcdctl-holds");
-    let name = store.config().lock_name(&key);
+    let name = store.options().lock_name(&key);
     let (child, mut lines) = spawn_lock(&name)?;
     let held_key = locked_key(&mut lines, Duration::from_secs(10))
         .await?
@@ -120,11 +139,11 @@ pub(crate) async fn etcdctl_holds_and_the_store_is_refused(ctx: Ctx) -> CaseResu
 /// The store holds the name: `etcdctl lock` waits until the store releases, then holds it, and
 /// the store is refused.
 pub(crate) async fn store_holds_and_etcdctl_waits(ctx: Ctx) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let key = ctx.key("store-holds");
     let a = OwnerId::with_label("a");
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
-    let (child, mut lines) = spawn_lock(&store.config().lock_name(&key))?;
+    let (child, mut lines) = spawn_lock(&store.options().lock_name(&key))?;
     if let Some(k) = locked_key(&mut lines, Duration::from_millis(1500)).await? {
         return Err(format!("etcdctl took the lock ({k}) while the store holds it").into());
     }
@@ -185,9 +204,9 @@ async fn lock_key_state(
 /// acquire, renew, renew_many and release with it (resumed, with and without a forged handle) are
 /// `InvalidOwner` errors, and the holder's key is untouched.
 pub(crate) async fn etcdctl_holders_cannot_be_impersonated(ctx: Ctx) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let key = ctx.key("impersonated");
-    let name = store.config().lock_name(&key);
+    let name = store.options().lock_name(&key);
     let (child, mut lines) = spawn_lock(&name)?;
     let held_key = locked_key(&mut lines, Duration::from_secs(10))
         .await?

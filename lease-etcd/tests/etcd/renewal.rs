@@ -5,19 +5,43 @@ use std::time::Duration;
 use etcd_client::{DeleteOptions, PutOptions};
 use lease_core::{LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome};
 use lease_etcd::EtcdLeaseStore;
+use lease_etcd::LeaseSharing;
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+use lease_testkit::cases::Need;
 use lease_testkit::{CaseResult, Ctx};
 use tokio::time::Instant;
+
+/// This file's cases for `sharing`.
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => vec![
+            case!(
+                "etcd",
+                keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal
+            ),
+            case!("etcd", watch_wakes_a_waiter_on_release_and_on_expiry).needs(&[Need::Watch]),
+        ],
+        _ => vec![
+            case!(
+                "etcd",
+                keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal
+            ),
+            case!("etcd", watch_wakes_a_waiter_on_release_and_on_expiry).needs(&[Need::Watch]),
+        ],
+    }
+}
 
 /// A keepalive succeeds for an etcd lease whose lock key was deleted, or replaced by a key of the
 /// same name on the same etcd lease: neither is a renewal.
 pub(crate) async fn keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal(
     ctx: Ctx,
 ) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let mut client = store.client();
     let key = ctx.key("deleted");
     let a = OwnerId::with_label("a");
-    let prefix = format!("{}/", store.config().lock_name(&key));
+    let prefix = format!("{}/", store.options().lock_name(&key));
 
     // Deleted: the etcd lease lives on, the key is gone.
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
@@ -61,8 +85,8 @@ pub(crate) async fn keepalive_of_a_lease_whose_key_was_deleted_is_not_a_renewal(
 /// A waiter blocked on the watch acquires right after a release and right after an expiry
 /// (measured delays are printed; the bounds are generous for a loaded machine).
 pub(crate) async fn watch_wakes_a_waiter_on_release_and_on_expiry(ctx: Ctx) -> CaseResult {
-    let holder = EtcdLeaseStore::connect(super::config()).await?;
-    let waiter = EtcdLeaseStore::connect(super::config()).await?;
+    let holder = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let waiter = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let key = ctx.key("takeover");
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let ttl = ctx.short_ttl();

@@ -3,12 +3,33 @@
 use std::time::Duration;
 
 use lease_core::{LeaseStore, OwnerId, RenewOutcome};
-use lease_etcd::{EtcdConfig, EtcdLeaseStore, LeaseSharing};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
 use lease_testkit::{CaseResult, Ctx, Failed};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::cluster::{Cluster, Timing};
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+
+/// This file's cases for `sharing` (PerTtl only (the last case builds its own PerGrant store)).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => vec![
+            case!("etcd", many_keys_share_one_etcd_lease_and_one_keepalive),
+            case!(
+                "etcd",
+                an_unrenewed_key_expires_although_its_etcd_lease_lives
+            ),
+            case!(
+                "etcd",
+                a_renewal_through_another_store_holds_to_its_deadline
+            ),
+            case!("etcd", a_store_without_sharing_refuses_a_shared_key),
+        ],
+        _ => Vec::new(),
+    }
+}
 
 /// etcd's count of lease keepalives (`etcd_debugging_lease_renewed_total` on `/metrics`).
 async fn keepalives(endpoint: &str) -> Result<u64, Failed> {
@@ -31,13 +52,16 @@ async fn keepalives(endpoint: &str) -> Result<u64, Failed> {
 pub(crate) async fn many_keys_share_one_etcd_lease_and_one_keepalive(ctx: Ctx) -> CaseResult {
     let cluster = Cluster::start(1, Timing::FAST).await?;
     let endpoint = cluster.endpoints()[0].clone();
-    let config = EtcdConfig::new(cluster.endpoints()).with_lease_sharing(LeaseSharing::PerTtl);
-    let store = EtcdLeaseStore::connect(config).await?;
+    let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect_with(&cluster.url(), options).await?;
     let ttl = Duration::from_secs(3);
     let a = OwnerId::with_label("a");
     let mut leases = Vec::new();
     for i in 0..20 {
-        leases.push(super::must_acquire(&store, &ctx.key(&format!("k{i}")), &a, ttl).await?);
+        leases.push(
+            ctx.must_acquire_with(&store, &ctx.key(&format!("k{i}")), &a, ttl)
+                .await?,
+        );
     }
     let lease_ids: Vec<&str> = leases
         .iter()
@@ -85,8 +109,8 @@ pub(crate) async fn many_keys_share_one_etcd_lease_and_one_keepalive(ctx: Ctx) -
 /// (by the store's sweeper) about its TTL after its last renewal although the etcd lease lives on,
 /// its late renewal is refused, and the renewed key stays held.
 pub(crate) async fn an_unrenewed_key_expires_although_its_etcd_lease_lives(ctx: Ctx) -> CaseResult {
-    let store = EtcdLeaseStore::connect(super::config()).await?;
-    let other = EtcdLeaseStore::connect(super::config()).await?;
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let other = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let ttl = ctx.short_ttl();
     let (kept, dropped) = (ctx.key("kept"), ctx.key("dropped"));
     let (a, b, c) = (
@@ -94,8 +118,8 @@ pub(crate) async fn an_unrenewed_key_expires_although_its_etcd_lease_lives(ctx: 
         OwnerId::with_label("b"),
         OwnerId::with_label("c"),
     );
-    let mut la = super::must_acquire(&store, &kept, &a, ttl).await?;
-    let lb = super::must_acquire(&store, &dropped, &b, ttl).await?;
+    let mut la = ctx.must_acquire_with(&store, &kept, &a, ttl).await?;
+    let lb = ctx.must_acquire_with(&store, &dropped, &b, ttl).await?;
     let same = |l: &lease_core::Lease| {
         l.handle()
             .and_then(|h| h.split('/').next())
@@ -176,12 +200,12 @@ async fn held_until(
 /// each reported deadline says (no store's sweeper deletes a key another store renewed), and is
 /// freed once the renewals stop.
 pub(crate) async fn a_renewal_through_another_store_holds_to_its_deadline(ctx: Ctx) -> CaseResult {
-    let first = EtcdLeaseStore::connect(super::config()).await?;
-    let second = EtcdLeaseStore::connect(super::config()).await?;
+    let first = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let second = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let ttl = Duration::from_secs(4);
     let key = ctx.key("elsewhere");
     let a = OwnerId::with_label("a");
-    let l0 = super::must_acquire(&first, &key, &a, ttl).await?;
+    let l0 = ctx.must_acquire_with(&first, &key, &a, ttl).await?;
     held_until(&first, &l0, Instant::now() + ttl / 2, "acquired").await?;
     let l1 = match second.renew(&l0).await? {
         RenewOutcome::Renewed(l) => l,
@@ -227,12 +251,17 @@ pub(crate) async fn a_renewal_through_another_store_holds_to_its_deadline(ctx: C
 /// refuses (`InvalidInput`) to renew a lease acquired with `PerTtl`, with or without its handle,
 /// and changes nothing: the acquiring store still renews it.
 pub(crate) async fn a_store_without_sharing_refuses_a_shared_key(ctx: Ctx) -> CaseResult {
-    let shared = EtcdLeaseStore::connect(super::config()).await?;
-    let plain =
-        EtcdLeaseStore::connect(super::config().with_lease_sharing(LeaseSharing::PerGrant)).await?;
+    let shared = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let plain = EtcdLeaseStore::connect_with(
+        &super::url(),
+        super::options().with_lease_sharing(LeaseSharing::PerGrant),
+    )
+    .await?;
     let ttl = Duration::from_secs(4);
     let key = ctx.key("mixed");
-    let lease = super::must_acquire(&shared, &key, &OwnerId::with_label("a"), ttl).await?;
+    let lease = ctx
+        .must_acquire_with(&shared, &key, &OwnerId::with_label("a"), ttl)
+        .await?;
     let resumed = lease_core::Lease::resume(key.clone(), lease.owner().clone(), lease.token(), ttl);
     for l in [&lease, &resumed] {
         match plain.renew(l).await {

@@ -1,0 +1,315 @@
+//! For baselines and tooling: the exact text this backend sends to etcd, in one place. Key
+//! layouts, the values it writes, the range and watch requests it makes and the shape of every
+//! transaction. The store, the renewal code, the sweeper and the fenced resource build their
+//! requests only from here, so a benchmark baseline that uses these functions sends what the
+//! library sends.
+//!
+//! # Keys
+//! - lock name of lease key `k`: `<prefix>k` ([`lock_name`]; prefix [`DEFAULT_PREFIX`] by
+//!   default), the name `etcdctl lock` and Go's `concurrency.Mutex` are given;
+//! - contender keys: `<prefix>k/<etcd lease id in hex>` ([`lock_key`]), as Go's mutex names its
+//!   keys; a key on a shared etcd lease carries a `-<nonce in hex>` suffix. The holder is the
+//!   key under `<prefix>k/` ([`mutex_prefix`]) with the lowest create revision ([`holder_query`]);
+//! - the fenced resource's state of key `k`: `<fence prefix>k` ([`state_key`]; prefix
+//!   [`DEFAULT_FENCE_PREFIX`] by default).
+//!
+//! # Values
+//! - a lock key written by this crate: [`VALUE_TAG`] followed by the owner id
+//!   ([`encode_owner`]); keys of other lock clients have an empty value;
+//! - a fenced state key: `v1 <high water or 0> <counter> <accepted> <0|1>\n<value bytes>`
+//!   ([`encode_state`], [`decode_state`]).
+//!
+//! ```
+//! use lease_core::LeaseKey;
+//! use lease_etcd::protocol;
+//! let key = LeaseKey::new("job")?;
+//! assert_eq!(protocol::lock_name(protocol::DEFAULT_PREFIX, &key), "lease/job");
+//! assert_eq!(protocol::lock_key(protocol::DEFAULT_PREFIX, &key, 0x2a, None), "lease/job/2a");
+//! assert_eq!(protocol::lock_key(protocol::DEFAULT_PREFIX, &key, 0x2a, Some(7)), "lease/job/2a-7");
+//! # Ok::<(), lease_core::Error>(())
+//! ```
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType,
+    WatchOptions,
+};
+use lease_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result};
+
+use crate::error::BACKEND;
+
+/// The default key prefix of lock names: a lease on key `k` is the etcd lock named `lease/k`.
+pub const DEFAULT_PREFIX: &str = "lease/";
+
+/// The default key prefix of the fenced resource's state keys.
+pub const DEFAULT_FENCE_PREFIX: &str = "lease-fence/";
+
+/// The tag that marks a lock key written by this crate; the owner id follows it. Keys written by
+/// `etcdctl lock` or Go's `concurrency.Mutex` have an empty value.
+pub const VALUE_TAG: &str = "lease-rs/1 ";
+
+/// The prefix of the stand-in owner ids under which holders of etcd's own lock (`etcdctl lock`,
+/// Go's `concurrency.Mutex`) are reported (`etcd-lock:<lock key>`). Reserved: no operation
+/// accepts such an owner.
+pub const FOREIGN_OWNER: &str = "etcd-lock:";
+
+/// The etcd lock name of `key` under `prefix`: what `etcdctl lock` must be given to contend for
+/// it.
+pub fn lock_name(prefix: &str, key: &LeaseKey) -> String {
+    format!("{prefix}{key}")
+}
+
+/// `<prefix><key>/`: the range of the contenders' keys of `key`'s lock.
+pub fn mutex_prefix(prefix: &str, key: &LeaseKey) -> String {
+    format!("{}/", lock_name(prefix, key))
+}
+
+/// The contender key of `key` on etcd lease `lease_id`: `<prefix><key>/<lease id hex>`, as Go's
+/// mutex names its keys; with a shared etcd lease a `-<nonce hex>` suffix tells apart the keys of
+/// one lease (the lock protocol only reads revisions).
+pub fn lock_key(prefix: &str, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
+    match nonce {
+        None => format!("{}{lease_id:x}", mutex_prefix(prefix, key)),
+        Some(n) => format!("{}{lease_id:x}-{n:x}", mutex_prefix(prefix, key)),
+    }
+}
+
+/// The fenced resource's state key of `key` under `fence_prefix`.
+pub fn state_key(fence_prefix: &str, key: &LeaseKey) -> String {
+    format!("{fence_prefix}{key}")
+}
+
+/// The value of a lock key this crate writes for `owner`.
+pub fn encode_owner(owner: &OwnerId) -> String {
+    format!("{VALUE_TAG}{owner}")
+}
+
+/// The owner id text in a lock key's value, if this crate wrote it (it starts with
+/// [`VALUE_TAG`]); `None` for keys of other lock clients.
+pub fn owner_text(value: &[u8]) -> Option<&str> {
+    std::str::from_utf8(value).ok()?.strip_prefix(VALUE_TAG)
+}
+
+/// The nonce in the name of a lock key created under a shared etcd lease
+/// (`<lock name>/<lease hex>-<nonce hex>`), if it has one.
+pub fn nonce_of(lock_key: &[u8]) -> Option<u64> {
+    let name = std::str::from_utf8(lock_key).ok()?;
+    let (_, last) = name.rsplit_once('/')?;
+    let (_, nonce) = last.split_once('-')?;
+    u64::from_str_radix(nonce, 16).ok()
+}
+
+/// The etcd lease named in a lock key (`<lock name>/<lease hex>[-<nonce hex>]`).
+pub fn named_lease_of(lock_key: &[u8]) -> Option<i64> {
+    let name = std::str::from_utf8(lock_key).ok()?;
+    let (_, last) = name.rsplit_once('/')?;
+    let hex = last.split_once('-').map_or(last, |(l, _)| l);
+    i64::from_str_radix(hex, 16).ok()
+}
+
+/// The range request that finds a lock's holder: the first key under [`mutex_prefix`] by create
+/// revision (the response's count is the number of contenders).
+pub fn holder_query() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+/// How many keys one range request of a batched renewal returns at most: the supervisor's
+/// largest batch. A lock key is at most about 230 bytes of name, 140 of value (ours: the owner
+/// id; `etcdctl lock`'s: empty) and 40 of revisions and lease, so a page stays near 2 MB, below
+/// gRPC's 4 MiB response limit; 10,000 leases are read back in two requests.
+pub const RANGE_PAGE: i64 = 5_000;
+
+/// One page of a batched renewal's read-back: from the request's key up to `end` (exclusive),
+/// at most [`RANGE_PAGE`] keys.
+pub fn page_query(end: &str) -> GetOptions {
+    GetOptions::new().with_range(end).with_limit(RANGE_PAGE)
+}
+
+/// The watch of a lock's contender keys that wakes waiters: deletions under [`mutex_prefix`]
+/// (release, expiry, revocation).
+pub fn waiter_watch() -> WatchOptions {
+    WatchOptions::new()
+        .with_prefix()
+        .with_filters([WatchFilterType::NoPut])
+}
+
+/// The acquire transaction: create `lock_key` (value [`encode_owner`], attached to `lease_id`)
+/// if the lock is free, i.e. nothing under `mutex_prefix` has a create revision. With
+/// `previous = Some((key, create_revision))` (the caller's own key, alone under the prefix) it
+/// replaces that key instead, if nothing under the prefix is newer and the key is unchanged.
+pub fn acquire_txn(
+    mutex_prefix: &str,
+    previous: Option<(&[u8], i64)>,
+    lock_key: &str,
+    owner: &OwnerId,
+    lease_id: i64,
+) -> Txn {
+    let mut ops = Vec::with_capacity(2);
+    let compares = match previous {
+        None => vec![Compare::create_revision(mutex_prefix, CompareOp::Equal, 0).with_prefix()],
+        Some((key, rev)) => {
+            ops.push(TxnOp::delete(key.to_vec(), None));
+            vec![
+                Compare::create_revision(mutex_prefix, CompareOp::Less, rev + 1).with_prefix(),
+                Compare::create_revision(key.to_vec(), CompareOp::Equal, rev),
+            ]
+        }
+    };
+    ops.push(TxnOp::put(
+        lock_key,
+        encode_owner(owner),
+        Some(PutOptions::new().with_lease(lease_id)),
+    ));
+    Txn::new().when(compares).and_then(ops)
+}
+
+/// The transaction that deletes a lock key if it still has `create_revision` (the token) and
+/// `lease_id` (and `mod_revision`, if given): release, and the sweeper's expiry of a key on a
+/// shared etcd lease.
+pub fn delete_txn(
+    key: &[u8],
+    create_revision: i64,
+    lease_id: i64,
+    mod_revision: Option<i64>,
+) -> Txn {
+    let mut when = vec![
+        Compare::create_revision(key.to_vec(), CompareOp::Equal, create_revision),
+        Compare::lease(key.to_vec(), CompareOp::Equal, lease_id),
+    ];
+    if let Some(m) = mod_revision {
+        when.push(Compare::mod_revision(key.to_vec(), CompareOp::Equal, m));
+    }
+    Txn::new()
+        .when(when)
+        .and_then(vec![TxnOp::delete(key.to_vec(), None)])
+}
+
+/// The transaction that moves a lock key onto etcd lease `lease_id`: re-put with the same value
+/// (so the same create revision, the same token) if it still has `token` and `owner`'s value.
+pub fn move_txn(lock_key: &str, token: FencingToken, owner: &OwnerId, lease_id: i64) -> Txn {
+    let value = encode_owner(owner);
+    Txn::new()
+        .when(vec![
+            Compare::create_revision(lock_key, CompareOp::Equal, token.to_i64()),
+            Compare::value(lock_key, CompareOp::Equal, value.clone()),
+        ])
+        .and_then(vec![TxnOp::put(
+            lock_key,
+            value,
+            Some(PutOptions::new().with_lease(lease_id)),
+        )])
+}
+
+/// The fenced write: put `state` into `state_key` if its mod revision is still `mod_revision`
+/// (0: the key does not exist), so the high-water check and the write are atomic.
+pub fn fence_txn(state_key: &str, mod_revision: i64, state: &ResourceState) -> Txn {
+    Txn::new()
+        .when(vec![Compare::mod_revision(
+            state_key,
+            CompareOp::Equal,
+            mod_revision,
+        )])
+        .and_then(vec![TxnOp::put(state_key, encode_state(state), None)])
+}
+
+/// `v1 <high water or 0> <counter> <accepted> <0|1>\n<value bytes>`.
+pub fn encode_state(state: &ResourceState) -> Vec<u8> {
+    let hw = state.high_water.map_or(0, FencingToken::get);
+    let mut out = format!(
+        "v1 {hw} {} {} {}\n",
+        state.counter,
+        state.accepted,
+        u8::from(state.value.is_some())
+    )
+    .into_bytes();
+    if let Some(v) = &state.value {
+        out.extend_from_slice(v);
+    }
+    out
+}
+
+/// Decodes a state key's value written by [`encode_state`].
+///
+/// # Errors
+/// A corrupt-record [`Error::Backend`](lease_core::Error::Backend) naming `key`.
+pub fn decode_state(key: &str, bytes: &[u8]) -> Result<ResourceState> {
+    let bad = |what: &str| {
+        lease_core::backend::corrupt(BACKEND, key, format_args!("fenced state: {what}"))
+    };
+    let nl = bytes
+        .iter()
+        .position(|b| *b == b'\n')
+        .ok_or_else(|| bad("no header line"))?;
+    let (head, rest) = bytes.split_at(nl);
+    let head = std::str::from_utf8(head).map_err(|_| bad("header is not UTF-8"))?;
+    let fields: Vec<&str> = head.split(' ').collect();
+    let [version, hw, counter, accepted, has_value] = fields.as_slice() else {
+        return Err(bad("header has the wrong number of fields"));
+    };
+    if *version != "v1" {
+        return Err(bad("unknown version"));
+    }
+    let hw: u64 = hw.parse().map_err(|_| bad("high water"))?;
+    Ok(ResourceState {
+        high_water: if hw == 0 {
+            None
+        } else {
+            Some(lease_core::backend::decode_token(BACKEND, key, hw)?)
+        },
+        counter: counter.parse().map_err(|_| bad("counter"))?,
+        accepted: accepted.parse().map_err(|_| bad("accepted"))?,
+        value: match *has_value {
+            "1" => rest.get(1..).map(<[u8]>::to_vec),
+            "0" => None,
+            _ => return Err(bad("value flag")),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips() {
+        let state = ResourceState {
+            high_water: Some(FencingToken::new(42).unwrap()),
+            value: Some(b"a\nb".to_vec()),
+            counter: -3,
+            accepted: 9,
+        };
+        assert_eq!(decode_state("k", &encode_state(&state)).unwrap(), state);
+        assert_eq!(
+            decode_state("k", &encode_state(&ResourceState::default())).unwrap(),
+            ResourceState::default()
+        );
+        let e = decode_state("k", b"v2 1 2 3 0\n").unwrap_err();
+        assert!(
+            e.to_string().contains("corrupt record for key \"k\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nonces_are_read_from_lock_key_names() {
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-1f"), Some(0x1f));
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3"), None);
+        assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-zz"), None);
+        assert_eq!(nonce_of(b"no-slash"), None);
+        assert_eq!(
+            named_lease_of(b"lease/k/694d7b1a22f3-1f"),
+            Some(0x694d_7b1a_22f3)
+        );
+        assert_eq!(named_lease_of(b"lease/k/1f"), Some(0x1f));
+        assert_eq!(named_lease_of(b"lease/k/zz"), None);
+    }
+
+    #[test]
+    fn owner_values_round_trip() {
+        let owner = OwnerId::new("w-1").unwrap();
+        assert_eq!(owner_text(encode_owner(&owner).as_bytes()), Some("w-1"));
+        assert_eq!(owner_text(b""), None);
+    }
+}

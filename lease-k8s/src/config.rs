@@ -1,0 +1,312 @@
+//! [`K8sOptions`]: every knob of a [`K8sLeaseStore`](crate::K8sLeaseStore), the `k8s://` URL,
+//! and kube clients from a kubeconfig or the ambient configuration.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use lease_core::{Error, LeaseKey, Result};
+
+use crate::error::BACKEND;
+
+/// The default timeout of one API request.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest name prefix: keys are at most 200 bytes, object names at most 253.
+pub const MAX_PREFIX_LEN: usize = 53;
+
+/// A point inside the store's protocol where a test can hold an operation (hidden: for this
+/// crate's own interleaving tests, not part of the supported API).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TestPoint {
+    /// `acquire` found no Lease object and is about to create it.
+    BeforeCreate,
+}
+
+/// A test hook: awaited at each [`TestPoint`] with the Lease object's name (hidden).
+#[doc(hidden)]
+pub type TestHook = Arc<dyn Fn(TestPoint, &str) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Configures a [`K8sLeaseStore`](crate::K8sLeaseStore): namespace, object name prefix, request
+/// timeout, and the kubeconfig to use. [`Default`] is the ambient configuration, the URL's (or
+/// the configuration's) namespace, no prefix and [`DEFAULT_REQUEST_TIMEOUT`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_k8s::{K8sLeaseStore, K8sOptions};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let options = K8sOptions::default()
+///     .with_kubeconfig("/etc/lease/kubeconfig")
+///     .with_name_prefix("lease-")
+///     .with_request_timeout(Duration::from_secs(5));
+/// let store = K8sLeaseStore::connect_with("k8s://payments", options).await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct K8sOptions {
+    pub(crate) namespace: Option<String>,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
+    pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) hook: Option<TestHook>,
+}
+
+impl Default for K8sOptions {
+    fn default() -> Self {
+        K8sOptions {
+            namespace: None,
+            prefix: String::new(),
+            timeout: DEFAULT_REQUEST_TIMEOUT,
+            kubeconfig: None,
+            hook: None,
+        }
+    }
+}
+
+impl fmt::Debug for K8sOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("K8sOptions")
+            .field("namespace", &self.namespace)
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish_non_exhaustive()
+    }
+}
+
+impl K8sOptions {
+    /// The namespace of the Lease objects. Default: the namespace the URL names, else the
+    /// client's (the kubeconfig context's) default namespace. A URL naming another namespace is
+    /// an [`Error::Config`].
+    pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// A prefix for object names: key `k` is stored in Lease `<prefix>k`. At most
+    /// [`MAX_PREFIX_LEN`] bytes, and `<prefix>a` must be a DNS-1123 subdomain. Default: none.
+    pub fn with_name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The timeout of each API request (default [`DEFAULT_REQUEST_TIMEOUT`]); an expired one is
+    /// [`Error::Timeout`].
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The kubeconfig file (its current context) that
+    /// [`connect_with`](crate::K8sLeaseStore::connect_with) uses instead of the ambient
+    /// configuration. Ignored by [`from_client`](crate::K8sLeaseStore::from_client).
+    pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = Some(path.into());
+        self
+    }
+
+    /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's
+    /// interleaving tests only).
+    #[doc(hidden)]
+    pub fn with_test_hook(mut self, hook: TestHook) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The client `connect_with` uses: from the kubeconfig file if one is set, else ambient.
+    pub(crate) async fn client(&self) -> Result<kube::Client> {
+        match &self.kubeconfig {
+            Some(path) => client_from_kubeconfig(path).await,
+            None => infer_client().await,
+        }
+    }
+
+    /// Checks the knobs that do not depend on the client.
+    pub(crate) fn validate(&self, namespace: &str) -> Result<()> {
+        validate_namespace(namespace)?;
+        validate_prefix(&self.prefix)?;
+        if self.timeout.is_zero() {
+            return Err(Error::config(
+                BACKEND,
+                "the request timeout must not be zero",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The namespace named by a `k8s://NAMESPACE` URL (the forms the `lease` facade accepts:
+/// `k8s://NAMESPACE`, `k8s://`, `k8s:`, `kubernetes://NAMESPACE`, with an optional trailing
+/// `/`), or `None` for the configuration's default namespace.
+pub(crate) fn parse_url(url: &str) -> Result<Option<String>> {
+    let bad = |what: &str| {
+        Error::config(
+            BACKEND,
+            format!("{url:?}: {what} (expected k8s://NAMESPACE or k8s://)"),
+            None,
+        )
+    };
+    let (scheme, rest) = url.split_once(':').ok_or_else(|| bad("not a URL"))?;
+    if !matches!(scheme, "k8s" | "kubernetes") {
+        return Err(bad("not a Kubernetes URL"));
+    }
+    let ns = rest.strip_prefix("//").unwrap_or(rest);
+    let ns = ns.strip_suffix('/').unwrap_or(ns);
+    if ns.is_empty() {
+        return Ok(None);
+    }
+    if !is_dns_label(ns) {
+        return Err(bad(&format!(
+            "{ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)"
+        )));
+    }
+    Ok(Some(ns.to_string()))
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn validate_namespace(ns: &str) -> Result<()> {
+    if is_dns_label(ns) {
+        Ok(())
+    } else {
+        Err(Error::config(
+            BACKEND,
+            format!("namespace {ns:?} is not a DNS-1123 label"),
+            None,
+        ))
+    }
+}
+
+fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if prefix.len() > MAX_PREFIX_LEN || LeaseKey::new(format!("{prefix}a")).is_err() {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "name prefix {prefix:?} cannot start a DNS-1123 object name of at most 253 bytes"
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// A client from a kubeconfig file (its current context).
+///
+/// ```no_run
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let client = lease_k8s::client_from_kubeconfig("/etc/lease/kubeconfig").await?;
+/// let store = lease_k8s::K8sLeaseStore::from_client(client, Default::default())?;
+/// # let _ = store; Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::Config`] if the file is missing or unusable.
+///
+/// # Cancellation safety
+/// Cancel safe: nothing is sent to the cluster.
+pub async fn client_from_kubeconfig(path: impl AsRef<Path>) -> Result<kube::Client> {
+    let path = path.as_ref();
+    let kc = Kubeconfig::read_from(path).map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("kubeconfig {}: {e}", path.display()),
+            Some(Box::new(e).into()),
+        )
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| {
+            Error::config(
+                BACKEND,
+                format!("kubeconfig {}: {e}", path.display()),
+                Some(Box::new(e).into()),
+            )
+        })?;
+    client_from_config(config)
+}
+
+/// A client from the ambient configuration: `$KUBECONFIG`, `~/.kube/config`, or the in-cluster
+/// service account.
+///
+/// # Errors
+/// [`Error::Config`] if none is usable.
+///
+/// # Cancellation safety
+/// Cancel safe: nothing is sent to the cluster.
+pub async fn infer_client() -> Result<kube::Client> {
+    let config = kube::Config::infer().await.map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("no usable Kubernetes configuration: {e}"),
+            Some(Box::new(e).into()),
+        )
+    })?;
+    client_from_config(config)
+}
+
+fn client_from_config(config: kube::Config) -> Result<kube::Client> {
+    kube::Client::try_from(config)
+        .map_err(|e| Error::config(BACKEND, format!("client: {e}"), Some(Box::new(e).into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_namespace_or_none() {
+        for (url, ns) in [
+            ("k8s:", None),
+            ("k8s://", None),
+            ("k8s:///", None),
+            ("k8s://team-a", Some("team-a")),
+            ("k8s://team-a/", Some("team-a")),
+            ("kubernetes://team-a", Some("team-a")),
+        ] {
+            assert_eq!(parse_url(url).unwrap().as_deref(), ns, "{url}");
+        }
+        for bad in [
+            "",
+            "k8s",
+            "redis://x",
+            "k8s://Team_A",
+            "k8s://a/b",
+            "k8s://-a",
+        ] {
+            assert!(
+                matches!(parse_url(bad), Err(Error::Config { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = K8sOptions::default();
+        assert!(ok.validate("default").is_ok());
+        for ns in ["", "Upper", "under_score", "-lead", &"n".repeat(64)] {
+            assert!(ok.validate(ns).is_err(), "{ns:?}");
+        }
+        for prefix in ["Upper-", "-lead", "a..", "a/b", &"p".repeat(54)] {
+            let o = K8sOptions::default().with_name_prefix(prefix);
+            assert!(o.validate("default").is_err(), "{prefix:?}");
+        }
+        let zero = K8sOptions::default().with_request_timeout(Duration::ZERO);
+        assert!(zero.validate("default").is_err());
+    }
+}

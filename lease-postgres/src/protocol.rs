@@ -1,0 +1,393 @@
+//! For baselines and tooling: the exact text this backend sends. Every SQL statement, the
+//! migrations, the notification channel and the advisory-lock id layout live here and nowhere
+//! else; the store, the fenced resources and the advisory locks only bind parameters to them.
+//!
+//! ```
+//! use lease_postgres::{TableLayout, TableName};
+//! use lease_postgres::protocol::Statements;
+//! let sql = Statements::new(&TableName::default(), TableLayout::Library);
+//! assert!(sql.acquire.starts_with("WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now)"));
+//! assert!(sql.release.contains("lease_until = '-infinity'"));
+//! ```
+
+use crate::config::{TableLayout, TableName};
+
+/// The shipped migration (`sql/0001_leases.sql`): [`TEMPLATE`] rendered for the default table
+/// `"public"."leases"`.
+pub const MIGRATION: &str = include_str!("../sql/0001_leases.sql");
+
+/// The comment `migrate()` puts on the token trigger's function; `verify_schema()` requires it,
+/// so a schema installed by an earlier version (no clock floor) is refused until migrated.
+pub const FLOOR_VERSION: &str = "lease-postgres token floor v2";
+
+/// The migration template (`sql/leases.sql.template`): `{{schema}}` and `{{table}}` stand for
+/// the validated names.
+pub const TEMPLATE: &str = include_str!("../sql/leases.sql.template");
+
+/// The lease table of [`TableLayout::Library`] in [`TEMPLATE`].
+const LIBRARY_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table}}\" (
+    resource_key  text        PRIMARY KEY,
+    owner         text        NOT NULL,
+    lease_until   timestamptz NOT NULL,
+    fencing_token bigint      NOT NULL CHECK (fencing_token > 0),
+    -- The TTL of the current grant in milliseconds (NULL for rows written by other tools).
+    ttl_ms        bigint      CHECK (ttl_ms > 0)
+);";
+
+/// The seed's `coordination_lease` columns ([`TableLayout::Seed`]): created only if the table is
+/// missing; an existing table is kept as it is.
+pub const SEED_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table}}\" (
+    resource_key  text        PRIMARY KEY,
+    owner_id      uuid,
+    lease_until   timestamptz NOT NULL DEFAULT '-infinity',
+    fencing_token bigint      NOT NULL DEFAULT 0
+);";
+
+/// The migration `migrate()` runs for `table` in `layout`, idempotent. For
+/// [`TableLayout::Library`], [`TEMPLATE`] with its placeholders replaced in one pass (a name
+/// that contains text looking like another name or placeholder is never rewritten). For
+/// [`TableLayout::Seed`], the same with the seed's columns ([`SEED_TABLE`]) instead of the
+/// library's table: the existing table keeps its columns and gains the token floor (sequence
+/// and triggers) and the high-water-mark table.
+pub fn migration(table: &TableName, layout: TableLayout) -> String {
+    let template = match layout {
+        TableLayout::Seed => TEMPLATE.replacen(LIBRARY_TABLE, SEED_TABLE, 1),
+        _ => TEMPLATE.to_string(),
+    };
+    render(&template, table.schema(), table.table())
+}
+
+fn render(template: &str, schema: &str, table: &str) -> String {
+    let mut out = String::with_capacity(template.len() + 256);
+    let mut rest = template;
+    while let Some(i) = rest.find("{{") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i..];
+        if let Some(tail) = after.strip_prefix("{{schema}}") {
+            out.push_str(schema);
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix("{{table}}") {
+            out.push_str(table);
+            rest = tail;
+        } else {
+            out.push_str("{{");
+            rest = &after[2..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Serialises concurrent migrations (`migrate()` takes it first, in the DDL's transaction).
+pub const MIGRATE_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(1818583411, hashtext('lease-postgres migrate'))";
+
+/// Checks the schema: `$1` table, `$2` sequence, `$3` high-water-mark table, `$4` floor trigger,
+/// `$5` keep trigger, `$6` [`FLOOR_VERSION`], `$7` the owner column of the layout.
+pub const VERIFY_SCHEMA: &str = "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, \
+        to_regclass($3) IS NOT NULL, \
+        EXISTS (SELECT 1 FROM pg_trigger \
+                WHERE tgrelid = to_regclass($1) AND tgname = $4 AND tgenabled <> 'D' \
+                  AND obj_description(tgfoid, 'pg_proc') = $6), \
+        EXISTS (SELECT 1 FROM pg_trigger \
+                WHERE tgrelid = to_regclass($1) AND tgname = $5 AND tgenabled <> 'D'), \
+        EXISTS (SELECT 1 FROM pg_attribute \
+                WHERE attrelid = to_regclass($1) AND attname = $7 AND NOT attisdropped)";
+
+/// Sets `lock_timeout`, `statement_timeout` and `idle_in_transaction_session_timeout` for the
+/// open transaction only (`$1`/`$3`/`$5` names, `$2`/`$4`/`$6` values).
+pub const SET_LOCAL_TIMEOUTS: &str =
+    "SELECT set_config($1, $2, true), set_config($3, $4, true), set_config($5, $6, true)";
+
+/// Waits for the transaction-scoped advisory lock `$1`.
+pub const ADVISORY_LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// Tries the transaction-scoped advisory lock `$1`.
+pub const ADVISORY_TRY_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1)";
+
+/// The prefix hashed with the key into an advisory lock id
+/// ([`advisory_lock_id`](crate::advisory_lock_id)).
+pub const ADVISORY_ID_PREFIX: &[u8] = b"lease-postgres/advisory/v1:";
+
+/// Every statement the store runs, for one table. Parameters: `$1` key, `$2` owner, `$3` token
+/// (or the TTL in milliseconds for `acquire`), `$4` TTL in milliseconds (renew).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Statements {
+    /// The seed's upsert, plus same-owner re-acquire: grants iff the key is free, expired, or
+    /// already held by the same owner; otherwise returns the holder. The token comes from the
+    /// floor trigger.
+    pub acquire: String,
+    /// The current holder of a key (if unexpired), its remaining time and last token.
+    pub inspect: String,
+    /// Conditional extension by owner and token while unexpired.
+    pub renew: String,
+    /// One statement renewing many leases.
+    pub renew_many: String,
+    /// Conditional release by owner and token while unexpired; keeps the row and its token.
+    pub release: String,
+    /// `release`, plus `pg_notify(<channel>, key)` for the released row, in the same statement
+    /// (one round trip, one transaction). Returns one row iff it released; the command tag's
+    /// count (`SELECT 1` / `SELECT 0`) is the same as the plain `UPDATE`'s.
+    pub release_notify: String,
+    /// Locks and validates the lease row for a fenced transaction.
+    pub lock_row: String,
+    /// Locks the lease row and reads its generation (the lease-row fenced resource).
+    pub lock_generation: String,
+    /// Whether the (locked) lease row is still unexpired.
+    pub still_valid: String,
+    /// The high-water-mark table's conditional write.
+    pub fence_write: String,
+    /// The high-water mark of a key.
+    pub fence_mark: String,
+    /// The high-water mark and state of a key.
+    pub fence_read: String,
+    /// Removes every row whose key starts with a prefix (tests and tooling).
+    pub delete_prefix: [String; 2],
+}
+
+impl Statements {
+    /// The statements for `t` in `layout`.
+    pub fn new(t: &TableName, layout: TableLayout) -> Self {
+        let table = t.to_string();
+        let seed = layout == TableLayout::Seed;
+        // The layout's owner column, how an owner parameter is cast to it and how it is read
+        // back as text; the seed's table has no TTL column.
+        let (owner, cast, owner_out) = if seed {
+            ("owner_id", "::uuid", "l.owner_id::text AS owner")
+        } else {
+            ("owner", "", "l.owner")
+        };
+        let fence = t.sibling("_fence");
+        // `clock_timestamp()` (not `now()`): the server's clock at the moment the row is looked
+        // at, even inside a longer transaction. Expiry is decided by it alone.
+        // One statement decides and reports: a refused attempt rewrites the row unchanged so
+        // that RETURNING names the holder of exactly the row version the decision was made on.
+        // `c.now` is read once, at statement start (before any row-lock wait): a grant is never
+        // early, and the granted row's lease_until is never later than the client believes.
+        let granted =
+            format!("(l.lease_until <= (SELECT now FROM c) OR l.{owner} = excluded.{owner})");
+        let (ttl_col, ttl_val, ttl_set, ttl_out) = if seed {
+            (String::new(), "", String::new(), "NULL::bigint AS ttl_ms")
+        } else {
+            (
+                ", ttl_ms".to_string(),
+                ", $3",
+                format!(", ttl_ms = CASE WHEN {granted} THEN excluded.ttl_ms ELSE l.ttl_ms END"),
+                "l.ttl_ms",
+            )
+        };
+        let acquire = format!(
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+             INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
+             SELECT $1, $2{cast}, c.now + $3::bigint * interval '1 millisecond', 1{ttl_val} FROM c \
+             ON CONFLICT (resource_key) DO UPDATE \
+               SET {owner} = CASE WHEN {granted} THEN excluded.{owner} ELSE l.{owner} END, \
+                   lease_until = CASE WHEN {granted} THEN excluded.lease_until ELSE l.lease_until END, \
+                   fencing_token = CASE WHEN {granted} THEN l.fencing_token + 1 ELSE l.fencing_token END\
+                   {ttl_set} \
+             RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
+               ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us"
+        );
+        let inspect = format!(
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+             SELECT {owner_out}, l.fencing_token, {ttl_out}, \
+                    CASE WHEN l.lease_until > c.now \
+                         THEN ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint \
+                    END AS remaining_us \
+             FROM {table} l, c WHERE l.resource_key = $1"
+        );
+        let renew_ttl = if seed { "" } else { ", ttl_ms = $4" };
+        let renew = format!(
+            "UPDATE {table} \
+             SET lease_until = clock_timestamp() + $4::bigint * interval '1 millisecond'{renew_ttl} \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+               AND lease_until > clock_timestamp()"
+        );
+        let many_ttl = if seed { "" } else { ", ttl_ms = b.ttl_ms" };
+        let renew_many = format!(
+            "UPDATE {table} AS l \
+             SET lease_until = clock_timestamp() + b.ttl_ms * interval '1 millisecond'{many_ttl} \
+             FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(k, o, tok, ttl_ms) \
+             WHERE l.resource_key = b.k AND l.{owner} = b.o{cast} AND l.fencing_token = b.tok \
+               AND l.lease_until > clock_timestamp() \
+             RETURNING l.resource_key, l.fencing_token"
+        );
+        // '-infinity' marks a released row: expired for every clock, even one stepped back.
+        let release = format!(
+            "UPDATE {table} SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+               AND lease_until > clock_timestamp()"
+        );
+        // The channel is built from the validated table name ([a-z0-9_.:] and hex digits only),
+        // so it can be a literal. NOTIFY is sent at commit, and only if the UPDATE matched.
+        let channel = t.notify_channel();
+        let release_notify = format!(
+            "WITH r AS (UPDATE {table} SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+               AND lease_until > clock_timestamp() \
+             RETURNING resource_key) \
+             SELECT pg_notify('{channel}', r.resource_key) FROM r"
+        );
+        let lock_row = format!(
+            "SELECT 1 FROM {table} \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+               AND lease_until > clock_timestamp() \
+             FOR UPDATE"
+        );
+        let lock_generation =
+            format!("SELECT fencing_token FROM {table} WHERE resource_key = $1 FOR UPDATE");
+        let still_valid = format!(
+            "SELECT lease_until > clock_timestamp() FROM {table} \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3"
+        );
+        let fence_write = format!(
+            "INSERT INTO {fence} AS r (resource_key, last_fencing_token, value, counter, accepted) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (resource_key) DO UPDATE \
+               SET last_fencing_token = excluded.last_fencing_token, \
+                   value = CASE WHEN $6 THEN excluded.value ELSE r.value END, \
+                   counter = r.counter + excluded.counter, \
+                   accepted = r.accepted + excluded.accepted \
+               WHERE r.last_fencing_token <= excluded.last_fencing_token \
+             RETURNING r.last_fencing_token"
+        );
+        let fence_mark = format!("SELECT last_fencing_token FROM {fence} WHERE resource_key = $1");
+        let fence_read = format!(
+            "SELECT last_fencing_token, value, counter, accepted FROM {fence} WHERE resource_key = $1"
+        );
+        let delete_prefix = [
+            format!("DELETE FROM {table} WHERE starts_with(resource_key, $1)"),
+            format!("DELETE FROM {fence} WHERE starts_with(resource_key, $1)"),
+        ];
+        Statements {
+            acquire,
+            inspect,
+            renew,
+            renew_many,
+            release,
+            release_notify,
+            lock_row,
+            lock_generation,
+            still_valid,
+            fence_write,
+            fence_mark,
+            fence_read,
+            delete_prefix,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_renames_every_object() {
+        let t = TableName::parse("locking.jobs").unwrap();
+        let sql = migration(&t, TableLayout::Library);
+        assert!(!sql.contains("\"public\""));
+        assert!(!sql.contains("\"leases"));
+        for name in [
+            "\"locking\".\"jobs\"",
+            "\"locking\".\"jobs_token_seq\"",
+            "\"locking\".\"jobs_fence\"",
+            "\"jobs_token_floor\"",
+            "\"locking\".\"lease_token_floor\"()",
+            "\"jobs_token_keep\"",
+        ] {
+            assert!(sql.contains(name), "{name} missing");
+        }
+        assert_eq!(
+            migration(&TableName::default(), TableLayout::Library),
+            MIGRATION
+        );
+    }
+
+    /// `sql/0001_leases.sql` is the template rendered for the default table. After editing the
+    /// template, regenerate it with `LEASE_PG_BLESS=1 cargo test -p lease-postgres --lib`.
+    #[test]
+    fn shipped_file_is_the_rendered_template() {
+        let rendered = migration(&TableName::default(), TableLayout::Library);
+        if std::env::var_os("LEASE_PG_BLESS").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/0001_leases.sql");
+            std::fs::write(path, &rendered).expect("write sql/0001_leases.sql");
+            return;
+        }
+        assert_eq!(
+            rendered, MIGRATION,
+            "sql/0001_leases.sql is stale: see this test's docs"
+        );
+        assert!(!MIGRATION.contains("{{"));
+        assert!(MIGRATION.contains(&format!("IS '{FLOOR_VERSION}'")));
+    }
+
+    /// Issue 18 item 14: names are substituted in one pass, so a schema that starts with
+    /// `leases` (or contains the other name) stays as given.
+    #[test]
+    fn names_that_look_like_other_names_are_kept() {
+        for (schema, table) in [
+            ("leases_app", "jobs"),
+            ("public_x", "leases"),
+            ("leases", "leases_public"),
+        ] {
+            let t = TableName::parse(&format!("{schema}.{table}")).unwrap();
+            let sql = migration(&t, TableLayout::Library);
+            assert!(
+                sql.contains(&format!("\"{schema}\".\"{table}\" (")),
+                "{schema}.{table}"
+            );
+            assert!(sql.contains(&format!("\"{schema}\".\"{table}_token_seq\"")));
+            assert!(sql.contains(&format!("\"{schema}\".\"{table}_fence\"")));
+            assert!(!sql.contains("{{"));
+        }
+        assert_eq!(
+            render("{{x}} {{schema}}{{table}}", "a{{table}}", "b"),
+            "{{x}} a{{table}}b"
+        );
+    }
+
+    #[test]
+    fn release_notifies_on_the_tables_channel() {
+        let s = Statements::new(&TableName::default(), TableLayout::Library);
+        assert_eq!(
+            s.release_notify,
+            "WITH r AS (UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
+             AND lease_until > clock_timestamp() RETURNING resource_key) \
+             SELECT pg_notify('lease:public.leases', r.resource_key) FROM r"
+        );
+        assert!(!s.release.contains("pg_notify"));
+    }
+
+    #[test]
+    fn seed_layout_keeps_the_seed_columns_and_adds_the_floor() {
+        let t = TableName::parse("public.coordination_lease").unwrap();
+        let sql = migration(&t, TableLayout::Seed);
+        assert!(
+            TEMPLATE.matches(LIBRARY_TABLE).count() == 1,
+            "the library table is in the template once"
+        );
+        assert!(sql.contains("owner_id      uuid,"));
+        assert!(sql.contains("lease_until   timestamptz NOT NULL DEFAULT '-infinity'"));
+        assert!(!sql.contains("ttl_ms        bigint"));
+        assert!(sql.contains("\"coordination_lease_token_floor\""));
+        assert!(sql.contains("\"public\".\"coordination_lease_fence\""));
+        let s = Statements::new(&t, TableLayout::Seed);
+        for stmt in [
+            &s.acquire,
+            &s.inspect,
+            &s.renew,
+            &s.renew_many,
+            &s.release,
+            &s.lock_row,
+        ] {
+            assert!(stmt.contains("owner_id"), "{stmt}");
+            assert!(
+                !stmt.contains("ttl_ms =") && !stmt.contains(" owner "),
+                "{stmt}"
+            );
+        }
+        assert!(s.acquire.contains("$2::uuid") && s.renew_many.contains("b.o::uuid"));
+    }
+}

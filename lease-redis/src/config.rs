@@ -1,0 +1,158 @@
+//! [`RedisOptions`]: every knob of a [`RedisLeaseStore`](crate::RedisLeaseStore).
+
+use std::time::Duration;
+
+use lease_core::{Error, Result};
+
+use crate::error::BACKEND;
+use crate::protocol::{DEFAULT_PREFIX, KeyLayout};
+
+/// Wait for replicas after each grant (`WAIT numreplicas timeout`); see
+/// [`RedisOptions::with_wait_for_replicas`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicaWait {
+    /// How many replicas must acknowledge the grant.
+    pub replicas: u32,
+    /// How long to wait for them.
+    pub timeout: Duration,
+}
+
+/// The options of a [`RedisLeaseStore`](crate::RedisLeaseStore), for
+/// [`connect_with`](crate::RedisLeaseStore::connect_with). `Default` is what
+/// [`connect`](crate::RedisLeaseStore::connect) uses.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lease_redis::{RedisLeaseStore, RedisOptions};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let options = RedisOptions::default()
+///     .with_prefix("jobs")
+///     .with_response_timeout(Duration::from_secs(2))
+///     .with_wait_for_replicas(1, Duration::from_millis(200));
+/// let store = RedisLeaseStore::connect_with("redis://127.0.0.1:6379", options).await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisOptions {
+    pub(crate) prefix: String,
+    pub(crate) response_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) connect_retries: usize,
+    pub(crate) replica_wait: Option<ReplicaWait>,
+    pub(crate) poll_interval: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: DEFAULT_PREFIX.to_string(),
+            response_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            connect_retries: 2,
+            replica_wait: None,
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The key prefix (default `lease`); see [`KeyLayout`] for the names built from it.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a command may take before it fails with [`Error::Timeout`] (default 5 s). Must
+    /// not be zero.
+    ///
+    /// Together with the connect timeout it also sets the **operation deadline**, the longest any
+    /// operation of the store waits, reconnecting included: connect timeout + 2 × response
+    /// timeout (one reconnection attempt, then at most two round trips: a script's `EVALSHA` and,
+    /// on a server that lost its script cache, `EVAL`). See
+    /// [`RedisLeaseStore::op_deadline`](crate::RedisLeaseStore::op_deadline).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// How long one connection attempt may take (default 5 s). Must not be zero.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How often a failed (re)connection is retried before an operation fails with
+    /// [`Error::Unavailable`] (default 2). Retries happen within the
+    /// [operation deadline](crate::RedisLeaseStore::op_deadline): an operation waiting for a
+    /// reconnection fails with [`Error::Timeout`] when the deadline passes, however many retries
+    /// are left (the reconnection goes on in the background).
+    pub fn with_connect_retries(mut self, retries: usize) -> Self {
+        self.connect_retries = retries;
+        self
+    }
+
+    /// After each grant, run `WAIT replicas timeout` (pipelined right after the acquire script on
+    /// the same connection, since `WAIT` counts only that connection's writes) and fail the
+    /// acquire with [`Error::Unavailable`] (after releasing the grant, best effort) unless at
+    /// least `replicas` replicas acknowledged it.
+    ///
+    /// **What it promises:** a successful acquire was received by that many replicas, which
+    /// narrows the window in which a failover to a replica loses the grant. **What it does not:**
+    /// `WAIT` is not consensus. A replica that acknowledged may still not be the one promoted, the
+    /// grant is already visible on the primary while waiting, renewals and releases are not waited
+    /// for, and `WAIT` blocks this store's multiplexed connection for up to `timeout`. Safety
+    /// still comes from the fencing token (see the crate docs). `timeout` must be shorter than the
+    /// response timeout.
+    pub fn with_wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_wait = Some(ReplicaWait { replicas, timeout });
+        self
+    }
+
+    /// How often a [`watch`](lease_core::LeaseStore::watch) signals "look again" when the server
+    /// does not publish keyspace notifications for expiry (default 250 ms; on Redis Cluster
+    /// always). Releases wake a watcher at once regardless, through the release channel.
+    pub fn with_watch_poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// The operation deadline these options give: connect timeout + 2 × response timeout.
+    pub(crate) fn op_deadline(&self) -> Duration {
+        self.connect_timeout
+            .saturating_add(self.response_timeout.saturating_mul(2))
+    }
+
+    /// Checks the options and builds the key layout.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an illegal prefix, a zero response or connect timeout, or a `WAIT`
+    /// timeout not below the response timeout.
+    pub(crate) fn validate(&self) -> Result<KeyLayout> {
+        let layout = KeyLayout::new(self.prefix.clone())?;
+        for (name, value) in [
+            ("response timeout", self.response_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("the {name} must not be zero"),
+                    None,
+                ));
+            }
+        }
+        if let Some(w) = self.replica_wait
+            && w.timeout >= self.response_timeout
+        {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "WAIT timeout {:?} must be below the response timeout {:?}",
+                    w.timeout, self.response_timeout
+                ),
+                None,
+            ));
+        }
+        Ok(layout)
+    }
+}
