@@ -20,8 +20,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lease_core::supervisor::SupervisorConfig;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, FencedResource, FencingToken, KeyState, KeyWatch,
-    Lease, LeaseKey, LeaseStore, MemoryFencedResource, MemoryLeaseStore, ReleaseOutcome,
+    AcquireOutcome, AcquireRequest, Capabilities, FenceOp, FencedResource, FencingToken, KeyState,
+    KeyWatch, Lease, LeaseKey, LeaseStore, MemoryFencedResource, MemoryLeaseStore, ReleaseOutcome,
     RenewOutcome, ResourceState, Result, WriteOp, WriteOutcome,
 };
 use lease_testkit::faulty::FaultyStore;
@@ -141,14 +141,16 @@ impl LeaseStore for BrokenStore {
             AcquireOutcome::Held(h)
                 if self.control == Some(Control::GrantsTwice) && fastrand::bool() =>
             {
-                Ok(AcquireOutcome::Acquired(Lease::granted(
-                    req.key.clone(),
-                    req.owner.clone(),
-                    h.token,
-                    req.ttl,
-                    req.drift_margin(),
-                    sent,
-                )))
+                Ok(AcquireOutcome::Acquired(
+                    lease_core::backend::granted_lease(
+                        req.key.clone(),
+                        req.owner.clone(),
+                        h.token,
+                        req.ttl,
+                        req.drift_margin(),
+                        sent,
+                    ),
+                ))
             }
             other => Ok(other),
         }
@@ -206,16 +208,13 @@ impl AcceptingResource {
 
 #[async_trait]
 impl FencedResource for AcceptingResource {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        Ok(self.apply(key, token, Some(op)))
-    }
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        Ok(self.apply(key, token, None))
+        Ok(self.apply(key, token, op.into_write_op()))
     }
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         let map = self.state.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,13 +6,17 @@
 //! tries hard to break that claim, and proves that it can:
 //!
 //! - [`scenarios`]: each scenario runs unchanged against PostgreSQL, Redis, etcd, Kubernetes
-//!   (through a loopback [`FaultProxy`](lease_testkit::proxy::FaultProxy)) and SQLite (through an
+//!   (through a loopback [`FaultProxy`](proxy::FaultProxy)) and SQLite (through an
 //!   in-process fault wrapper, [`link`]), with holders running as real child processes
 //!   (`lease-fault-holder`) that the test SIGSTOPs, SIGCONTs and SIGKILLs;
 //! - [`storm`]: the randomized storm, the same code for every backend: holders keep the lease
 //!   across several renewal intervals while faults strike during renewals and releases, and write
 //!   through the backend's own fenced resource over a faulty link of its own; the recorded history
 //!   is checked by [`lease_testkit::history`];
+//! - [`failover`]: restarts and failovers inside storms, on servers of their own ([`servers`],
+//!   reached through a switchable [`front::Front`]): PostgreSQL restart and standby promotion,
+//!   Redis restart and replica promotion, etcd leader kill, kube-apiserver restart, and SQLite
+//!   holder processes killed and paused ([`procstorm`]); `tests/failover.rs` runs each once;
 //! - [`controls`]: negative controls, deliberately broken stores, resources and configurations
 //!   that the same storms must catch, each with the violation kind it must produce;
 //! - [`report`]: the per-backend tables, counted from the typed verdicts;
@@ -23,14 +27,18 @@
 //!
 //! Every run yields a typed result ([`scenarios::Measured`]): violations by
 //! [`ViolationKind`](lease_testkit::history::ViolationKind); an `Err` means the test itself could
-//! not be carried out. Store restarts (and etcd leader loss, and the Redis replica-promotion race)
-//! are exercised by each backend crate's own failure tests, not (yet) by this suite.
+//! not be carried out.
 
 pub mod child;
 pub mod controls;
+pub mod failover;
+pub mod front;
 pub mod link;
+pub mod procstorm;
+pub mod proxy;
 pub mod report;
 pub mod resource;
 pub mod scenarios;
+pub mod servers;
 pub mod storm;
 pub mod target;

@@ -6,13 +6,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::proxy::{FaultProxy, Mode};
 use async_trait::async_trait;
 use lease_core::{
-    Error, FencedResource, FencingToken, LeaseKey, LeaseStore, ResourceState, Result, WriteOp,
+    Error, FenceOp, FencedResource, FencingToken, LeaseKey, LeaseStore, ResourceState, Result,
     WriteOutcome,
 };
 use lease_testkit::faulty::{Fault, FaultyStore};
-use lease_testkit::proxy::{FaultProxy, Mode};
 
 /// A fault on a link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,16 +134,13 @@ impl Link for FaultyResource {
 
 #[async_trait]
 impl FencedResource for FaultyResource {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
-        self.run(self.inner.write(key, token, op)).await
-    }
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        self.run(self.inner.install(key, token)).await
+        self.run(self.inner.apply(key, token, op)).await
     }
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
         self.run(self.inner.read(key)).await

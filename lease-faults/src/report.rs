@@ -4,7 +4,88 @@ use std::time::Duration;
 
 use lease_testkit::history::{Verdict, ViolationKind};
 
+use crate::failover::{Run, Scenario};
 use crate::scenarios::Measured;
+
+/// Totals for one restart or failover scenario ([`Scenario`]).
+#[derive(Debug, Clone)]
+pub struct FailoverReport {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Runs.
+    pub runs: u64,
+    /// Runs that could not be carried out.
+    pub errors: u64,
+    /// Faults injected (the disruption and the storm's own faults).
+    pub faults: u64,
+    /// Violations of what the backend promises in this scenario (must be 0).
+    pub verdict: Verdict,
+    /// Violations of kinds outside the scenario's guarantee (reported, not failures).
+    pub outside: Verdict,
+}
+
+impl FailoverReport {
+    /// An empty report.
+    pub fn new(scenario: Scenario) -> Self {
+        FailoverReport {
+            scenario,
+            runs: 0,
+            errors: 0,
+            faults: 0,
+            verdict: Verdict::default(),
+            outside: Verdict::default(),
+        }
+    }
+
+    /// Adds one run.
+    pub fn add(&mut self, r: &Result<Run, String>) {
+        self.runs += 1;
+        match r {
+            Ok(run) => {
+                self.faults += run.measured.faults;
+                self.verdict.merge(&run.measured.verdict());
+                self.outside.merge(&Verdict::of(&run.outside));
+            }
+            Err(_) => self.errors += 1,
+        }
+    }
+
+    /// A Markdown row.
+    pub fn row(&self) -> String {
+        let kinds = |v: &Verdict| {
+            let parts: Vec<String> = ViolationKind::ALL
+                .iter()
+                .filter(|k| v.count(**k) > 0)
+                .map(|k| format!("{} {k}", v.count(*k)))
+                .collect();
+            if parts.is_empty() {
+                "0".to_string()
+            } else {
+                parts.join(", ")
+            }
+        };
+        let outside = if self.scenario.outside_kinds().is_empty() {
+            "- (all promised)".to_string()
+        } else {
+            kinds(&self.outside)
+        };
+        format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            self.scenario.backend(),
+            self.scenario.name(),
+            self.runs,
+            self.errors,
+            self.faults,
+            kinds(&self.verdict),
+            outside
+        )
+    }
+
+    /// The Markdown header of [`row`](Self::row).
+    pub fn header() -> &'static str {
+        "| backend | scenario | runs | errors (no verdict) | faults injected | violations (must be 0) | outside the guarantee (reported) |\n|---|---|---|---|---|---|---|"
+    }
+}
 
 /// Totals for one backend.
 #[derive(Debug, Clone, Default)]

@@ -192,6 +192,24 @@ fn plan(rng: &mut fastrand::Rng, ttl: Duration, lead: Duration, hold: Duration) 
 /// Only for failures of the test infrastructure (a client that cannot be set up, a panicked
 /// task); every safety finding is a violation in the returned [`Measured`].
 pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Measured, String> {
+    storm_with(backend, shape, None).await
+}
+
+/// A disruption of the servers (a restart, a failover) that runs during a storm.
+pub type Disruption<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Runs one storm on `backend` while `disrupt` (if any) restarts or fails over its servers; the
+/// history is checked once both are done (the final read of the resource reaches the server that
+/// is up after the disruption).
+///
+/// # Errors
+/// As [`storm`], and if the disruption itself fails.
+pub async fn storm_with(
+    backend: &dyn StormBackend,
+    shape: StormShape,
+    disrupt: Option<Disruption<'_>>,
+) -> Result<Measured, String> {
     let k = fresh_key("storm");
     let history = History::new();
     let ttl = backend.ttl();
@@ -229,9 +247,21 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
             }
         }));
     }
-    for t in tasks {
-        t.await.map_err(|e| format!("contender panicked: {e}"))?;
-    }
+    let contenders = async {
+        for t in tasks {
+            t.await.map_err(|e| format!("contender panicked: {e}"))?;
+        }
+        Ok::<(), String>(())
+    };
+    let disruption = async {
+        match disrupt {
+            Some(d) => d.await.map_err(|e| format!("disruption: {e}")),
+            None => Ok(()),
+        }
+    };
+    let (c, d) = tokio::join!(contenders, disruption);
+    c?;
+    d?;
     for r in &recorders {
         let probes: Vec<_> =
             std::mem::take(&mut *r.probes.lock().unwrap_or_else(|p| p.into_inner()));
@@ -240,11 +270,9 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
         }
     }
     let mut violations = history.check();
-    let state = timeout(Duration::from_secs(10), reader.read(&k))
-        .await
-        .map_err(|_| "reading the resource timed out".to_string())?
-        .map_err(|e| format!("reading the resource: {e}"))?;
+    let state = read_final(&*reader, &k).await?;
     violations.extend(history.check_counter(&k, state.counter));
+    violations.extend(history.check_high_water(&k, state.high_water));
     Ok(Measured {
         margins: margins(&history),
         store_margins: std::mem::take(
@@ -258,6 +286,26 @@ pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Meas
         violations,
         ..Measured::default()
     })
+}
+
+/// Reads the resource at the end of a storm, retrying for up to 20 s: after a restart or a
+/// failover a client's first request may fail on a connection the server closed.
+async fn read_final(
+    reader: &dyn FencedResource,
+    k: &LeaseKey,
+) -> Result<lease_core::ResourceState, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = match timeout(Duration::from_secs(5), reader.read(k)).await {
+            Ok(Ok(state)) => return Ok(state),
+            Ok(Err(e)) => format!("reading the resource: {e}"),
+            Err(_) => "reading the resource timed out".to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(err);
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -341,6 +389,11 @@ async fn round(
                 token,
                 accepted: out.is_accepted(),
             },
+            // An error that states nothing was sent or applied: recorded as not accepted.
+            Ok(Ok(Err(e))) if !e.outcome_unknown() => Op::Write {
+                token,
+                accepted: false,
+            },
             _ => Op::Unknown(Attempt::Write(token)),
         };
         history.end(name, k, s, op);
@@ -376,6 +429,11 @@ async fn late_write(
         Ok(Ok(out)) => Op::LateWrite {
             token,
             accepted: out.is_accepted(),
+        },
+        // Certainly not applied (see `round`).
+        Ok(Err(e)) if !e.outcome_unknown() => Op::LateWrite {
+            token,
+            accepted: false,
         },
         _ => Op::Unknown(Attempt::LateWrite(token)),
     };

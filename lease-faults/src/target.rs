@@ -4,10 +4,10 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::proxy::FaultProxy;
 use async_trait::async_trait;
 use lease_core::{Error, FencedResource, LeaseStore, Result};
 use lease_testkit::faulty::FaultyStore;
-use lease_testkit::proxy::FaultProxy;
 
 use crate::link::{FaultyResource, Link, ProxyLink, StoreLink};
 use crate::storm::{Contender, StormBackend};
@@ -95,8 +95,9 @@ impl Target {
             }
             Endpoint::Kube { namespace, .. } => {
                 let path = self.kubeconfig_via(addr)?;
-                let store =
-                    lease::k8s::KubeLeaseStore::from_kubeconfig(&path, Some(namespace)).await?;
+                let options = lease::k8s::K8sOptions::default().with_kubeconfig(&path);
+                let url = format!("k8s://{namespace}");
+                let store = lease::k8s::K8sLeaseStore::connect_with(&url, options).await?;
                 Ok(Arc::new(store))
             }
         }
@@ -115,10 +116,10 @@ impl Target {
             }
             Endpoint::Kube { namespace, .. } => {
                 let path = self.kubeconfig_via(addr)?;
-                let client = lease::k8s::client_from_kubeconfig(&path).await?;
-                Ok(Arc::new(lease::k8s::KubeFencedResource::new(
-                    client, namespace,
-                )?))
+                let options = lease::k8s::K8sOptions::default().with_kubeconfig(&path);
+                let url = format!("k8s://{namespace}");
+                let store = lease::k8s::K8sLeaseStore::connect_with(&url, options).await?;
+                Ok(Arc::new(store.fenced_resource()))
             }
         }
     }

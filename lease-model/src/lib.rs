@@ -1,7 +1,7 @@
 //! An exhaustive model check of the lease protocol, with [`stateright`].
 //!
 //! The model's clients run the **real** supervisor state machine
-//! ([`lease_core::supervisor::state::Machine`], called through `Machine::new` and `Machine::step`
+//! ([`lease_core::supervisor::Machine`], called through `Machine::new` and `Machine::step`
 //! exactly as the supervisor's driver feeds it), the fenced resource applies the **real** fencing
 //! rule ([`lease_core::ResourceState::apply`]), and the store follows what one backend does
 //! ([`StoreKind`]). Everything else is explicit nondeterminism: message loss, duplication and
@@ -18,14 +18,16 @@
 //! See `docs/verification.md` for what is proven, under which assumptions, and the measured
 //! bounds.
 
+pub mod trace;
+
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use lease_core::supervisor::Health;
-use lease_core::supervisor::state::{Event, Machine, Next};
-use lease_core::{FencingToken, Lease, LeaseKey, OwnerId, ResourceState, WriteOp};
+use lease_core::supervisor::{Event, Machine, Next};
+use lease_core::{FencingToken, LeaseKey, OwnerId, ResourceState, WriteOp};
 use stateright::{Model, Property};
 use tokio::time::Instant;
 
@@ -704,7 +706,7 @@ impl LeaseModel {
             Phase::Acquiring(Acq::Waiting { sent: w, req }) if w == sent => {
                 let next = match (req, resp) {
                     (_, Resp::Granted(t)) => {
-                        let lease = Lease::granted(
+                        let lease = lease_core::backend::granted_lease(
                             key(),
                             owner(c),
                             token(t),

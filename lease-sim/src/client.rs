@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencedResource, FencingToken,
-    Holder, KeyState, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome,
-    ResourceState, Result, TokenDurability, WriteOp, WriteOutcome,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FenceOp, FencedResource,
+    FencingToken, Holder, KeyState, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome,
+    RenewOutcome, ResourceState, Result, TokenDurability, WriteOp, WriteOutcome,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::time::{Instant, timeout};
@@ -97,7 +97,7 @@ impl NetClient {
                     .as_mut()
                     .ok_or_else(|| Error::unavailable(BACKEND, "no connection", None))?;
                 let mut line = serde_json::to_string(&Frame { id, body: req })
-                    .map_err(|e| Error::backend(BACKEND, "encode", Some(e.into())))?;
+                    .map_err(|e| Error::store_fault(BACKEND, "encode", Some(e.into())))?;
                 line.push('\n');
                 conn.write
                     .write_all(line.as_bytes())
@@ -111,7 +111,7 @@ impl NetClient {
                         .map_err(|e| Error::unavailable(BACKEND, "receive failed", Some(e.into())))?
                         .ok_or_else(|| Error::unavailable(BACKEND, "connection closed", None))?;
                     let frame: Frame<Response> = serde_json::from_str(&got)
-                        .map_err(|e| Error::backend(BACKEND, "decode", Some(e.into())))?;
+                        .map_err(|e| Error::store_fault(BACKEND, "decode", Some(e.into())))?;
                     if frame.id == id {
                         return Ok(frame.body);
                     }
@@ -146,8 +146,8 @@ fn unexpected(operation: &str, r: &Response) -> Error {
             invalid: true,
             message,
         } => Error::InvalidInput(message.clone()),
-        Response::Error { message, .. } => Error::backend(BACKEND, message.clone(), None),
-        other => Error::backend(
+        Response::Error { message, .. } => Error::store_fault(BACKEND, message.clone(), None),
+        other => Error::store_fault(
             BACKEND,
             format!("unexpected answer to {operation}: {other:?}"),
             None,
@@ -195,7 +195,7 @@ impl LeaseStore for NetStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        lease_core::validate_ttl(req.ttl, Duration::from_millis(1))?;
+        lease_core::backend::validate_ttl(req.ttl, Duration::from_millis(1))?;
         let sent = Instant::now();
         let r = self
             .client
@@ -209,21 +209,23 @@ impl LeaseStore for NetStore {
             )
             .await?;
         match r {
-            Response::Acquired { token } => Ok(AcquireOutcome::Acquired(Lease::granted(
-                req.key.clone(),
-                req.owner.clone(),
-                FencingToken::new(token)?,
-                req.ttl,
-                req.drift_margin(),
-                self.stamp(sent),
-            ))),
+            Response::Acquired { token } => Ok(AcquireOutcome::Acquired(
+                lease_core::backend::granted_lease(
+                    req.key.clone(),
+                    req.owner.clone(),
+                    FencingToken::new(token)?,
+                    req.ttl,
+                    req.drift_margin(),
+                    self.stamp(sent),
+                ),
+            )),
             Response::Held(h) => Ok(AcquireOutcome::Held(holder(h)?)),
             other => Err(unexpected("acquire", &other)),
         }
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        lease_core::validate_ttl(lease.ttl(), Duration::from_millis(1))?;
+        lease_core::backend::validate_ttl(lease.ttl(), Duration::from_millis(1))?;
         let sent = Instant::now();
         let r = self
             .client
@@ -322,12 +324,16 @@ impl NetFence {
 
 #[async_trait]
 impl FencedResource for NetFence {
-    async fn write(
+    async fn apply(
         &self,
         key: &LeaseKey,
         token: FencingToken,
-        op: WriteOp,
+        op: FenceOp,
     ) -> Result<WriteOutcome> {
+        let op = match op {
+            FenceOp::Write(op) => op,
+            _ => return self.install_now(key, token).await,
+        };
         let WriteOp::Add(add) = op else {
             return Err(Error::InvalidInput(
                 "the simulated resource only takes counter increments".into(),
@@ -347,7 +353,15 @@ impl FencedResource for NetFence {
         Self::outcome("write", r)
     }
 
-    async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
+    async fn read(&self, _key: &LeaseKey) -> Result<ResourceState> {
+        Err(Error::InvalidInput(
+            "the simulated resource is read on the server side only".into(),
+        ))
+    }
+}
+
+impl NetFence {
+    async fn install_now(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
         let r = self
             .client
             .call(
@@ -359,11 +373,5 @@ impl FencedResource for NetFence {
             )
             .await?;
         Self::outcome("install", r)
-    }
-
-    async fn read(&self, _key: &LeaseKey) -> Result<ResourceState> {
-        Err(Error::InvalidInput(
-            "the simulated resource is read on the server side only".into(),
-        ))
     }
 }

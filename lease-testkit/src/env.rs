@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use lease_core::Capabilities;
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 use crate::cases::{self, Case};
 use crate::{Backend, Ctx};
@@ -36,46 +37,84 @@ pub fn run<B: Backend>(backend: B) -> ! {
 }
 
 /// Runs every conformance case plus `extra` backend-specific cases, then exits.
+///
+/// A case whose [`needs`](Case::needs) the backend's capabilities lack is reported as ignored,
+/// with the reason.
 pub fn run_with<B: Backend>(backend: B, extra: Vec<Case>) -> ! {
     let args = Arguments::from_args();
     let backend: Arc<dyn Backend> = Arc::new(backend);
-    let name = backend.name();
     let mut all = cases::all();
     all.extend(extra);
+    let availability = check_available(&backend);
+    let trials = trials(backend, all, availability, require_services());
+    libtest_mimic::run(&args, trials).exit()
+}
 
-    let unavailable = check_available(&backend);
+/// Turns `cases` into one named trial each, for a backend whose availability probe gave
+/// `availability` (its capabilities, or why it could not be reached).
+///
+/// - An unreachable backend gives a `service_available` trial that fails when `require` is set
+///   (CI or `LEASE_TEST_REQUIRE`), and every case ignored with the reason; otherwise every case
+///   ignored with the reason.
+/// - A reachable backend gives a passing `service_available` trial; a case whose needs its
+///   capabilities lack is ignored with the reason (never passed); every other case runs.
+pub fn trials(
+    backend: Arc<dyn Backend>,
+    cases: Vec<Case>,
+    availability: Result<Capabilities, String>,
+    require: bool,
+) -> Vec<Trial> {
+    let name = backend.name();
     let mut trials = Vec::new();
-    if let Some(reason) = &unavailable {
-        if require_services() {
-            let msg = format!(
-                "backend {name} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {reason}"
-            );
-            eprintln!("ERROR: {msg}");
-            trials.push(Trial::test("service_available", move || {
-                Err(Failed::from(msg))
-            }));
-        } else {
-            eprintln!(
-                "WARNING: backend {name} unavailable, every case is reported as ignored: {reason}\n\
-                 (set LEASE_TEST_REQUIRE=1 to make this a failure)"
-            );
+    let caps = match availability {
+        Ok(caps) => {
+            trials.push(Trial::test("service_available", || Ok(())));
+            Some(caps)
         }
-    } else {
-        trials.push(Trial::test("service_available", || Ok(())));
-    }
-    for case in all {
-        let full = format!("{}::{}", case.group, case.name);
-        if unavailable.is_some() {
-            trials.push(Trial::test(full, || Ok(())).with_ignored_flag(true));
+        Err(reason) => {
+            if require {
+                let msg = format!(
+                    "backend {name} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {reason}"
+                );
+                eprintln!("ERROR: {msg}");
+                trials.push(Trial::test("service_available", move || {
+                    Err(Failed::from(msg))
+                }));
+            } else {
+                eprintln!(
+                    "WARNING: backend {name} unavailable, every case is reported as ignored: {reason}\n\
+                     (set LEASE_TEST_REQUIRE=1 to make this a failure)"
+                );
+            }
+            None
+        }
+    };
+    for case in cases {
+        let full = case.full_name();
+        let Some(caps) = caps else {
+            let why = format!("backend {name} unavailable");
+            trials.push(ignored(full, why));
+            continue;
+        };
+        if let Some(why) = case.unmet(&caps) {
+            trials.push(ignored(full, why));
             continue;
         }
         let backend = backend.clone();
         trials.push(Trial::test(full, move || run_case(backend, case)));
     }
-    libtest_mimic::run(&args, trials).exit()
+    trials
 }
 
-fn check_available(backend: &Arc<dyn Backend>) -> Option<String> {
+/// A trial that never runs its case and is reported as ignored with `why` (shown in the report
+/// as `ignored (why)`), whatever the flags: `--include-ignored` cannot turn it into a pass.
+fn ignored(name: String, why: String) -> Trial {
+    Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
+}
+
+/// Probes the backend: a client, an `inspect`, and a fenced resource, within 20 s. Gives the
+/// store's capabilities, or why it could not be reached.
+pub fn check_available(backend: &Arc<dyn Backend>) -> Result<Capabilities, String> {
     let rt = runtime();
     let backend = backend.clone();
     rt.block_on(async move {
@@ -84,13 +123,13 @@ fn check_available(backend: &Arc<dyn Backend>) -> Option<String> {
             let key = lease_core::LeaseKey::new("lt-availability-probe")?;
             store.inspect(&key).await?;
             backend.resource().await?;
-            Ok::<_, lease_core::Error>(())
+            Ok::<_, lease_core::Error>(store.capabilities())
         })
         .await
         {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some("no answer within 20 s".to_string()),
+            Ok(Ok(caps)) => Ok(caps),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("no answer within 20 s".to_string()),
         }
     })
 }

@@ -18,8 +18,10 @@
 //! - **Ties count.** A holder believes it holds a lease strictly before its local deadline, so a
 //!   grant (or write) at the very instant of the deadline is judged as overlapping it. Events at
 //!   the same instant are ordered by the recorder's sequence numbers, never assumed harmless.
-//! - **Unknown outcomes** ([`Op::Unknown`]) are treated as possibly applied: a write that timed
-//!   out may have been accepted, so a later lower-token write accepted after it is a stale write.
+//! - **Unknown outcomes** ([`Op::Unknown`]) may or may not have taken effect: a history is legal
+//!   if some choice for them explains it. A stale write needs a greater token that *certainly*
+//!   took effect first (an acknowledged accepted write), or an unknown write the resource's final
+//!   state shows applied ([`History::check_counter`], [`History::check_high_water`]).
 //!   An unanswered renewal never extends the holder's belief (the holder does not know of it).
 //! - **Renewals** ([`Op::Renewed`]) extend the holder's belief to the renewed deadline, provided
 //!   the confirmation arrived while the holder still believed (a late confirmation is not trusted,
@@ -357,28 +359,31 @@ impl History {
     }
 
     /// Checks a counter the writers incremented by one per write: it must lie between the
-    /// acknowledged writes (accepted answers) and those plus the writes of unknown outcome.
+    /// acknowledged writes (accepted answers) and those plus the writes of unknown outcome
+    /// ([`WriteCountMismatch`](ViolationKind::WriteCountMismatch)); and if it shows more unknown
+    /// writes applied than can have been without making an accepted write stale (an unknown
+    /// write with a greater token that completed before a smaller token was accepted), it is a
+    /// [`StaleWriteAccepted`](ViolationKind::StaleWriteAccepted).
     pub fn check_counter(&self, key: &LeaseKey, counter: i64) -> Option<Violation> {
         let events = self.events();
-        let mut acked = 0i64;
-        let mut unknown = 0i64;
-        for e in events.iter().filter(|e| &e.key == key) {
-            match e.op {
-                Op::Write { accepted: true, .. } | Op::LateWrite { accepted: true, .. } => {
-                    acked += 1;
-                }
-                Op::Unknown(Attempt::Write(_) | Attempt::LateWrite(_)) => unknown += 1,
-                _ => {}
-            }
-        }
-        (counter < acked || counter > acked + unknown).then(|| {
-            Violation::new(
-                ViolationKind::WriteCountMismatch,
-                format!(
-                    "{key}: counter {counter}, but {acked} acknowledged writes and {unknown} of unknown outcome"
-                ),
-            )
-        })
+        let evs: Vec<&Event> = events.iter().filter(|e| &e.key == key).collect();
+        check::resource(key, &evs, Some(counter), None)
+    }
+
+    /// Checks the resource's final high-water mark: it must be the greatest acknowledged
+    /// accepted token, or the token of a write of unknown outcome above it (which then took
+    /// effect: a [`StaleWriteAccepted`](ViolationKind::StaleWriteAccepted) if every such write
+    /// completed before a smaller token was accepted); anything else is a broken resource
+    /// ([`WriteCountMismatch`](ViolationKind::WriteCountMismatch)). Only for resources that
+    /// nobody but the recorded writers touched (no installs).
+    pub fn check_high_water(
+        &self,
+        key: &LeaseKey,
+        high_water: Option<FencingToken>,
+    ) -> Option<Violation> {
+        let events = self.events();
+        let evs: Vec<&Event> = events.iter().filter(|e| &e.key == key).collect();
+        check::resource(key, &evs, None, Some(high_water))
     }
 
     /// A readable dump of the history, for failure reports.

@@ -31,6 +31,14 @@
 //! Every case is reported as its own named test (`conformance::acquire_first_grant`, ...), runs
 //! in a fresh random key namespace, and bounds every wait by a deadline.
 //!
+//! ## Cases are registered per file, gated by capability
+//! Each file in [`cases`] registers its cases with a `pub fn cases() -> Vec<Case>`; a case that
+//! needs a capability says so with [`Case::needs`](cases::Case::needs) (for example
+//! `case!("conformance", watch_wakes_on_release).needs(&[Need::Watch])`). A backend adds its own
+//! cases the same way and passes them to [`run_with`]. When the backend's
+//! [`Capabilities`](lease_core::Capabilities) lack a need, the case is reported as **ignored**
+//! with the reason (`ignored (needs capability `watch`; ...)`), never as passed.
+//!
 //! ## Never skipping silently
 //! If the backend's service cannot be reached, the suite **fails** when `CI=true` or
 //! `LEASE_TEST_REQUIRE=1` is set, with a test named `service_available` that says which backend
@@ -41,7 +49,6 @@ pub mod cases;
 pub mod env;
 pub mod faulty;
 pub mod history;
-pub mod proxy;
 
 use std::fmt;
 use std::future::Future;
@@ -53,7 +60,7 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, FencedResource, Lease, LeaseKey, LeaseStore, OwnerId,
 };
 
-pub use env::{require_services, run, run_with};
+pub use env::{check_available, require_services, run, run_with, trials};
 pub use libtest_mimic::Failed;
 
 /// A boxed, sendable future.

@@ -5,7 +5,20 @@ use std::time::Duration;
 
 use lease_core::{AcquireOutcome, OwnerId};
 
+use super::{Case, Need};
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("conformance", first_acquire_is_granted),
+        crate::case!("conformance", other_owner_is_refused_and_told_the_holder),
+        crate::case!("conformance", same_owner_reacquire_gets_a_greater_token),
+        crate::case!("conformance", keys_are_independent),
+        crate::case!("conformance", watch_agrees_with_capabilities),
+        crate::case!("conformance", watch_wakes_on_release).needs(&[Need::Watch]),
+    ]
+}
 
 /// 1. The first acquire of a fresh key is granted, with a local deadline within the TTL.
 pub async fn first_acquire_is_granted(ctx: Ctx) -> CaseResult {
@@ -104,26 +117,30 @@ pub async fn keys_are_independent(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
-/// Watch: a store that claims [`watch`](lease_core::Capabilities::watch) wakes a watcher when the
-/// holder releases; one that does not returns `None`.
-pub async fn watch_wakes_on_release_if_supported(ctx: Ctx) -> CaseResult {
+/// Watch and capabilities agree: `watch()` returns a watch exactly when the backend claims
+/// [`watch`](lease_core::Capabilities::watch). Every backend runs this one.
+pub async fn watch_agrees_with_capabilities(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("watch-caps");
+    let watch = ctx.other_client().await?.watch(&key).await?;
+    let claimed = ctx.store().capabilities().watch;
+    match (watch.is_some(), claimed) {
+        (true, true) | (false, false) => Ok(()),
+        (false, true) => Err("capabilities claim watch, but watch() returned None".into()),
+        (true, false) => Err("watch() returned a watch, but capabilities do not claim it".into()),
+    }
+}
+
+/// Watch (needs [`Need::Watch`]): a watcher is woken when the holder releases, and another owner
+/// then acquires.
+pub async fn watch_wakes_on_release(ctx: Ctx) -> CaseResult {
     let key = ctx.key("watch");
     let a = OwnerId::with_label("a");
     let lease = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
     let other = ctx.other_client().await?;
-    let watch = other.watch(&key).await?;
-    let caps = ctx.store().capabilities();
-    let Some(mut watch) = watch else {
-        assert!(
-            !caps.watch,
-            "capabilities claim watch, but watch() returned None"
-        );
-        return Ok(());
-    };
-    assert!(
-        caps.watch,
-        "watch() returned a watch, but capabilities do not claim it"
-    );
+    let mut watch = other
+        .watch(&key)
+        .await?
+        .ok_or("the backend claims watch, but watch() returned None")?;
     assert_eq!(
         ctx.store().release(&lease).await?,
         lease_core::ReleaseOutcome::Released

@@ -6,8 +6,17 @@ use std::time::Duration;
 use lease_core::{AcquireOutcome, Error, LeaseStore, OwnerId, ReleaseOutcome, WriteOp};
 use tokio::time::Instant;
 
+use super::Case;
 use crate::history::{History, Op};
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![crate::case!(
+        "conformance",
+        contention_gives_exact_count_and_legal_history
+    )]
+}
 
 /// Workers in the contention case.
 pub const WORKERS: usize = 8;

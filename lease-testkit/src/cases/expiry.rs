@@ -2,7 +2,22 @@
 
 use lease_core::{OwnerId, ReleaseOutcome, RenewOutcome};
 
+use super::Case;
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!(
+            "conformance",
+            after_expiry_another_owner_takes_over_without_revival
+        ),
+        crate::case!(
+            "conformance",
+            tokens_increase_across_release_expiry_and_reacquire
+        ),
+    ]
+}
 
 /// 6. After expiry another owner acquires with a greater token; the old holder's renew is refused
 ///    (no revival) and its release does not free the new holder.

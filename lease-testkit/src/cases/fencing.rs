@@ -2,7 +2,19 @@
 
 use lease_core::{OwnerId, WriteOp, WriteOutcome};
 
+use super::Case;
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("conformance", stale_owner_is_rejected_by_the_resource),
+        crate::case!(
+            "conformance",
+            installed_generation_rejects_the_old_owner_before_the_new_writes
+        ),
+    ]
+}
 
 /// 9a. A acquires, its lease expires, B acquires and writes through the fenced resource; A's
 ///     write with its old token is rejected with both tokens in the outcome.

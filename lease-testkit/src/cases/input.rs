@@ -6,7 +6,19 @@ use lease_core::{
     AcquireRequest, Error, Lease, LeaseKey, MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome,
 };
 
+use super::Case;
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!(
+            "conformance",
+            bad_input_is_a_typed_error_and_changes_nothing
+        ),
+        crate::case!("conformance", token_of_another_key_changes_nothing),
+    ]
+}
 
 /// 11. Empty, oversized or illegal keys; zero, below-minimum or absurd TTLs: each a typed error,
 ///     and the store is unchanged.

@@ -1,5 +1,9 @@
 //! The conformance cases, one function per property. Each is public so a backend can also call
 //! it directly.
+//!
+//! Each case file registers its own cases with a `pub fn cases() -> Vec<Case>`, declaring the
+//! capabilities each needs ([`Need`]); [`all`] gathers them. The runner reports a case whose
+//! needs the backend's [`Capabilities`] lack as ignored, with the reason.
 
 pub mod acquire;
 pub mod contention;
@@ -10,9 +14,79 @@ pub mod release;
 pub mod renew;
 pub mod supervisor;
 
+use lease_core::{Capabilities, ExpiryClock, TokenDurability};
+
 use crate::{BoxFuture, CaseResult, Ctx};
 
-/// A named case.
+/// A capability a case needs from the backend (see [`lease_core::Capabilities`]).
+///
+/// A case whose needs the backend's capabilities do not meet is reported as **ignored**, with the
+/// reason, never as passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Need {
+    /// [`Capabilities::watch`]: `watch()` wakes a waiter when the key changes.
+    Watch,
+    /// [`Capabilities::tokens_survive_restart`]: tokens do not go back after a store restart.
+    TokensSurviveRestart,
+    /// [`TokenDurability::Durable`]: tokens are stored durably.
+    DurableTokens,
+    /// Expiry judged by this clock ([`Capabilities::expiry_clock`]).
+    ExpiryClock(ExpiryClock),
+}
+
+impl Need {
+    /// Whether `caps` meet this need.
+    pub fn met_by(&self, caps: &Capabilities) -> bool {
+        match self {
+            Need::Watch => caps.watch,
+            Need::TokensSurviveRestart => caps.tokens_survive_restart(),
+            Need::DurableTokens => caps.token_durability == TokenDurability::Durable,
+            Need::ExpiryClock(clock) => caps.expiry_clock == *clock,
+        }
+    }
+
+    /// Why `caps` do not meet this need, or `None` if they do.
+    pub fn unmet_reason(&self, caps: &Capabilities) -> Option<String> {
+        if self.met_by(caps) {
+            return None;
+        }
+        Some(match self {
+            Need::Watch => "needs capability `watch`; the backend has none".to_string(),
+            Need::TokensSurviveRestart => format!(
+                "needs tokens that survive a restart; the backend's are {:?}",
+                caps.token_durability
+            ),
+            Need::DurableTokens => format!(
+                "needs durable tokens; the backend's are {:?}",
+                caps.token_durability
+            ),
+            Need::ExpiryClock(clock) => format!(
+                "needs expiry clock {clock:?}; the backend's is {:?}",
+                caps.expiry_clock
+            ),
+        })
+    }
+}
+
+/// A named case, with the capabilities it needs.
+///
+/// Build one with [`case!`](crate::case) and declare its needs with [`Case::needs`]:
+///
+/// ```
+/// use lease_testkit::cases::{Case, Need};
+/// use lease_testkit::{CaseResult, Ctx};
+///
+/// async fn wakes_on_release(ctx: Ctx) -> CaseResult {
+///     let _ = ctx;
+///     Ok(())
+/// }
+///
+/// fn cases() -> Vec<Case> {
+///     vec![lease_testkit::case!("mybackend", wakes_on_release).needs(&[Need::Watch])]
+/// }
+/// # assert_eq!(cases()[0].name, "wakes_on_release");
+/// ```
 #[derive(Clone, Copy)]
 pub struct Case {
     /// The group (`conformance`, `supervisor`, `election`, or a backend's own).
@@ -21,15 +95,51 @@ pub struct Case {
     pub name: &'static str,
     /// The case.
     pub run: fn(Ctx) -> BoxFuture<'static, CaseResult>,
+    /// The capabilities the case needs; empty for a case every backend must pass.
+    pub needs: &'static [Need],
+}
+
+impl Case {
+    /// Declares the capabilities this case needs (replacing any declared before).
+    #[must_use]
+    pub const fn needs(mut self, needs: &'static [Need]) -> Self {
+        self.needs = needs;
+        self
+    }
+
+    /// Why a backend with `caps` cannot run this case (every unmet need, joined), or `None` if
+    /// it can.
+    pub fn unmet(&self, caps: &Capabilities) -> Option<String> {
+        let reasons: Vec<String> = self
+            .needs
+            .iter()
+            .filter_map(|n| n.unmet_reason(caps))
+            .collect();
+        if reasons.is_empty() {
+            None
+        } else {
+            Some(reasons.join("; "))
+        }
+    }
+
+    /// The case's full test name, `group::name`.
+    pub fn full_name(&self) -> String {
+        format!("{}::{}", self.group, self.name)
+    }
 }
 
 impl std::fmt::Debug for Case {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}::{}", self.group, self.name)
+        write!(f, "{}::{}", self.group, self.name)?;
+        if !self.needs.is_empty() {
+            write!(f, " (needs {:?})", self.needs)?;
+        }
+        Ok(())
     }
 }
 
-/// Builds a [`Case`] from an `async fn(Ctx) -> CaseResult`.
+/// Builds a [`Case`] from an `async fn(Ctx) -> CaseResult`, needing nothing; add needs with
+/// [`Case::needs`].
 #[macro_export]
 macro_rules! case {
     ($group:literal, $path:path) => {
@@ -37,6 +147,7 @@ macro_rules! case {
             group: $group,
             name: $crate::cases::last_segment(stringify!($path)),
             run: |ctx| Box::pin($path(ctx)),
+            needs: &[],
         }
     };
 }
@@ -58,80 +169,19 @@ pub const fn last_segment(path: &'static str) -> &'static str {
     }
 }
 
-/// Every case of the shared suite.
+/// Every case of the shared suite: each case file's `cases()`, in file order.
 pub fn all() -> Vec<Case> {
-    vec![
-        case!("conformance", acquire::first_acquire_is_granted),
-        case!(
-            "conformance",
-            acquire::other_owner_is_refused_and_told_the_holder
-        ),
-        case!(
-            "conformance",
-            acquire::same_owner_reacquire_gets_a_greater_token
-        ),
-        case!("conformance", acquire::keys_are_independent),
-        case!("conformance", renew::renew_by_holder_extends),
-        case!(
-            "conformance",
-            renew::renew_with_wrong_owner_or_token_changes_nothing
-        ),
-        case!("conformance", renew::renew_many_matches_renew),
-        case!("conformance", release::release_by_holder_frees_the_key),
-        case!(
-            "conformance",
-            release::release_with_wrong_owner_or_token_changes_nothing
-        ),
-        case!(
-            "conformance",
-            release::inspect_agrees_with_grant_renew_and_release
-        ),
-        case!(
-            "conformance",
-            expiry::after_expiry_another_owner_takes_over_without_revival
-        ),
-        case!(
-            "conformance",
-            expiry::tokens_increase_across_release_expiry_and_reacquire
-        ),
-        case!(
-            "conformance",
-            fencing::stale_owner_is_rejected_by_the_resource
-        ),
-        case!(
-            "conformance",
-            fencing::installed_generation_rejects_the_old_owner_before_the_new_writes
-        ),
-        case!(
-            "conformance",
-            contention::contention_gives_exact_count_and_legal_history
-        ),
-        case!(
-            "conformance",
-            input::bad_input_is_a_typed_error_and_changes_nothing
-        ),
-        case!("conformance", input::token_of_another_key_changes_nothing),
-        case!("conformance", acquire::watch_wakes_on_release_if_supported),
-        case!("supervisor", supervisor::supervisor_renews_past_the_ttl),
-        case!(
-            "supervisor",
-            supervisor::supervisor_refused_renewal_is_lost_at_once
-        ),
-        case!(
-            "supervisor",
-            supervisor::supervisor_hanging_store_is_lost_before_the_deadline
-        ),
-        case!(
-            "supervisor",
-            supervisor::supervisor_drop_releases_in_the_background
-        ),
-        case!(
-            "election",
-            supervisor::election_one_leader_at_a_time_with_increasing_terms
-        ),
-        case!(
-            "election",
-            supervisor::election_resign_hands_over_without_waiting_for_the_ttl
-        ),
+    [
+        acquire::cases(),
+        renew::cases(),
+        release::cases(),
+        expiry::cases(),
+        fencing::cases(),
+        contention::cases(),
+        input::cases(),
+        supervisor::cases(),
     ]
+    .into_iter()
+    .flatten()
+    .collect()
 }

@@ -2,7 +2,20 @@
 
 use lease_core::{Lease, OwnerId, ReleaseOutcome, RenewOutcome};
 
+use super::Case;
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("conformance", release_by_holder_frees_the_key),
+        crate::case!(
+            "conformance",
+            release_with_wrong_owner_or_token_changes_nothing
+        ),
+        crate::case!("conformance", inspect_agrees_with_grant_renew_and_release),
+    ]
+}
 
 /// 5a. Release by the holder frees the key; another owner acquires at once with a greater token.
 pub async fn release_by_holder_frees_the_key(ctx: Ctx) -> CaseResult {

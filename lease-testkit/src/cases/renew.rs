@@ -4,7 +4,20 @@ use std::time::Duration;
 
 use lease_core::{FencingToken, Lease, OwnerId, RenewOutcome};
 
+use super::Case;
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("conformance", renew_by_holder_extends),
+        crate::case!(
+            "conformance",
+            renew_with_wrong_owner_or_token_changes_nothing
+        ),
+        crate::case!("conformance", renew_many_matches_renew),
+    ]
+}
 
 /// 4a. Renew by the holder extends the lease: it outlives its original TTL.
 pub async fn renew_by_holder_extends(ctx: Ctx) -> CaseResult {

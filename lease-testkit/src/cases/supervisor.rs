@@ -8,8 +8,30 @@ use lease_core::supervisor::{Health, LossReason, Supervisor, SupervisorConfig};
 use lease_core::{FencingToken, LeaseStore, OwnerId};
 use tokio::time::Instant;
 
+use super::Case;
 use crate::faulty::{Fault, FaultyStore, Operation};
 use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("supervisor", supervisor_renews_past_the_ttl),
+        crate::case!("supervisor", supervisor_refused_renewal_is_lost_at_once),
+        crate::case!(
+            "supervisor",
+            supervisor_hanging_store_is_lost_before_the_deadline
+        ),
+        crate::case!("supervisor", supervisor_drop_releases_in_the_background),
+        crate::case!(
+            "election",
+            election_one_leader_at_a_time_with_increasing_terms
+        ),
+        crate::case!(
+            "election",
+            election_resign_hands_over_without_waiting_for_the_ttl
+        ),
+    ]
+}
 
 fn sup(store: Arc<dyn LeaseStore>, ttl: Duration) -> Supervisor {
     Supervisor::from_arc(store, SupervisorConfig::new(ttl))

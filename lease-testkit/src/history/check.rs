@@ -171,9 +171,30 @@ pub(super) fn writes(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
             ));
         }
     }
-    // No write is accepted after a write with a greater token was (possibly) accepted.
-    let possibly: Vec<(&Event, FencingToken)> = evs
-        .iter()
+    // No write is accepted after a write with a greater token was certainly accepted. A write of
+    // unknown outcome may or may not have taken effect; a history is legal if some choice for its
+    // unknowns explains it, and the only evidence that an unknown write took effect is the
+    // resource's final state ([`resource`]).
+    let acked = acknowledged(evs);
+    for (b, tb) in &acked {
+        if let Some((a, ta)) = acked
+            .iter()
+            .find(|(a, ta)| a.completed < b.invoked && tb < ta)
+        {
+            out.push(Violation::new(
+                ViolationKind::StaleWriteAccepted,
+                format!(
+                    "{key}: write by {} with token {tb} accepted after a write by {} with token {ta} was accepted",
+                    b.client, a.client
+                ),
+            ));
+        }
+    }
+}
+
+/// The acknowledged accepted writes (plain and late) with their tokens.
+fn acknowledged<'a>(evs: &[&'a Event]) -> Vec<(&'a Event, FencingToken)> {
+    evs.iter()
         .filter_map(|e| match e.op {
             Op::Write {
                 token,
@@ -182,39 +203,114 @@ pub(super) fn writes(key: &LeaseKey, evs: &[&Event], out: &mut Vec<Violation>) {
             | Op::LateWrite {
                 token,
                 accepted: true,
-            }
-            | Op::Unknown(Attempt::Write(token) | Attempt::LateWrite(token)) => Some((*e, token)),
+            } => Some((*e, token)),
             _ => None,
         })
-        .collect();
-    for b in evs {
-        let tb = match b.op {
-            Op::Write {
-                token,
-                accepted: true,
-            }
-            | Op::LateWrite {
-                token,
-                accepted: true,
-            } => token,
-            _ => continue,
-        };
-        if let Some((a, ta)) = possibly
-            .iter()
-            .find(|(a, ta)| a.completed < b.invoked && tb < *ta)
-        {
-            let how = if matches!(a.op, Op::Unknown(_)) {
-                "possibly accepted (outcome unknown)"
-            } else {
-                "accepted"
-            };
-            out.push(Violation::new(
-                ViolationKind::StaleWriteAccepted,
+        .collect()
+}
+
+/// A write of unknown outcome, its token, and the acknowledged write (with its token) it would
+/// have made stale had it taken effect.
+type Unknown<'a> = (&'a Event, FencingToken, Option<(&'a Event, FencingToken)>);
+
+/// The writes of unknown outcome, each with the acknowledged write that it would have made stale
+/// had it taken effect (an accepted write with a smaller token invoked after it completed): such
+/// an unknown write cannot have taken effect in any legal explanation.
+fn unknowns<'a>(evs: &[&'a Event]) -> Vec<Unknown<'a>> {
+    let acked = acknowledged(evs);
+    evs.iter()
+        .filter_map(|e| match e.op {
+            Op::Unknown(Attempt::Write(token) | Attempt::LateWrite(token)) => Some((*e, token)),
+            _ => None,
+        })
+        .map(|(u, tu)| {
+            let refuted = acked
+                .iter()
+                .find(|(b, tb)| u.completed < b.invoked && *tb < tu)
+                .copied();
+            (u, tu, refuted)
+        })
+        .collect()
+}
+
+/// Checks the resource's final state against the writes: `counter` (one per applied write) and
+/// `high_water` (the greatest token applied), when known.
+///
+/// With `acked` acknowledged writes and `n` unknown ones, of which `r` would each have made an
+/// accepted write stale: the counter must lie in `acked..=acked + n` (else the counter is wrong:
+/// [`WriteCountMismatch`](ViolationKind::WriteCountMismatch)), and if it exceeds
+/// `acked + (n - r)` at least one of the `r` took effect, before a smaller token was accepted:
+/// [`StaleWriteAccepted`](ViolationKind::StaleWriteAccepted). The bound `n - r` may exceed what
+/// the unknowns among themselves allow (two of them can also exclude each other), so the check
+/// can miss a violation but never reports one that some choice of outcomes explains.
+///
+/// A final high-water above every acknowledged token was set by an unknown write with exactly
+/// that token; if every such write would have made an accepted write stale, one of them did.
+pub(super) fn resource(
+    key: &LeaseKey,
+    evs: &[&Event],
+    counter: Option<i64>,
+    high_water: Option<Option<FencingToken>>,
+) -> Option<Violation> {
+    let acked = acknowledged(evs);
+    let unknown = unknowns(evs);
+    let stale = |(u, tu, refuted): &Unknown<'_>, why: &str| {
+        let (b, tb) = refuted.expect("only refuted unknowns are named");
+        Violation::new(
+            ViolationKind::StaleWriteAccepted,
+            format!(
+                "{key}: {why}, but the write by {} with token {tu} ({:?}, unknown outcome) would have made the write by {} with token {tb}, accepted after it, stale",
+                u.client, u.op, b.client
+            ),
+        )
+    };
+    if let Some(counter) = counter {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let (a, n) = (count(acked.len()), count(unknown.len()));
+        let possible = count(unknown.iter().filter(|u| u.2.is_none()).count());
+        if counter < a || counter > a + n {
+            return Some(Violation::new(
+                ViolationKind::WriteCountMismatch,
                 format!(
-                    "{key}: write by {} with token {tb} accepted after a write by {} with token {ta} was {how}",
-                    b.client, a.client
+                    "{key}: counter {counter}, but {a} acknowledged writes and {n} of unknown outcome"
                 ),
             ));
         }
+        if counter > a + possible {
+            let u = unknown.iter().find(|u| u.2.is_some())?;
+            let why = format!(
+                "counter {counter} shows {} of the unknown writes applied and at most {possible} can have been without a stale write",
+                counter - a
+            );
+            return Some(stale(u, &why));
+        }
     }
+    if let Some(hw) = high_water {
+        let max_acked = acked.iter().map(|(_, t)| *t).max();
+        let broken = |why: String| {
+            Some(Violation::new(
+                ViolationKind::WriteCountMismatch,
+                format!("{key}: {why}"),
+            ))
+        };
+        match (hw, max_acked) {
+            (None, Some(m)) => return broken(format!("no high-water, but token {m} was accepted")),
+            (Some(h), Some(m)) if h < m => {
+                return broken(format!("high-water {h} below the accepted token {m}"));
+            }
+            (Some(h), m) if m.is_none_or(|m| h > m) => {
+                let setters: Vec<_> = unknown.iter().filter(|u| u.1 == h).collect();
+                if setters.is_empty() {
+                    return broken(format!("high-water {h} was presented by no write"));
+                }
+                if setters.iter().all(|u| u.2.is_some()) {
+                    let why =
+                        format!("the final high-water {h} shows an unknown write with it applied");
+                    return Some(stale(setters[0], &why));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
