@@ -1,9 +1,14 @@
-//! Shared helpers for the runnable examples: `--store URL` parsing and TTL choice.
+//! Shared helpers for the runnable examples: `--store URL` parsing, TTL choice, and a node's
+//! freezable network.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lease::{FencedResource, LeaseStore};
+use lease::{
+    AcquireOutcome, AcquireRequest, Capabilities, FencedResource, KeyState, KeyWatch, Lease,
+    LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome,
+};
 
 /// The value of `--store URL` (or `LEASE_STORE`), defaulting to `memory:`.
 pub fn store_url() -> String {
@@ -60,5 +65,66 @@ impl Backend {
         let d = wanted.max(caps.min_ttl);
         let g = caps.ttl_granularity.as_nanos().max(1);
         Duration::from_nanos(u64::try_from(d.as_nanos().div_ceil(g) * g).unwrap_or(u64::MAX))
+    }
+}
+
+/// One node's "network" to the store: every call passes through until [`Network::freeze`], after
+/// which every new call hangs forever (the node is cut off; its callers give up on their own
+/// deadlines).
+#[derive(Debug, Clone)]
+pub struct Network {
+    inner: Arc<dyn LeaseStore>,
+    frozen: Arc<AtomicBool>,
+}
+
+impl Network {
+    /// A network to `inner`, passing every call.
+    pub fn new(inner: Arc<dyn LeaseStore>) -> Self {
+        Network {
+            inner,
+            frozen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Cuts the node off: every call from now on never answers.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    async fn pass(&self) {
+        if self.frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Each call is cancel safe exactly when the wrapped store's is.
+#[lease::async_trait]
+impl LeaseStore for Network {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> lease::Result<AcquireOutcome> {
+        self.pass().await;
+        self.inner.acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> lease::Result<RenewOutcome> {
+        self.pass().await;
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> lease::Result<ReleaseOutcome> {
+        self.pass().await;
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> lease::Result<KeyState> {
+        self.pass().await;
+        self.inner.inspect(key).await
+    }
+    async fn watch(&self, key: &LeaseKey) -> lease::Result<Option<KeyWatch>> {
+        self.pass().await;
+        self.inner.watch(key).await
     }
 }

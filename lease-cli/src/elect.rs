@@ -31,7 +31,7 @@ pub(crate) async fn main(args: ElectArgs) -> ExitCode {
         Err(e) => return exit::from_error("cannot open the store", &e),
     };
     store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
-    if let Err(e) = lease::validate_ttl(args.ttl, store.capabilities().min_ttl) {
+    if let Err(e) = lease::backend::validate_ttl(args.ttl, store.capabilities().min_ttl) {
         return exit::from_error("bad --ttl", &e);
     }
     let id = OwnerId::with_label(&owner_label(args.label.as_deref()));

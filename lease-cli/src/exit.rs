@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use lease::Error;
+use lease::{Error, ErrorKind};
 
 /// Usage error: bad arguments (sysexits `EX_USAGE`).
 pub(crate) const USAGE: u8 = 64;
@@ -10,6 +10,8 @@ pub(crate) const USAGE: u8 = 64;
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// The store answered something unexpected, or an internal error (sysexits `EX_SOFTWARE`).
 pub(crate) const SOFTWARE: u8 = 70;
+/// `lease completions`, `lease man`: the output could not be written (sysexits `EX_IOERR`).
+pub(crate) const IOERR: u8 = 74;
 /// `lease run`: the lease was not acquired within `--wait` (or at once with `--no-wait`)
 /// (sysexits `EX_TEMPFAIL`: try again later).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
@@ -42,12 +44,10 @@ pub(crate) fn from_error(context: &str, err: &Error) -> ExitCode {
 
 /// The status for a library error.
 pub(crate) fn status_of(err: &Error) -> u8 {
-    if err.is_retryable() {
-        UNAVAILABLE
-    } else if err.is_invalid_input() || matches!(err, Error::Config { .. }) {
-        CONFIG
-    } else {
-        SOFTWARE
+    match err.kind() {
+        ErrorKind::Unavailable | ErrorKind::Timeout => UNAVAILABLE,
+        ErrorKind::InvalidInput | ErrorKind::Config => CONFIG,
+        _ => SOFTWARE,
     }
 }
 
@@ -77,7 +77,7 @@ mod tests {
         assert_eq!(status_of(&Error::config("lease", "bad url", None)), CONFIG);
         assert_eq!(status_of(&Error::InvalidInput("x".into())), CONFIG);
         assert_eq!(
-            status_of(&Error::backend("postgres", "corrupt row", None)),
+            status_of(&Error::store_fault("postgres", "corrupt row", None)),
             SOFTWARE
         );
     }

@@ -5,7 +5,9 @@
 mod duration;
 mod elect;
 mod exit;
+mod generate;
 mod run;
+mod shards;
 mod status;
 mod store;
 
@@ -33,7 +35,8 @@ Exit statuses of `lease run`: the command's own status; 128+N if it was killed b
 75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
 127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
 of its range, a --grace that does not fit), 69 store unavailable or timed out, 70 unexpected
-store error, 78 bad configuration (URL, key, a TTL the store cannot grant, disabled backend).";
+store error, 74 output not writable (completions, man), 78 bad configuration (URL, key, a TTL the
+store cannot grant, disabled backend).";
 
 /// Distributed leases with fencing tokens, from the shell.
 #[derive(Debug, Parser)]
@@ -62,6 +65,19 @@ enum Command {
     /// The term printed with `elected` is the lease's fencing token. Runs until interrupted
     /// (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
     Elect(ElectArgs),
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) to stdout.
+    ///
+    /// For example: `lease completions bash > ~/.local/share/bash-completion/completions/lease`,
+    /// `lease completions zsh > ~/.zfunc/_lease`, `lease completions fish >
+    /// ~/.config/fish/completions/lease.fish`.
+    Completions(generate::CompletionsArgs),
+    /// Print the manual page lease(1) (roff) to stdout, or write one page per command into --dir.
+    ///
+    /// For example: `lease man | man -l -`, or `lease man --dir /usr/local/share/man/man1`.
+    Man(generate::ManArgs),
+    /// Join a shard set as one worker and print assignment events (one line each; `--json` for
+    /// scripts) until SIGINT/SIGTERM, then leave gracefully (drain and release every shard).
+    Shards(ShardsArgs),
 }
 
 /// Where the leases live.
@@ -151,6 +167,30 @@ struct ElectArgs {
     json: bool,
 }
 
+/// Arguments of `lease shards`.
+#[derive(Debug, Args)]
+struct ShardsArgs {
+    /// The shard set's name (a legal lease key).
+    #[arg(long)]
+    name: String,
+    /// How many shards the set has (named s0, s1, ...).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    shards: u32,
+    /// This worker's id (a legal key label); default `w<pid>`.
+    #[arg(long)]
+    worker: Option<String>,
+    #[command(flatten)]
+    store: StoreArg,
+    /// The TTL of every shard lease.
+    #[arg(long, default_value = "15s", value_parser = duration::ttl)]
+    ttl: Duration,
+    #[command(flatten)]
+    failover: FailoverArg,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -180,6 +220,9 @@ fn main() -> ExitCode {
             Command::Run(args) => run::main(args).await,
             Command::Status(args) => status::main(args).await,
             Command::Elect(args) => elect::main(args).await,
+            Command::Completions(args) => generate::completions(args),
+            Command::Man(args) => generate::man(args),
+            Command::Shards(args) => shards::main(args).await,
         }
     });
     // Do not wait for background tasks (a release already finished or was abandoned).

@@ -841,7 +841,7 @@ fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
         .build()
         .expect("runtime");
     let proxy = rt
-        .block_on(lease_testkit::proxy::FaultProxy::start(upstream))
+        .block_on(lease_faults::proxy::FaultProxy::start(upstream))
         .expect("start the proxy");
     let store = format!("redis://127.0.0.1:{}/{path}", proxy.port());
     let ttl = Duration::from_secs(4);
@@ -877,7 +877,7 @@ fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
         read(&marker).lines().count() >= 2 && read(&pidfile).trim().parse::<i32>().is_ok()
     });
     let child = Pid::from_raw(read(&pidfile).trim().parse().expect("pid"));
-    proxy.set_mode(lease_testkit::proxy::Mode::Blackhole);
+    proxy.set_mode(lease_faults::proxy::Mode::Blackhole);
     let partitioned = SystemTime::now();
     let deadline_bound = epoch_nanos(partitioned + ttl);
 
@@ -974,4 +974,74 @@ fn redis_store_warns_about_failover_unless_acknowledged() {
         let _ = std::io::Read::read_to_string(&mut err, &mut stderr);
     }
     assert!(stderr.contains(FAILOVER_WARNING), "elect: {stderr}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shard sets
+
+#[test]
+fn shards_prints_json_assignments_and_hands_over_to_a_second_worker() {
+    let s = sqlite();
+    let name = unique_key("shards");
+    let limit = Duration::from_secs(30);
+    let spawn = |worker: &str| {
+        lease()
+            .args([
+                "shards", "--store", &s.url, "--name", &name, "--shards", "8", "--ttl", "1s",
+                "--worker", worker, "--json",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn shards")
+    };
+    let mut a = spawn("a");
+    let mut a_lines = Lines::of(&mut a);
+    let assigned = |lines: &Lines| {
+        lines
+            .seen
+            .iter()
+            .filter(|e| e["event"] == "assigned")
+            .count()
+            - lines
+                .seen
+                .iter()
+                .filter(|e| e["event"] == "revoked")
+                .count()
+    };
+    let more = |lines: &mut Lines| {
+        let v = lines
+            .rx
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("no line within {limit:?}; saw {:?}", lines.seen));
+        lines.seen.push(v);
+    };
+    while assigned(&a_lines) < 8 {
+        more(&mut a_lines);
+    }
+    let first = a_lines
+        .seen
+        .iter()
+        .find(|e| e["event"] == "assigned")
+        .expect("assigned")
+        .clone();
+    assert_eq!(first["worker"], "a");
+    assert!(first["token"].as_u64().is_some_and(|t| t > 0));
+    let mut b = spawn("b");
+    let mut b_lines = Lines::of(&mut b);
+    // b takes half by handover: a reports the revocations with the thief's name.
+    while assigned(&b_lines) < 4 {
+        more(&mut b_lines);
+    }
+    let revoked = a_lines.wait_for("a revocation", limit, |e| e["event"] == "revoked");
+    assert_eq!(revoked["reason"], "handed over to b");
+    for child in [&mut a, &mut b] {
+        kill(
+            Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+            Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        assert_eq!(wait_exit(child, limit).code(), Some(0));
+    }
+    b_lines.wait_for("left", limit, |e| e["event"] == "left");
 }

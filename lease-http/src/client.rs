@@ -121,7 +121,7 @@ pub struct FencingClientLayer {
 }
 
 impl FencingClientLayer {
-    /// A layer for the holder of `guard` (get one with `LeaseGuard::as_ref`).
+    /// A layer for the holder of `guard` (get one with `LeaseGuard::guard_ref`).
     pub fn new(guard: LeaseGuardRef) -> Self {
         FencingClientLayer { guard }
     }
@@ -268,4 +268,5 @@ mod reqwest_ext {
 }
 
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use reqwest_ext::{FencedRequest, FencedRequestExt, SendError};

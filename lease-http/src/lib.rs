@@ -65,6 +65,7 @@
 //! - `axum`: `AcceptedToken` and `Option<AcceptedToken>` as axum extractors.
 //! - `reqwest`: `FencedRequestExt::fenced` for `reqwest::RequestBuilder` (rustls, no default
 //!   features).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
 mod problem;
@@ -75,6 +76,7 @@ mod axum_ext;
 
 pub use client::{ClientError, FencingClient, FencingClientLayer, NotHolder, fencing_headers};
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use client::{FencedRequest, FencedRequestExt, SendError};
 pub use problem::{PROBLEM_JSON, Problem};
 pub use server::{

@@ -11,6 +11,8 @@
 //! - [`OtelHook`]: a [`Hook`](lease_core::supervisor::Hook) for the supervisor and the election:
 //!   renewals, the safety margin left at each renewal, time since the last confirmed renewal,
 //!   losses by reason, hold times, leases held, leader transitions.
+//! - [`ShardMetrics`]: a [`ShardHook`](lease_shard::ShardHook) for a
+//!   [`ShardSet`](lease_shard::ShardSet): shards owned per worker, moves by reason, steals.
 //!
 //! This crate depends on the `opentelemetry` API only. The application installs the SDK and an
 //! exporter (see `examples/metrics.rs` for a stdout exporter); without one every instrument is a
@@ -83,6 +85,9 @@
 //! | `lease.held` | UpDownCounter | `{lease}` | `lease.backend` | Supervised leases held now. |
 //! | `lease.leader.transitions` | Counter | `{transition}` | `lease.backend`, `lease.leader.event` (`elected`/`stepped_down`) | Leadership changes of election candidates. |
 //! | `lease.fencing.rejections` | Counter | `{write}` | `lease.backend`, `lease.fencing.operation` (`write`/`install`) | Writes and installs a fenced resource rejected for a stale token ([`InstrumentedResource`]). |
+//! | `lease.shard.owned` | UpDownCounter | `{shard}` | `lease.backend`, `lease.shard.set`, `lease.shard.worker` | Shards a worker owns now: up at each assignment, down at each revocation ([`ShardMetrics`]). |
+//! | `lease.shard.moves` | Counter | `{shard}` | `lease.backend`, `lease.shard.set`, `lease.shard.worker`, `lease.shard.reason` (`handoff`/`lost`/`leaving`/`other`) | Shard ownerships that ended, counted by the worker that lost them: `handoff` (drained and released to a thief), `lost` (the lease expired or was refused), `leaving` (the worker left or was dropped). |
+//! | `lease.shard.steals` | Counter | `{steal}` | `lease.backend`, `lease.shard.set`, `lease.shard.worker` (the thief) | Handover requests a worker left in a more loaded worker's mailbox; a completed steal is also a `lease.shard.moves{lease.shard.reason=handoff}` at the victim. |
 //!
 //! `error.type` is one of `invalid_input`, `unavailable`, `timeout`, `config`, `backend`,
 //! `cancelled` (the caller dropped the call before it finished, e.g. a supervisor timeout) or
@@ -99,6 +104,7 @@ mod hook;
 mod metrics;
 pub mod names;
 mod resource;
+mod shard;
 mod store;
 
 pub use config::OtelConfig;
@@ -106,4 +112,5 @@ pub use hook::OtelHook;
 pub use metrics::LeaseMetrics;
 pub use opentelemetry::metrics::Meter;
 pub use resource::InstrumentedResource;
+pub use shard::ShardMetrics;
 pub use store::InstrumentedStore;

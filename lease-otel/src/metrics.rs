@@ -259,14 +259,7 @@ impl Instruments {
     }
 }
 
-/// The `error.type` value of an error.
+/// The `error.type` value of an error: its [`ErrorKind`](lease_core::ErrorKind) label.
 pub(crate) fn error_type(e: &Error) -> &'static str {
-    match e {
-        Error::Unavailable { .. } => "unavailable",
-        Error::Timeout { .. } => "timeout",
-        Error::Config { .. } => "config",
-        Error::Backend { .. } => "backend",
-        e if e.is_invalid_input() => "invalid_input",
-        _ => "other",
-    }
+    e.kind().as_str()
 }

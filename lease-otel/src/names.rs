@@ -26,6 +26,12 @@ pub const HELD: &str = "lease.held";
 pub const LEADER_TRANSITIONS: &str = "lease.leader.transitions";
 /// Counter of writes and installs a fenced resource rejected for a stale token.
 pub const FENCING_REJECTIONS: &str = "lease.fencing.rejections";
+/// Up-down counter of shards a worker owns now ([`ShardMetrics`](crate::ShardMetrics)).
+pub const SHARD_OWNED: &str = "lease.shard.owned";
+/// Counter of shard ownerships that ended, by `lease.shard.reason`.
+pub const SHARD_MOVES: &str = "lease.shard.moves";
+/// Counter of handover requests (steals) a worker left with a more loaded one.
+pub const SHARD_STEALS: &str = "lease.shard.steals";
 
 /// Attribute: the backend name (`memory`, `postgres`, ...). On every data point.
 pub const ATTR_BACKEND: &str = "lease.backend";
@@ -44,3 +50,9 @@ pub const ATTR_LEADER_EVENT: &str = "lease.leader.event";
 pub const ATTR_FENCING_OPERATION: &str = "lease.fencing.operation";
 /// Attribute: the kind of error, when `lease.outcome` is `error` (OpenTelemetry's `error.type`).
 pub const ATTR_ERROR_TYPE: &str = "error.type";
+/// Attribute: the shard set's name.
+pub const ATTR_SHARD_SET: &str = "lease.shard.set";
+/// Attribute: the worker id a shard data point concerns (the owner, or the thief for steals).
+pub const ATTR_SHARD_WORKER: &str = "lease.shard.worker";
+/// Attribute: why a shard ownership ended (`handoff`, `lost`, `leaving`, `other`).
+pub const ATTR_SHARD_REASON: &str = "lease.shard.reason";

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use lease_core::{
-    FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
+    FenceOp, FencedResource, FencingToken, LeaseKey, ResourceState, Result, WriteOp, WriteOutcome,
 };
 use opentelemetry::KeyValue;
 use tracing::Instrument;
@@ -103,31 +103,44 @@ fn op_name(op: &WriteOp) -> &'static str {
 #[async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl<R: FencedResource> FencedResource for InstrumentedResource<R> {
+    async fn apply(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+        op: FenceOp,
+    ) -> Result<WriteOutcome> {
+        let span = match &op {
+            FenceOp::Write(w) => {
+                tracing::debug_span!("lease.fenced.write", backend = self.backend, key = %key, token = %token, op = op_name(w), outcome = Empty)
+            }
+            _ => {
+                tracing::debug_span!("lease.fenced.install", backend = self.backend, key = %key, token = %token, outcome = Empty)
+            }
+        };
+        let name = op.name();
+        let result = self
+            .inner
+            .apply(key, token, op)
+            .instrument(span.clone())
+            .await;
+        self.observe(&span, key, name, &result);
+        result
+    }
+
+    // `write` and `install` are provided by the trait; spelled out (through the instrumented
+    // `apply`) because this impl denies `missing_trait_methods`, so a method added to the trait
+    // later cannot go uninstrumented.
     async fn write(
         &self,
         key: &LeaseKey,
         token: FencingToken,
         op: WriteOp,
     ) -> Result<WriteOutcome> {
-        let span = tracing::debug_span!("lease.fenced.write", backend = self.backend, key = %key, token = %token, op = op_name(&op), outcome = Empty);
-        let result = self
-            .inner
-            .write(key, token, op)
-            .instrument(span.clone())
-            .await;
-        self.observe(&span, key, "write", &result);
-        result
+        self.apply(key, token, FenceOp::Write(op)).await
     }
 
     async fn install(&self, key: &LeaseKey, token: FencingToken) -> Result<WriteOutcome> {
-        let span = tracing::debug_span!("lease.fenced.install", backend = self.backend, key = %key, token = %token, outcome = Empty);
-        let result = self
-            .inner
-            .install(key, token)
-            .instrument(span.clone())
-            .await;
-        self.observe(&span, key, "install", &result);
-        result
+        self.apply(key, token, FenceOp::Install).await
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {

@@ -458,10 +458,12 @@ async fn scripted_scenario_produces_exactly_the_documented_metrics() -> TestResu
                 ],
                 Hist(1, 0.0),
             ),
+            // One explicit inspect (step 3) plus six by X's and Y's elections, which read their
+            // free handover-reservation/candidate keys since the planned handover (e17d07a).
             pt(
                 "lease.operation.duration",
                 &[("lease.operation", "inspect"), ("lease.outcome", "free")],
-                Hist(1, 0.0),
+                Hist(7, 0.0),
             ),
             pt(
                 "lease.operation.duration",
@@ -526,7 +528,13 @@ async fn scripted_scenario_produces_exactly_the_documented_metrics() -> TestResu
 
     // Every documented instrument was exported at some point of the scenario.
     let seen: BTreeSet<&str> = mid.iter().chain(&end).map(|p| p.name.as_str()).collect();
-    let documented: BTreeSet<&str> = table.0.keys().map(String::as_str).collect();
+    // (The shard instruments have their own test below.)
+    let documented: BTreeSet<&str> = table
+        .0
+        .keys()
+        .map(String::as_str)
+        .filter(|n| !n.starts_with("lease.shard."))
+        .collect();
     assert_eq!(seen, documented);
     Ok(())
 }
@@ -716,7 +724,7 @@ async fn a_grant_refused_by_the_fence_is_not_held_forever() -> TestResult {
 fn the_docs_table_is_the_crate_docs_table() {
     let lib = table_rows(include_str!("../src/lib.rs"));
     let docs = table_rows(include_str!("../../docs/observability.md"));
-    assert_eq!(lib.len(), 12, "twelve instruments");
+    assert_eq!(lib.len(), 15, "fifteen instruments");
     // The crate docs link types (`[`InstrumentedStore`]`); the markdown file spells them plainly.
     let plain = |rows: Vec<String>| -> Vec<String> {
         rows.into_iter()
@@ -724,4 +732,105 @@ fn the_docs_table_is_the_crate_docs_table() {
             .collect()
     };
     assert_eq!(plain(lib), plain(docs));
+}
+
+/// Waits (paused time, so virtual seconds) until `ok` holds, at most 120 s.
+async fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ok() {
+        assert!(Instant::now() < deadline, "not within 120 s: {what}");
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// The value of the sum `name` for `worker` (and `reason`, if given); 0 if absent.
+fn shard_sum(points: &[Point], name: &str, worker: &str, reason: Option<&str>) -> i64 {
+    points
+        .iter()
+        .filter(|p| {
+            p.name == name
+                && p.attrs.get("lease.shard.worker").map(String::as_str) == Some(worker)
+                && p.attrs.get("lease.shard.reason").map(String::as_str) == reason
+        })
+        .map(|p| match p.value {
+            Value::Sum(v) => v,
+            _ => panic!("not a sum: {p:?}"),
+        })
+        .sum()
+}
+
+/// A shard set with the [`ShardMetrics`] hook on the memory store: a second worker steals by
+/// handover, the first loses every lease (its store hangs), the second leaves; every step shows
+/// in `lease.shard.owned`, `lease.shard.moves` by reason and `lease.shard.steals`, and every data
+/// point matches the documented table.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn shard_hook_counts_owned_moves_and_steals() -> TestResult {
+    use lease_shard::{ShardSet, ShardSetConfig};
+    use std::sync::Arc;
+    let h = Harness::new(OtelConfig::default());
+    let hook = Arc::new(lease_otel::ShardMetrics::new(
+        &h.provider.meter("lease-otel-test"),
+        "memory",
+        "orders",
+    ));
+    let memory = Arc::new(MemoryLeaseStore::new());
+    let faulty = Arc::new(FaultyStore::new(memory.clone()));
+    let shards: Vec<String> = (0..4).map(|i| format!("p{i}")).collect();
+    let cfg = ShardSetConfig::new(Duration::from_secs(3));
+    // w1 goes through a store that can be made to hang; w2 talks to the memory store directly.
+    let set1 = ShardSet::new(faulty.clone(), "orders", &shards, cfg.clone())?
+        .with_shard_hook(hook.clone());
+    let set2 = ShardSet::new(memory.clone(), "orders", &shards, cfg)?.with_shard_hook(hook);
+    let w1 = set1.join("w1")?;
+    until("w1 owns all 4", || w1.assignment().len() == 4).await;
+    let p = h.snapshot();
+    Table::load().check(&p, false);
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w1", None), 4);
+
+    let w2 = set2.join("w2")?;
+    until("2 + 2", || {
+        w1.assignment().len() == 2 && w2.assignment().len() == 2
+    })
+    .await;
+    until("the handovers are reported", || {
+        let p = h.snapshot();
+        shard_sum(&p, "lease.shard.moves", "w1", Some("handoff")) == 2
+    })
+    .await;
+    let p = h.snapshot();
+    Table::load().check(&p, false);
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w1", None), 2);
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w2", None), 2);
+    assert!(
+        shard_sum(&p, "lease.shard.steals", "w2", None) >= 2,
+        "{p:#?}"
+    );
+    assert_eq!(shard_sum(&p, "lease.shard.steals", "w1", None), 0);
+    for p in p.iter().filter(|p| p.name.starts_with("lease.shard.")) {
+        assert_eq!(
+            p.attrs.get("lease.shard.set").map(String::as_str),
+            Some("orders")
+        );
+    }
+
+    // w1's store hangs: its leases are lost, w2 takes everything.
+    faulty.set_all(Fault::Hang);
+    until("w2 owns all 4", || w2.assignment().len() == 4).await;
+    until("w1's losses are reported", || {
+        let p = h.snapshot();
+        shard_sum(&p, "lease.shard.moves", "w1", Some("lost")) == 2
+    })
+    .await;
+    let p = h.snapshot();
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w1", None), 0);
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w2", None), 4);
+
+    w2.leave().await;
+    let p = h.snapshot();
+    Table::load().check(&p, false);
+    assert_eq!(shard_sum(&p, "lease.shard.owned", "w2", None), 0);
+    assert_eq!(shard_sum(&p, "lease.shard.moves", "w2", Some("leaving")), 4);
+    assert_eq!(shard_sum(&p, "lease.shard.moves", "w2", Some("lost")), 0);
+    drop(w1);
+    Ok(())
 }

@@ -11,18 +11,17 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use lease::election::{Election, ElectionEvent};
+use lease::supervisor::SupervisorConfig;
 use lease::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
-use lease_core::election::{Election, ElectionEvent};
-use lease_core::supervisor::SupervisorConfig;
-use lease_examples::{Backend, store_url};
-use lease_testkit::faulty::{Fault, FaultyStore};
+use lease_examples::{Backend, Network, store_url};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 
 #[derive(Debug)]
 enum Note {
     Event(usize, ElectionEvent),
-    Wrote(usize, lease_core::FencingToken, WriteOutcome),
+    Wrote(usize, FencingToken, WriteOutcome),
 }
 
 #[tokio::main]
@@ -53,7 +52,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first_term: Arc<OnceLock<FencingToken>> = Arc::new(OnceLock::new());
     for (i, name) in names.iter().enumerate() {
         // Each node reaches the store through its own "network", which we can freeze.
-        let net = FaultyStore::new(backend.client().await?);
+        let net = Network::new(backend.client().await?);
         networks.push(net.clone());
         let mut node = Election::new(net, key.clone(), cfg.clone()).join(OwnerId::new(*name)?);
         let (tx, heartbeat, key, first) = (
@@ -142,7 +141,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 if first_term.get() == Some(&term) {
                     // freeze the first leader's network after its first heartbeat
-                    networks[i].set_all(Fault::Hang);
+                    networks[i].freeze();
                 }
             }
             Note::Wrote(i, term, WriteOutcome::Rejected { high_water, .. }) => {

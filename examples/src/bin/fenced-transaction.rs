@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use lease::postgres::{FencedTx, PostgresLeaseStore, PostgresOptions};
+use lease::postgres::{FencedTx, PostgresLeaseStore};
 use lease::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
 use lease_examples::store_url;
 
@@ -19,7 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         url = std::env::var("LEASE_POSTGRES_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     }
-    let store = PostgresLeaseStore::connect(&url, PostgresOptions::default()).await?;
+    let store = PostgresLeaseStore::connect(&url).await?;
     store.migrate().await?;
     sqlx::query("CREATE TABLE IF NOT EXISTS lease_example_ledger (tenant text PRIMARY KEY, balance bigint NOT NULL)")
         .execute(store.pool())

@@ -1,0 +1,1102 @@
+//! # lease-shard
+//!
+//! Shard ownership across a fleet: N workers split K shards (tenants, queue partitions, index
+//! ranges) so that every shard has at most one **fenced** owner at a time, on any
+//! [`LeaseStore`] (memory, PostgreSQL, Redis, etcd, Kubernetes, SQLite), through its public
+//! contract only.
+//!
+//! - A worker [joins](ShardSet::join) with an id. It announces itself with a **membership
+//!   lease** (one of [`ShardSetConfig::with_max_workers`] slot keys) and computes its **fair
+//!   share** from the live members: `K / N`, plus one for the first `K % N` members in id order.
+//! - Each interval it takes **free or expired** shards first (up to its share; a shard seen free
+//!   on two scans in a row is taken by anyone, so ownership never waits for balance), then
+//!   **steals** at most [`ShardSetConfig::with_max_steals`] shards per interval from the most
+//!   loaded member.
+//! - A steal is a **graceful handover**: the thief leaves a request in the victim's mailbox key
+//!   and waits on the shard with the store's watch; the victim cancels the shard's work, waits
+//!   for the application to drop its [`ShardGuard`]s (bounded by the drain timeout), then
+//!   releases, and the thief acquires on the release wake-up, not on expiry.
+//! - Every held shard is a supervised lease ([`Supervisor`]) with its own fencing token and its
+//!   own cancellation. All of a worker's leases (shards and membership) share one supervisor with
+//!   renewal batching, so they renew through `renew_many` in O(1) round trips per interval.
+//! - The application sees a stream of [`ShardEvent::Assigned`] and [`ShardEvent::Revoked`] and
+//!   the current [assignment](Worker::assignment).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use lease_core::MemoryLeaseStore;
+//! use lease_shard::{ShardEvent, ShardSet, ShardSetConfig};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = Arc::new(MemoryLeaseStore::new());
+//! let shards: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+//! let set = ShardSet::new(store, "orders", &shards, ShardSetConfig::new(Duration::from_secs(3)))?;
+//! let mut worker = set.join("worker-a")?;
+//! // Alone, the worker owns every shard; each comes with its own fencing token.
+//! let mut owned = 0;
+//! while owned < shards.len() {
+//!     match worker.next_event().await {
+//!         Some(ShardEvent::Assigned { shard, token, guard }) => {
+//!             // carry `token` into every write for `shard`; stop when `guard.cancellation()` fires
+//!             assert!(guard.may_act());
+//!             owned += 1;
+//!         }
+//!         _ => unreachable!("alone, nothing is revoked"),
+//!     }
+//! }
+//! assert_eq!(worker.assignment().len(), 8);
+//! worker.leave().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Keys
+//! A set named `NAME` uses `NAME.s.SHARD` per shard, `NAME.m.I` per membership slot and
+//! `NAME.x.WORKER` per mailbox; `NAME`, shard names and worker ids must make legal
+//! [`LeaseKey`]s.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lease_core::supervisor::{
+    Acquisition, Health, Hook, LeaseGuard, LeaseGuardRef, LossReason, Supervisor, SupervisorConfig,
+};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Error, FencingToken, Lease, LeaseKey, LeaseStore, OwnerId,
+    Result,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+
+/// How a [`ShardSet`] behaves. Everything is derived from the lease TTL unless set.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_shard::ShardSetConfig;
+/// let cfg = ShardSetConfig::new(Duration::from_secs(9)).with_max_steals(2);
+/// assert_eq!(cfg.rebalance_interval(), Duration::from_secs(3));
+/// assert_eq!(cfg.max_steals(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ShardSetConfig {
+    supervisor: SupervisorConfig,
+    rebalance_interval: Option<Duration>,
+    max_steals: usize,
+    steal_wait: Option<Duration>,
+    drain_timeout: Option<Duration>,
+    max_workers: usize,
+    scan_concurrency: usize,
+}
+
+impl ShardSetConfig {
+    /// Leases of `ttl`, renewed every third of it; a rebalance every renewal interval.
+    pub fn new(ttl: Duration) -> Self {
+        Self::with_supervisor(SupervisorConfig::new(ttl))
+    }
+
+    /// Uses `config` for every lease (TTL, renewal interval, op timeout, clock). Renewal
+    /// batching is switched on by the set (a window of a twentieth of the renewal interval) if
+    /// `config` has none.
+    pub fn with_supervisor(config: SupervisorConfig) -> Self {
+        ShardSetConfig {
+            supervisor: config,
+            rebalance_interval: None,
+            max_steals: 1,
+            steal_wait: None,
+            drain_timeout: None,
+            max_workers: 32,
+            scan_concurrency: 16,
+        }
+    }
+
+    /// How often a worker scans membership and ownership and rebalances (default: the renewal
+    /// interval).
+    pub fn with_rebalance_interval(mut self, every: Duration) -> Self {
+        self.rebalance_interval = Some(every);
+        self
+    }
+
+    /// At most this many steals in flight per worker (default 1); 0 turns stealing off.
+    pub fn with_max_steals(mut self, n: usize) -> Self {
+        self.max_steals = n;
+        self
+    }
+
+    /// How long a thief waits for the victim to hand a shard over (default: two rebalance
+    /// intervals plus the drain timeout).
+    pub fn with_steal_wait(mut self, wait: Duration) -> Self {
+        self.steal_wait = Some(wait);
+        self
+    }
+
+    /// How long a planned release waits for the application to drop the shard's guards
+    /// (default: one rebalance interval). A lost lease is never drained.
+    pub fn with_drain_timeout(mut self, wait: Duration) -> Self {
+        self.drain_timeout = Some(wait);
+        self
+    }
+
+    /// The number of membership slots, the most workers a set counts (default 32).
+    pub fn with_max_workers(mut self, n: usize) -> Self {
+        self.max_workers = n.max(1);
+        self
+    }
+
+    /// How many store reads a scan keeps in flight (default 16).
+    pub fn with_scan_concurrency(mut self, n: usize) -> Self {
+        self.scan_concurrency = n.max(1);
+        self
+    }
+
+    /// The lease configuration.
+    pub fn supervisor(&self) -> &SupervisorConfig {
+        &self.supervisor
+    }
+
+    /// The rebalance interval.
+    pub fn rebalance_interval(&self) -> Duration {
+        self.rebalance_interval
+            .unwrap_or_else(|| self.supervisor.renew_interval())
+            .max(Duration::from_millis(1))
+    }
+
+    /// The steal bound.
+    pub fn max_steals(&self) -> usize {
+        self.max_steals
+    }
+
+    /// The drain timeout.
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain_timeout
+            .unwrap_or_else(|| self.rebalance_interval())
+    }
+
+    /// How long a thief waits for a handover.
+    pub fn steal_wait(&self) -> Duration {
+        self.steal_wait
+            .unwrap_or_else(|| (self.rebalance_interval() * 2).saturating_add(self.drain_timeout()))
+    }
+
+    /// The number of membership slots.
+    pub fn max_workers(&self) -> usize {
+        self.max_workers
+    }
+
+    /// The supervisor configuration the workers run with: batching on, and an acquire wait long
+    /// enough for a steal (each attempt is bounded on its own).
+    fn worker_supervisor(&self) -> Result<SupervisorConfig> {
+        let mut c = self.supervisor.clone();
+        if c.renewal_batching().is_none() {
+            let window = (c.renew_interval() / 20)
+                .max(Duration::from_millis(1))
+                .min(c.op_timeout() / 2);
+            c = c.with_renewal_batching(window);
+        }
+        let wait = self.steal_wait().max(self.rebalance_interval());
+        c = c.with_acquire_wait(wait);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Why a worker no longer owns a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RevokeReason {
+    /// Handed over to another worker (a steal): drained, then released.
+    Handoff {
+        /// The worker that asked for it.
+        to: String,
+    },
+    /// The lease was lost (renewal refused or not confirmed in time); not drained.
+    Lost(LossReason),
+    /// The worker is leaving (drained and released) or was dropped (released at once).
+    Leaving,
+}
+
+impl fmt::Display for RevokeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RevokeReason::Handoff { to } => write!(f, "handed over to {to}"),
+            RevokeReason::Lost(r) => write!(f, "lost: {r}"),
+            RevokeReason::Leaving => f.write_str("leaving"),
+        }
+    }
+}
+
+/// What happens to a worker's shards.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ShardEvent {
+    /// The worker owns `shard` now.
+    Assigned {
+        /// The shard's name.
+        shard: String,
+        /// Its fencing token: carry it into every write for the shard.
+        token: FencingToken,
+        /// Health, cancellation and drain handle for the shard's work.
+        guard: ShardGuard,
+    },
+    /// The worker no longer owns `shard` (its work has been cancelled).
+    Revoked {
+        /// The shard's name.
+        shard: String,
+        /// The token that ended.
+        token: FencingToken,
+        /// Why.
+        reason: RevokeReason,
+    },
+}
+
+/// The application's handle on one owned shard. Cloneable; a planned release (handover, leave)
+/// waits, up to the drain timeout, until every clone is dropped: drop it when the shard's
+/// in-flight work is done.
+#[derive(Debug, Clone)]
+pub struct ShardGuard {
+    shard: Arc<str>,
+    token: FencingToken,
+    lease: LeaseGuardRef,
+    stop: CancellationToken,
+    _drain: watch::Receiver<()>,
+}
+
+impl ShardGuard {
+    /// The shard's name.
+    pub fn shard(&self) -> &str {
+        &self.shard
+    }
+
+    /// The fencing token of this ownership.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The lease's health.
+    pub fn health(&self) -> Health {
+        self.lease.health()
+    }
+
+    /// Whether to start a side effect now: the lease may act (see
+    /// [`LeaseGuardRef::may_act`]) and no release has started.
+    pub fn may_act(&self) -> bool {
+        !self.stop.is_cancelled() && self.lease.may_act()
+    }
+
+    /// Cancelled when the shard's work must stop: the lease is lost, or a handover or leave
+    /// started (then finish in-flight work and drop the guard).
+    pub fn cancellation(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+}
+
+/// Observes a set's workers (metrics, audit, test recorders). Called synchronously from the
+/// worker's tasks; implementations must be cheap and must not block. Every method has an empty
+/// default.
+pub trait ShardHook: Send + Sync + fmt::Debug {
+    /// `worker` was granted `shard` with `lease`.
+    fn assigned(&self, worker: &str, shard: &str, lease: &Lease) {
+        let _ = (worker, shard, lease);
+    }
+    /// `worker` is about to release `shard` (its belief ends here).
+    fn releasing(&self, worker: &str, shard: &str, token: FencingToken, reason: &RevokeReason) {
+        let _ = (worker, shard, token, reason);
+    }
+    /// `worker` no longer owns `shard`.
+    fn revoked(&self, worker: &str, shard: &str, token: FencingToken, reason: &RevokeReason) {
+        let _ = (worker, shard, token, reason);
+    }
+    /// `thief` asked `victim` for `shard`.
+    fn steal_requested(&self, thief: &str, victim: &str, shard: &str) {
+        let _ = (thief, victim, shard);
+    }
+}
+
+#[derive(Debug)]
+struct NoShardHook;
+impl ShardHook for NoShardHook {}
+
+/// Who owns what, as one scan of the store saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Live members (workers holding a membership slot), sorted.
+    pub members: Vec<String>,
+    /// Each shard's current owner and token, `None` if free.
+    pub owners: BTreeMap<String, Option<(String, FencingToken)>>,
+}
+
+impl Snapshot {
+    /// How many shards each owner holds.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for (o, _) in self.owners.values().flatten() {
+            *out.entry(o.clone()).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// The fair share of `worker` among `members` (sorted) for `shards` shards: `shards / n`, plus
+/// one for the first `shards % n` members. Zero for a non-member.
+///
+/// ```
+/// let m = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+/// assert_eq!(lease_shard::fair_share(10, &m, "a"), 4);
+/// assert_eq!(lease_shard::fair_share(10, &m, "c"), 3);
+/// ```
+pub fn fair_share(shards: usize, members: &[String], worker: &str) -> usize {
+    let n = members.len();
+    let Some(rank) = members.iter().position(|m| m == worker) else {
+        return 0;
+    };
+    shards / n + usize::from(rank < shards % n)
+}
+
+#[derive(Debug, Clone)]
+struct Inner {
+    store: Arc<dyn LeaseStore>,
+    name: String,
+    shards: Vec<(Arc<str>, LeaseKey)>,
+    slots: Vec<LeaseKey>,
+    config: ShardSetConfig,
+    hook: Arc<dyn ShardHook>,
+    lease_hook: Option<Arc<dyn Hook>>,
+}
+
+/// A set of shards shared by a fleet of workers over one store.
+#[derive(Debug, Clone)]
+pub struct ShardSet {
+    inner: Arc<Inner>,
+}
+
+impl ShardSet {
+    /// A set named `name` over `shards` (names; duplicates are ignored).
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] if the name or a shard name does not make a legal key,
+    /// [`Error::InvalidInput`] for an empty set or invalid timings.
+    pub fn new<S: AsRef<str>>(
+        store: Arc<dyn LeaseStore>,
+        name: &str,
+        shards: &[S],
+        config: ShardSetConfig,
+    ) -> Result<Self> {
+        config.worker_supervisor()?;
+        let mut seen = BTreeSet::new();
+        let mut list = Vec::new();
+        for s in shards {
+            let s = s.as_ref();
+            if seen.insert(s.to_string()) {
+                list.push((Arc::from(s), LeaseKey::new(format!("{name}.s.{s}"))?));
+            }
+        }
+        if list.is_empty() {
+            return Err(Error::InvalidInput(
+                "a shard set needs at least one shard".into(),
+            ));
+        }
+        let slots = (0..config.max_workers)
+            .map(|i| LeaseKey::new(format!("{name}.m.{i}")))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ShardSet {
+            inner: Arc::new(Inner {
+                store,
+                name: name.to_string(),
+                shards: list,
+                slots,
+                config,
+                hook: Arc::new(NoShardHook),
+                lease_hook: None,
+            }),
+        })
+    }
+
+    /// Reports assignments, releases and steals to `hook`.
+    pub fn with_shard_hook(mut self, hook: Arc<dyn ShardHook>) -> Self {
+        Arc::make_mut(&mut self.inner).hook = hook;
+        self
+    }
+
+    /// Reports every lease step (acquire, renewal, loss) of every worker to `hook`.
+    pub fn with_lease_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        Arc::make_mut(&mut self.inner).lease_hook = Some(hook);
+        self
+    }
+
+    /// The set's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The shard names, in the order given.
+    pub fn shards(&self) -> Vec<String> {
+        self.inner
+            .shards
+            .iter()
+            .map(|(s, _)| s.to_string())
+            .collect()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ShardSetConfig {
+        &self.inner.config
+    }
+
+    /// Joins as `worker` and starts owning shards in a background task.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] / [`Error::InvalidOwner`] if `worker` does not make a legal key
+    /// label and owner id.
+    pub fn join(&self, worker: &str) -> Result<Worker> {
+        let mailbox = LeaseKey::new(format!("{}.x.{worker}", self.inner.name))?;
+        let owner = OwnerId::new(worker)?;
+        let mut sup = Supervisor::from_arc(
+            self.inner.store.clone(),
+            self.inner.config.worker_supervisor()?,
+        )
+        .with_owner(owner);
+        if let Some(h) = &self.inner.lease_hook {
+            sup = sup.with_hook(h.clone());
+        }
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (assign_tx, assign_rx) = watch::channel(BTreeMap::new());
+        let stop = CancellationToken::new();
+        let leave = CancellationToken::new();
+        let id: Arc<str> = Arc::from(worker);
+        let task = tokio::spawn(
+            Run {
+                set: self.inner.clone(),
+                sup,
+                me: id.clone(),
+                mailbox,
+                events: events_tx,
+                assignment: assign_tx,
+                acquiring: stop.child_token(),
+            }
+            .run(stop.clone(), leave.clone()),
+        );
+        Ok(Worker {
+            id,
+            events: events_rx,
+            assignment: assign_rx,
+            stop,
+            leave,
+            task: Some(task),
+        })
+    }
+
+    /// Scans the store once: live members and each shard's owner.
+    ///
+    /// # Errors
+    /// The first store error.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let v = scan(&self.inner, None).await?;
+        Ok(Snapshot {
+            members: v.members,
+            owners: self
+                .inner
+                .shards
+                .iter()
+                .zip(v.owners)
+                .map(|((s, _), o)| (s.to_string(), o))
+                .collect(),
+        })
+    }
+}
+
+/// One member of a shard set. Dropping it leaves at once (shards released without draining);
+/// [`Worker::leave`] drains first.
+#[derive(Debug)]
+pub struct Worker {
+    id: Arc<str>,
+    events: mpsc::UnboundedReceiver<ShardEvent>,
+    assignment: watch::Receiver<BTreeMap<String, FencingToken>>,
+    stop: CancellationToken,
+    leave: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Worker {
+    /// The worker's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The next event, `None` once the worker stopped.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: an event is either returned or stays queued.
+    pub async fn next_event(&mut self) -> Option<ShardEvent> {
+        self.events.recv().await
+    }
+
+    /// The shards this worker owns now, with their tokens.
+    pub fn assignment(&self) -> BTreeMap<String, FencingToken> {
+        self.assignment.borrow().clone()
+    }
+
+    /// A receiver of assignment changes.
+    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<String, FencingToken>> {
+        self.assignment.clone()
+    }
+
+    /// Leaves gracefully: gives up the membership slot, cancels every shard's work, drains
+    /// (bounded by the drain timeout), releases every shard, and waits for all of it.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the leave completes in the background.
+    pub async fn leave(mut self) {
+        self.leave.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            self.stop.cancel();
+        }
+    }
+}
+
+enum Internal {
+    Acquired {
+        idx: usize,
+        guard: LeaseGuard,
+        steal: bool,
+    },
+    NotAcquired {
+        idx: usize,
+        steal: bool,
+    },
+    Member(Option<LeaseGuard>),
+    Ended {
+        idx: usize,
+        token: FencingToken,
+        reason: RevokeReason,
+    },
+}
+
+struct Held {
+    token: FencingToken,
+    release: Option<oneshot::Sender<RevokeReason>>,
+}
+
+#[derive(Default)]
+struct State {
+    held: BTreeMap<usize, Held>,
+    pending: BTreeSet<usize>,
+    steals: usize,
+    member: Option<LeaseGuard>,
+    member_pending: bool,
+    prev_free: BTreeSet<usize>,
+}
+
+impl State {
+    /// Shards counted as ours: held and not being released, plus acquisitions in flight.
+    fn mine(&self) -> usize {
+        self.held.values().filter(|h| h.release.is_some()).count() + self.pending.len()
+    }
+}
+
+struct View {
+    members: Vec<String>,
+    owners: Vec<Option<(String, FencingToken)>>,
+    free_slot: Option<usize>,
+    mailbox: Option<String>,
+}
+
+/// Reads every slot and shard (and `mailbox`, if given), `scan_concurrency` at a time.
+async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
+    let op = set.config.supervisor.op_timeout();
+    let store = &set.store;
+    let keys: Vec<LeaseKey> = set
+        .slots
+        .iter()
+        .chain(set.shards.iter().map(|(_, k)| k))
+        .chain(mailbox)
+        .cloned()
+        .collect();
+    let reads: Vec<_> = keys
+        .into_iter()
+        .map(|k| {
+            let store = store.clone();
+            async move {
+                match timeout(op, store.inspect(&k)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Error::Timeout {
+                        backend: store.backend(),
+                        operation: "inspect",
+                        after: op,
+                    }),
+                }
+            }
+        })
+        .collect();
+    let states: Vec<Result<lease_core::KeyState>> = futures::stream::iter(reads)
+        .buffered(set.config.scan_concurrency)
+        .collect()
+        .await;
+    let mut states = states.into_iter();
+    let mut members = BTreeSet::new();
+    let mut free_slot = None;
+    for i in 0..set.slots.len() {
+        let st = states.next().expect("one state per key")?;
+        match st.holder {
+            Some(h) => {
+                members.insert(h.owner.as_str().to_string());
+            }
+            None => {
+                if free_slot.is_none() {
+                    free_slot = Some(i);
+                }
+            }
+        }
+    }
+    let mut owners = Vec::with_capacity(set.shards.len());
+    for _ in &set.shards {
+        let st = states.next().expect("one state per key")?;
+        owners.push(st.holder.map(|h| (h.owner.as_str().to_string(), h.token)));
+    }
+    let mailbox = match mailbox {
+        Some(_) => states
+            .next()
+            .expect("one state per key")?
+            .holder
+            .map(|h| h.owner.as_str().to_string()),
+        None => None,
+    };
+    Ok(View {
+        members: members.into_iter().collect(),
+        owners,
+        free_slot,
+        mailbox,
+    })
+}
+
+/// A stable pseudo-random rank of `shard` for `worker` (FNV-1a): spreads concurrent takers over
+/// different shards.
+fn rank(worker: &str, shard: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in worker.bytes().chain([0u8]).chain(shard.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// Acquires `key` through `sup`, giving up after `wait` (or when `cancel` fires). An attempt in
+/// flight at the bound finishes; a grant it obtains is released.
+async fn acquire_bounded(
+    sup: &Supervisor,
+    key: &LeaseKey,
+    wait: Duration,
+    cancel: &CancellationToken,
+) -> Option<LeaseGuard> {
+    let mine = cancel.child_token();
+    let acq = sup.acquire_until_cancelled(key, &mine);
+    tokio::pin!(acq);
+    let r = tokio::select! {
+        r = &mut acq => r,
+        _ = sleep(wait) => {
+            mine.cancel();
+            acq.await
+        }
+    };
+    match r {
+        Ok(Acquisition::Acquired(g)) => Some(g),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(key = %key, error = %e, "shard acquisition failed");
+            None
+        }
+    }
+}
+
+/// Rounds `d` up to the store's TTL granularity and minimum.
+fn store_ttl(store: &dyn LeaseStore, d: Duration) -> Duration {
+    let caps = store.capabilities();
+    let d = d.max(caps.min_ttl).max(Duration::from_millis(1));
+    let g = caps.ttl_granularity.as_nanos();
+    if g <= 1 {
+        return d;
+    }
+    let n = d.as_nanos().div_ceil(g) * g;
+    Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
+}
+
+struct Run {
+    set: Arc<Inner>,
+    sup: Supervisor,
+    me: Arc<str>,
+    mailbox: LeaseKey,
+    events: mpsc::UnboundedSender<ShardEvent>,
+    assignment: watch::Sender<BTreeMap<String, FencingToken>>,
+    /// Cancels every acquisition in flight (leave or drop).
+    acquiring: CancellationToken,
+}
+
+impl Run {
+    async fn run(self, stop: CancellationToken, leave: CancellationToken) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut st = State::default();
+        let every = self.set.config.rebalance_interval();
+        let mut next = Instant::now();
+        loop {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => {
+                    self.acquiring.cancel();
+                    return; // dropping the release senders releases every shard at once
+                }
+                _ = leave.cancelled() => break,
+                Some(msg) = rx.recv() => self.handle(&mut st, msg, &tx),
+                _ = sleep_until(next) => {
+                    self.tick(&mut st, &tx).await;
+                    next = Instant::now() + every;
+                }
+            }
+        }
+        // Graceful leave: stop taking, give up membership, drain and release every shard.
+        self.acquiring.cancel();
+        if let Some(m) = st.member.take() {
+            let _ = m.release().await;
+        }
+        for h in st.held.values_mut() {
+            if let Some(r) = h.release.take() {
+                let _ = r.send(RevokeReason::Leaving);
+            }
+        }
+        while !(st.held.is_empty() && st.pending.is_empty() && !st.member_pending) {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.handle(&mut st, msg, &tx),
+                    None => return,
+                },
+            }
+        }
+    }
+
+    fn publish(&self, st: &State) {
+        let map = st
+            .held
+            .iter()
+            .map(|(i, h)| (self.set.shards[*i].0.to_string(), h.token))
+            .collect();
+        self.assignment.send_replace(map);
+    }
+
+    fn handle(&self, st: &mut State, msg: Internal, tx: &mpsc::UnboundedSender<Internal>) {
+        match msg {
+            Internal::Member(g) => {
+                st.member_pending = false;
+                if self.acquiring.is_cancelled() {
+                    drop(g);
+                } else if let Some(g) = g {
+                    st.member = Some(g);
+                }
+            }
+            Internal::NotAcquired { idx, steal } => {
+                st.pending.remove(&idx);
+                if steal {
+                    st.steals = st.steals.saturating_sub(1);
+                }
+            }
+            Internal::Acquired { idx, guard, steal } => {
+                st.pending.remove(&idx);
+                if steal {
+                    st.steals = st.steals.saturating_sub(1);
+                }
+                if self.acquiring.is_cancelled() || st.held.contains_key(&idx) {
+                    // Leaving (or a duplicate, which cannot happen): give it back at once.
+                    self.set.hook.releasing(
+                        &self.me,
+                        &self.set.shards[idx].0,
+                        guard.token(),
+                        &RevokeReason::Leaving,
+                    );
+                    drop(guard);
+                    return;
+                }
+                self.start(st, idx, guard, tx.clone());
+            }
+            Internal::Ended { idx, token, reason } => {
+                if st.held.get(&idx).is_some_and(|h| h.token == token) {
+                    st.held.remove(&idx);
+                }
+                let shard = self.set.shards[idx].0.to_string();
+                self.set.hook.revoked(&self.me, &shard, token, &reason);
+                tracing::info!(worker = %self.me, shard = %shard, token = %token, %reason, "shard revoked");
+                self.publish(st);
+                let _ = self.events.send(ShardEvent::Revoked {
+                    shard,
+                    token,
+                    reason,
+                });
+            }
+        }
+    }
+
+    fn start(
+        &self,
+        st: &mut State,
+        idx: usize,
+        guard: LeaseGuard,
+        tx: mpsc::UnboundedSender<Internal>,
+    ) {
+        let (shard, _) = self.set.shards[idx].clone();
+        let token = guard.token();
+        self.set.hook.assigned(&self.me, &shard, &guard.lease());
+        tracing::info!(worker = %self.me, shard = %shard, token = %token, "shard assigned");
+        let (drain_tx, drain_rx) = watch::channel(());
+        let stop = guard.cancellation();
+        let sg = ShardGuard {
+            shard: shard.clone(),
+            token,
+            lease: guard.guard_ref(),
+            stop: stop.clone(),
+            _drain: drain_rx,
+        };
+        let (rel_tx, rel_rx) = oneshot::channel();
+        st.held.insert(
+            idx,
+            Held {
+                token,
+                release: Some(rel_tx),
+            },
+        );
+        self.publish(st);
+        let _ = self.events.send(ShardEvent::Assigned {
+            shard: shard.to_string(),
+            token,
+            guard: sg,
+        });
+        let hook = self.set.hook.clone();
+        let me = self.me.clone();
+        let drain = self.set.config.drain_timeout();
+        tokio::spawn(async move {
+            let reason = tokio::select! {
+                h = guard.lost() => {
+                    let r = match h {
+                        Health::Lost(r) => r,
+                        _ => LossReason::RenewalTaskEnded,
+                    };
+                    drop(guard);
+                    RevokeReason::Lost(r)
+                }
+                r = rel_rx => match r {
+                    Ok(reason) => {
+                        stop.cancel();
+                        tokio::select! {
+                            _ = timeout(drain, drain_tx.closed()) => {}
+                            _ = guard.lost() => {}
+                        }
+                        hook.releasing(&me, &shard, token, &reason);
+                        let _ = guard.release().await;
+                        reason
+                    }
+                    Err(_) => {
+                        // The worker was dropped: release at once, no drain.
+                        hook.releasing(&me, &shard, token, &RevokeReason::Leaving);
+                        drop(guard);
+                        RevokeReason::Leaving
+                    }
+                },
+            };
+            let _ = tx.send(Internal::Ended { idx, token, reason });
+        });
+    }
+
+    async fn tick(&self, st: &mut State, tx: &mpsc::UnboundedSender<Internal>) {
+        // Forget a lost membership lease; a new slot is taken below.
+        if st.member.as_ref().is_some_and(|m| m.health().is_final()) {
+            st.member = None;
+        }
+        let view = match scan(&self.set, Some(&self.mailbox)).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(worker = %self.me, error = %e, "shard scan failed; keeping the assignment");
+                return;
+            }
+        };
+        let wait = self.set.config.rebalance_interval();
+        // Membership.
+        if st.member.is_none()
+            && !st.member_pending
+            && let Some(slot) = view.free_slot
+        {
+            st.member_pending = true;
+            let (sup, key, tx, cancel) = (
+                self.sup.clone(),
+                self.set.slots[slot].clone(),
+                tx.clone(),
+                self.acquiring.clone(),
+            );
+            tokio::spawn(async move {
+                let g = acquire_bounded(&sup, &key, wait / 2, &cancel).await;
+                let _ = tx.send(Internal::Member(g));
+            });
+        }
+        let mut members = view.members.clone();
+        if !members.iter().any(|m| **m == *self.me) {
+            members.push(self.me.to_string());
+            members.sort();
+        }
+        let k = self.set.shards.len();
+        let target = fair_share(k, &members, &self.me);
+        let mine = st.mine();
+
+        // A steal request in our mailbox: hand the shard over if we are above our share.
+        if let Some((thief, shard)) = view.mailbox.as_deref().and_then(|o| o.split_once('/'))
+            && thief != &*self.me
+            && mine > target
+            && let Some(idx) = self.set.shards.iter().position(|(s, _)| &**s == shard)
+            && let Some(h) = st.held.get_mut(&idx)
+            && let Some(r) = h.release.take()
+        {
+            tracing::info!(worker = %self.me, shard, thief, "handing shard over");
+            let _ = r.send(RevokeReason::Handoff {
+                to: thief.to_string(),
+            });
+        }
+
+        // Free shards: handed out, in a way every worker with the same view computes alike,
+        // to the members furthest below their share (so concurrent takers do not collide);
+        // any shard seen free on two scans in a row is taken by whoever sees it.
+        let free: BTreeSet<usize> = (0..k)
+            .filter(|i| view.owners[*i].is_none())
+            .filter(|i| !st.held.contains_key(i) && !st.pending.contains(i))
+            .collect();
+        let mut deficit: Vec<(String, usize)> = members
+            .iter()
+            .map(|m| {
+                let have = view
+                    .owners
+                    .iter()
+                    .filter(|o| o.as_ref().is_some_and(|(w, _)| w == m))
+                    .count();
+                let have = if **m == *self.me {
+                    have.max(st.mine())
+                } else {
+                    have
+                };
+                (m.clone(), fair_share(k, &members, m).saturating_sub(have))
+            })
+            .collect();
+        let mut take = Vec::new();
+        for i in (0..k).filter(|i| view.owners[*i].is_none()) {
+            let shard = &self.set.shards[i].0;
+            let Some(best) = deficit
+                .iter_mut()
+                .filter(|(_, d)| *d > 0)
+                .max_by_key(|(m, d)| (*d, rank(m, shard)))
+            else {
+                break;
+            };
+            best.1 -= 1;
+            if best.0 == *self.me && free.contains(&i) {
+                take.push(i);
+            }
+        }
+        for i in &free {
+            if st.prev_free.contains(i) && !take.contains(i) {
+                take.push(*i);
+            }
+        }
+        st.prev_free = free;
+        for idx in take {
+            st.pending.insert(idx);
+            self.spawn_acquire(idx, wait / 2, false, None, tx);
+        }
+
+        // Steal: below our share with nothing free, from the member most above its own.
+        if st.mine() < target && st.steals < self.set.config.max_steals && st.prev_free.is_empty() {
+            let mut counts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+            for (i, o) in view.owners.iter().enumerate() {
+                if let Some((owner, _)) = o {
+                    counts.entry(owner.as_str()).or_default().push(i);
+                }
+            }
+            let victim = counts
+                .iter()
+                .filter(|(w, _)| **w != &*self.me && members.iter().any(|m| m == *w))
+                .map(|(w, list)| {
+                    let excess = list.len().saturating_sub(fair_share(k, &members, w));
+                    (excess, *w, list)
+                })
+                .filter(|(excess, _, _)| *excess > 0)
+                .max_by_key(|(excess, w, _)| (*excess, std::cmp::Reverse(*w)));
+            if let Some((_, victim, list)) = victim
+                && let Some(&idx) = list
+                    .iter()
+                    .filter(|i| !st.pending.contains(i))
+                    .max_by_key(|i| rank(&self.me, &self.set.shards[**i].0))
+            {
+                st.steals += 1;
+                st.pending.insert(idx);
+                let wait = self.set.config.steal_wait();
+                self.spawn_acquire(idx, wait, true, Some(victim.to_string()), tx);
+            }
+        }
+        self.publish(st);
+    }
+
+    fn spawn_acquire(
+        &self,
+        idx: usize,
+        wait: Duration,
+        steal: bool,
+        victim: Option<String>,
+        tx: &mpsc::UnboundedSender<Internal>,
+    ) {
+        let (sup, set, me, tx, cancel) = (
+            self.sup.clone(),
+            self.set.clone(),
+            self.me.clone(),
+            tx.clone(),
+            self.acquiring.clone(),
+        );
+        tokio::spawn(async move {
+            let (shard, key) = &set.shards[idx];
+            let mut mail = None;
+            if let Some(victim) = &victim {
+                // Leave the request in the victim's mailbox (one request per victim at a time).
+                let op = sup.config().op_timeout();
+                let req = OwnerId::new(format!("{me}/{shard}")).and_then(|owner| {
+                    Ok(AcquireRequest::new(
+                        LeaseKey::new(format!("{}.x.{victim}", set.name))?,
+                        owner,
+                        store_ttl(&*set.store, wait),
+                    ))
+                });
+                if let Ok(req) = req
+                    && let Ok(Ok(AcquireOutcome::Acquired(l))) =
+                        timeout(op, set.store.acquire(&req)).await
+                {
+                    set.hook.steal_requested(&me, victim, shard);
+                    mail = Some(l);
+                } else {
+                    let _ = tx.send(Internal::NotAcquired { idx, steal });
+                    return;
+                }
+            }
+            let got = acquire_bounded(&sup, key, wait, &cancel).await;
+            if let Some(l) = mail {
+                let op = sup.config().op_timeout();
+                let _ = timeout(op, set.store.release(&l)).await;
+            }
+            let _ = match got {
+                Some(guard) => tx.send(Internal::Acquired { idx, guard, steal }),
+                None => tx.send(Internal::NotAcquired { idx, steal }),
+            };
+        });
+    }
+}

@@ -1,0 +1,307 @@
+//! ShardSet on the memory store in tokio paused time: taking, balance, graceful handover on the
+//! release wake-up, stickiness, a dead worker's shards, graceful leave, batched renewal.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::hook::Hook;
+use lease_core::{LeaseStore, MemoryLeaseStore};
+use lease_shard::{RevokeReason, ShardEvent, ShardHook, ShardSet, ShardSetConfig};
+use lease_testkit::faulty::{Fault, FaultyStore, Operation};
+use support::{Recorder, all_owned_by, balanced, shard_names, wait_for};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(50);
+
+fn set_on(store: Arc<dyn LeaseStore>, rec: &Recorder, k: usize) -> ShardSet {
+    ShardSet::new(
+        store,
+        &rec.set_name,
+        &shard_names(k),
+        ShardSetConfig::new(TTL).with_max_steals(2),
+    )
+    .expect("valid set")
+    .with_shard_hook(Arc::new(rec.clone()) as Arc<dyn ShardHook>)
+    .with_lease_hook(Arc::new(rec.clone()) as Arc<dyn Hook>)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_worker_takes_every_shard_with_its_own_token() {
+    let rec = Recorder::new("solo");
+    let set = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 16);
+    let mut w = set.join("a").unwrap();
+    let mut tokens = Vec::new();
+    while tokens.len() < 16 {
+        match w.next_event().await.expect("events") {
+            ShardEvent::Assigned {
+                shard,
+                token,
+                guard,
+            } => {
+                assert_eq!(guard.token(), token);
+                assert_eq!(guard.shard(), shard);
+                assert!(guard.may_act());
+                tokens.push(token);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(w.assignment().len(), 16);
+    // Several TTLs later everything is still held (renewed).
+    tokio::time::sleep(TTL * 5).await;
+    let s = set.snapshot().await.unwrap();
+    assert!(all_owned_by(&s, &["a"]), "{s:?}");
+    assert_eq!(s.members, vec!["a".to_string()]);
+    rec.check().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn all_shards_renew_through_a_few_batched_round_trips_per_interval() {
+    let rec = Recorder::new("batch");
+    let store = FaultyStore::new(MemoryLeaseStore::new());
+    let set = set_on(Arc::new(store.clone()), &rec, 64);
+    let _w = set.join("a").unwrap();
+    wait_for(&set, TTL * 4, POLL, |s| all_owned_by(s, &["a"]))
+        .await
+        .unwrap();
+    tokio::time::sleep(TTL * 2).await;
+    let before = store.calls(Operation::Renew);
+    let intervals = 10u32;
+    tokio::time::sleep(set.config().supervisor().renew_interval() * intervals).await;
+    let calls = store.calls(Operation::Renew) - before;
+    // 65 leases (64 shards and the membership slot); at most two waves per interval (the
+    // supervisor's renewal grid), never one call per lease.
+    assert!(
+        calls <= u64::from(intervals) * 2 + 2,
+        "{calls} renew_many calls in {intervals} intervals"
+    );
+    assert!(calls >= u64::from(intervals) - 1, "{calls}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_joiner_steals_by_handover_on_the_release_wake_up_and_only_what_must_move() {
+    let rec = Recorder::new("join");
+    let set = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 12);
+    let _a = set.join("a").unwrap();
+    let _b = set.join("b").unwrap();
+    let _c = set.join("c").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b", "c"]))
+        .await
+        .expect("three workers settle");
+    // Let it settle fully (exact shares), then remember who owns what.
+    let before = wait_for(&set, TTL * 10, POLL, |s| {
+        let c = s.counts();
+        ["a", "b", "c"].iter().all(|w| c.get(*w) == Some(&4))
+    })
+    .await
+    .expect("4 each");
+    let joined = Instant::now();
+    let _d = set.join("d").unwrap();
+    let after = wait_for(&set, TTL * 10, POLL, |s| {
+        let c = s.counts();
+        ["a", "b", "c", "d"].iter().all(|w| c.get(*w) == Some(&3))
+    })
+    .await
+    .expect("3 each after d joins");
+    // Sticky: exactly the 3 shards d needed moved, all to d.
+    let moved: Vec<_> = before
+        .owners
+        .iter()
+        .filter(|(s, o)| after.owners[*s].as_ref().map(|x| &x.0) != o.as_ref().map(|x| &x.0))
+        .collect();
+    assert_eq!(moved.len(), 3, "{moved:?}");
+    assert!(
+        moved
+            .iter()
+            .all(|(s, _)| after.owners[*s].as_ref().unwrap().0 == "d")
+    );
+    let (handoff, lost, leaving) = rec.ends_since(joined);
+    assert_eq!((handoff, lost, leaving), (3, 0, 0));
+    // Each handover: the thief acquired on the release wake-up, in the same instant of paused
+    // time (no wait for expiry).
+    let (gap, open) = rec.planned_gaps(joined);
+    assert!(open.is_empty(), "{open:?}");
+    assert!(gap < Duration::from_millis(10), "{gap:?}");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_workers_shards_are_owned_again_within_ttl_plus_one_interval() {
+    let rec = Recorder::new("dead");
+    let mem = MemoryLeaseStore::new();
+    let set = set_on(Arc::new(mem.clone()), &rec, 12);
+    let faulty = FaultyStore::new(mem.clone());
+    let set_c = set_on(Arc::new(faulty.clone()), &rec, 12);
+    let _a = set.join("a").unwrap();
+    let _b = set.join("b").unwrap();
+    let c = set_c.join("c").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| {
+        let c = s.counts();
+        ["a", "b", "c"].iter().all(|w| c.get(*w) == Some(&4))
+    })
+    .await
+    .expect("4 each");
+    // c dies: its store link drops everything (no renewal, no release), then it is gone.
+    faulty.set_all(Fault::Fail);
+    faulty.set(Operation::Watch, Fault::Fail);
+    let died = Instant::now();
+    drop(c);
+    let interval = set.config().rebalance_interval();
+    let s = wait_for(&set, TTL + interval * 2, Duration::from_millis(10), |s| {
+        all_owned_by(s, &["a", "b"])
+    })
+    .await
+    .expect("a and b own everything");
+    let took = died.elapsed();
+    // The store expires c's leases one TTL after their last renewal (at most one renewal
+    // interval before the death); then one rebalance interval to notice and take.
+    assert!(
+        took <= TTL + interval + Duration::from_millis(50),
+        "{took:?}"
+    );
+    assert!(all_owned_by(&s, &["a", "b"]));
+    wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b"]))
+        .await
+        .expect("rebalanced");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_graceful_leave_drains_and_hands_over_within_one_interval() {
+    let rec = Recorder::new("leave");
+    let set = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 12);
+    let _a = set.join("a").unwrap();
+    let _b = set.join("b").unwrap();
+    let mut c = set.join("c").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| {
+        let c = s.counts();
+        ["a", "b", "c"].iter().all(|w| c.get(*w) == Some(&4))
+    })
+    .await
+    .expect("4 each");
+    // c's application holds its guards and drops them when told to stop (draining).
+    let mut guards = Vec::new();
+    while let Ok(Some(ev)) = tokio::time::timeout(Duration::ZERO, c.next_event()).await {
+        if let ShardEvent::Assigned { guard, .. } = ev {
+            guards.push(guard);
+        }
+    }
+    let held: Vec<_> = guards.iter().filter(|g| g.may_act()).cloned().collect();
+    drop(guards);
+    assert_eq!(held.len(), 4);
+    let drained = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for g in held {
+        let drained = drained.clone();
+        tokio::spawn(async move {
+            g.cancellation().cancelled().await;
+            tokio::time::sleep(Duration::from_millis(100)).await; // finish in-flight work
+            drained.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            drop(g);
+        });
+    }
+    let left = Instant::now();
+    c.leave().await;
+    assert_eq!(drained.load(std::sync::atomic::Ordering::SeqCst), 4);
+    let interval = set.config().rebalance_interval();
+    wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b"]))
+        .await
+        .expect("a and b take over");
+    let (handoff, lost, leaving) = rec.ends_since(left);
+    assert_eq!((lost, leaving), (0, 4), "handoffs {handoff}");
+    let (gap, open) = rec.planned_gaps(left);
+    assert!(open.is_empty(), "{open:?}");
+    assert!(gap <= interval + Duration::from_millis(50), "{gap:?}");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn revoked_events_carry_the_reason_and_cancel_the_work() {
+    let rec = Recorder::new("ev");
+    let set = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 2);
+    let mut a = set.join("a").unwrap();
+    let mut guards = Vec::new();
+    while guards.len() < 2 {
+        if let Some(ShardEvent::Assigned { guard, .. }) = a.next_event().await {
+            guards.push(guard);
+        }
+    }
+    let _b = set.join("b").unwrap();
+    // b steals one shard: a is told, with the thief's name, after its work was cancelled.
+    let ev = a.next_event().await.expect("event");
+    let ShardEvent::Revoked { shard, reason, .. } = ev else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(
+        reason,
+        RevokeReason::Handoff {
+            to: "b".to_string()
+        }
+    );
+    let g = guards.iter().find(|g| g.shard() == shard).unwrap();
+    assert!(g.cancellation().is_cancelled());
+    assert!(!g.may_act());
+    assert_eq!(a.assignment().len(), 1);
+    rec.check().unwrap();
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let cfg = ShardSetConfig::new(TTL);
+    assert!(ShardSet::new(store.clone(), "Bad Name", &["a"], cfg.clone()).is_err());
+    assert!(ShardSet::new(store.clone(), "ok", &["A/B"], cfg.clone()).is_err());
+    assert!(ShardSet::new(store.clone(), "ok", &[] as &[&str], cfg.clone()).is_err());
+    assert!(
+        ShardSet::new(
+            store.clone(),
+            "ok",
+            &["a"],
+            ShardSetConfig::new(Duration::ZERO)
+        )
+        .is_err()
+    );
+    assert!(
+        ShardSet::new(
+            store.clone(),
+            "ok",
+            &["a"],
+            ShardSetConfig::new(Duration::MAX)
+        )
+        .is_err()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let set = ShardSet::new(store, "ok", &["a"], cfg).unwrap();
+        assert!(set.join("no spaces").is_err());
+        assert!(set.join("").is_err());
+    });
+}
+
+/// The checks can fail: two fleets on two separate stores (a split brain) both own every shard,
+/// and the history checker and the token check must say so.
+#[tokio::test(start_paused = true)]
+async fn the_checks_catch_two_owners_of_one_shard() {
+    let rec = Recorder::new("split");
+    let one = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 4);
+    let two = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 4);
+    let _a = one.join("a").unwrap();
+    let _b = two.join("b").unwrap();
+    wait_for(&one, TTL * 4, POLL, |s| all_owned_by(s, &["a"]))
+        .await
+        .unwrap();
+    wait_for(&two, TTL * 4, POLL, |s| all_owned_by(s, &["b"]))
+        .await
+        .unwrap();
+    let err = rec.check().unwrap_err();
+    assert!(err.contains("OverlappingBelief"), "{err}");
+    assert!(rec.check_tokens().is_err());
+}
