@@ -111,7 +111,7 @@ struct Target {
 
 enum Cleanup {
     None,
-    Postgres(sqlx::PgPool),
+    Postgres(lease_postgres::PostgresLeaseStore),
     Redis(lease_redis::RedisLeaseStore),
     Files(Vec<PathBuf>),
     Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
@@ -139,10 +139,10 @@ async fn connect(name: &str) -> Result<Target, String> {
             )
             .map_err(e)?;
             store.migrate().await.map_err(e)?;
-            let raw = raw::PgRaw(store.pool().clone());
+            let raw = raw::PgRaw::new(&store);
             let version = raw.version().await?;
-            let pool = store.pool().clone();
-            let minimal = minimal::PgMinimal::new(pool.clone()).await?;
+            let minimal = minimal::PgMinimal::new(store.pool().clone()).await?;
+            let pg = store.clone();
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
                 renewal_stores: vec![("default", store.clone())],
@@ -151,16 +151,16 @@ async fn connect(name: &str) -> Result<Target, String> {
                 minimal: Arc::new(minimal),
                 file: None,
                 version,
-                cleanup: Cleanup::Postgres(pool),
+                cleanup: Cleanup::Postgres(pg),
             })
         }
         "redis" => {
             let url = env_or("LEASE_REDIS_URL", "redis://127.0.0.1:6379");
             let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
-            let store = lease_redis::RedisLeaseStore::builder(url)
-                .prefix("bench")
-                .connect_timeout(Duration::from_secs(3))
-                .connect()
+            let options = lease_redis::RedisOptions::default()
+                .with_prefix("bench")
+                .with_connect_timeout(Duration::from_secs(3));
+            let store = lease_redis::RedisLeaseStore::connect_with(&url, options)
                 .await
                 .map_err(e)?;
             let raw = raw::RedisRaw::new(&store, client);
@@ -179,12 +179,21 @@ async fn connect(name: &str) -> Result<Target, String> {
         }
         "etcd" => {
             let endpoints = env_or("LEASE_ETCD_ENDPOINTS", "http://127.0.0.1:23790");
-            let config = lease_etcd::EtcdConfig::from_list(&endpoints)
-                .with_connect_timeout(Duration::from_secs(3));
-            let store = lease_etcd::EtcdLeaseStore::connect(config.clone())
+            let url = format!(
+                "etcd://{}",
+                endpoints
+                    .split(',')
+                    .map(|e| e.trim().trim_start_matches("http://").trim_end_matches('/'))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            let config =
+                lease_etcd::EtcdOptions::default().with_connect_timeout(Duration::from_secs(3));
+            let store = lease_etcd::EtcdLeaseStore::connect_with(&url, config.clone())
                 .await
                 .map_err(e)?;
-            let shared = lease_etcd::EtcdLeaseStore::connect(
+            let shared = lease_etcd::EtcdLeaseStore::connect_with(
+                &url,
                 config
                     .clone()
                     .with_lease_sharing(lease_etcd::LeaseSharing::PerTtl),
@@ -229,10 +238,11 @@ async fn connect(name: &str) -> Result<Target, String> {
                 .await
                 .map(|v| format!("kube-apiserver {}", v.git_version))
                 .map_err(|e| e.to_string())?;
-            let kube_store = lease_k8s::KubeLeaseStore::builder(client.clone())
-                .namespace(namespace.clone())
-                .build()
-                .map_err(e)?;
+            let kube_store = lease_k8s::K8sLeaseStore::from_client(
+                client.clone(),
+                lease_k8s::K8sOptions::default().with_namespace(namespace.clone()),
+            )
+            .map_err(e)?;
             let raw = raw::KubeRaw {
                 api: kube::Api::namespaced(client, &namespace),
                 store: kube_store.clone(),
@@ -292,45 +302,18 @@ async fn connect(name: &str) -> Result<Target, String> {
 async fn cleanup(c: Cleanup, ns: &str) {
     match c {
         Cleanup::None => {}
-        Cleanup::Postgres(pool) => {
-            for (table, column) in [
-                ("\"public\".\"leases\"", "resource_key"),
-                ("\"public\".\"leases_fence\"", "resource_key"),
-                ("lease_bench_minimal", "lease_key"),
-            ] {
-                let sql = format!("DELETE FROM {table} WHERE starts_with({column}, $1)");
-                let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(ns)
-                    .execute(&pool)
-                    .await;
-            }
+        Cleanup::Postgres(store) => {
+            // The library's rows (lease and fence tables) through its own helper, the minimal
+            // baseline's table by hand.
+            let _ = store.delete_prefix(ns).await;
+            minimal::PgMinimal(store.pool().clone()).cleanup(ns).await;
         }
         Cleanup::Redis(store) => {
             minimal::RedisMinimal::new(store.connection())
                 .cleanup(ns)
                 .await;
-            let mut con = store.connection();
-            let pattern = store.layout().scan_pattern(ns);
-            let mut cursor: u64 = 0;
-            loop {
-                let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut con)
-                    .await;
-                let Ok((next, keys)) = r else { break };
-                if !keys.is_empty() {
-                    let _: redis::RedisResult<i64> =
-                        redis::cmd("DEL").arg(&keys).query_async(&mut con).await;
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
+            minimal::redis_delete_matching(store.connection(), &store.layout().scan_pattern(ns))
+                .await;
         }
         Cleanup::Kube(api) => {
             if let Ok(list) = api.list(&kube::api::ListParams::default()).await {

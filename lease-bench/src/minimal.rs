@@ -1,6 +1,6 @@
 //! The minimal baselines: a lease with a fencing counter written the way an expert would write
 //! it by hand for each store, and no more. These are the floors the library's goals are judged
-//! against (not the library's own protocol, which `raw.rs` copies to measure the wrapper).
+//! against (not the library's own protocol, which `raw.rs` issues to measure the wrapper).
 //!
 //! - PostgreSQL: one upsert on a plain table without trigger; release is one guarded `UPDATE`.
 //! - Redis: `SET NX PX` plus `INCR` in one script; release is a compare-and-delete script.
@@ -18,11 +18,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
 use lease_core::LeaseKey;
 
-use crate::raw::{R, Raw, RawGrant, micro_now, s, ttl_ms};
+use crate::raw::{R, Raw, RawGrant, s, ttl_ms};
+
+fn micro_now() -> MicroTime {
+    MicroTime(jiff::Timestamp::now())
+}
 
 fn grant(key: &LeaseKey, owner: &str, token: i64) -> RawGrant {
     RawGrant {
@@ -60,6 +64,14 @@ impl PgMinimal {
         sqlx::query(PG_TABLE).execute(&pool).await.map_err(s)?;
         Ok(PgMinimal(pool))
     }
+
+    /// Deletes the rows of `ns`.
+    pub(crate) async fn cleanup(&self, ns: &str) {
+        let _ = sqlx::query("DELETE FROM lease_bench_minimal WHERE starts_with(lease_key, $1)")
+            .bind(ns)
+            .execute(&self.0)
+            .await;
+    }
 }
 
 #[async_trait]
@@ -71,7 +83,7 @@ impl Raw for PgMinimal {
         let token: Option<i64> = sqlx::query_scalar(PG_ACQUIRE)
             .bind(key.as_str())
             .bind(owner)
-            .bind(ttl_ms(ttl))
+            .bind(ttl_ms(ttl)?)
             .fetch_optional(&self.0)
             .await
             .map_err(s)?;
@@ -114,13 +126,13 @@ return 0
 
 /// The Redis floor, on the library store's connection manager.
 pub(crate) struct RedisMinimal {
-    con: redis::aio::ConnectionManager,
+    con: lease_redis::RedisConnection,
     acquire: redis::Script,
     release: redis::Script,
 }
 
 impl RedisMinimal {
-    pub(crate) fn new(con: redis::aio::ConnectionManager) -> Self {
+    pub(crate) fn new(con: lease_redis::RedisConnection) -> Self {
         RedisMinimal {
             con,
             acquire: redis::Script::new(REDIS_ACQUIRE),
@@ -138,28 +150,31 @@ impl RedisMinimal {
 
     /// Deletes the keys of `ns`.
     pub(crate) async fn cleanup(&self, ns: &str) {
-        let mut con = self.con.clone();
-        let pattern = format!("bench-min:{ns}*");
-        let mut cursor: u64 = 0;
-        loop {
-            let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut con)
-                .await;
-            let Ok((next, keys)) = r else { break };
-            if !keys.is_empty() {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("DEL").arg(&keys).query_async(&mut con).await;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        redis_delete_matching(self.con.clone(), &format!("bench-min:{ns}*")).await;
+    }
+}
+
+/// Deletes every key matching `pattern` (`SCAN` + `DEL`), best effort.
+pub(crate) async fn redis_delete_matching(mut con: lease_redis::RedisConnection, pattern: &str) {
+    let mut cursor: u64 = 0;
+    loop {
+        let r: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut con)
+            .await;
+        let Ok((next, keys)) = r else { break };
+        if !keys.is_empty() {
+            let _: redis::RedisResult<i64> =
+                redis::cmd("DEL").arg(&keys).query_async(&mut con).await;
         }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
     }
 }
 
@@ -176,7 +191,7 @@ impl Raw for RedisMinimal {
             .key(holder)
             .key(counter)
             .arg(owner)
-            .arg(ttl_ms(ttl))
+            .arg(ttl_ms(ttl)?)
             .invoke_async(&mut con)
             .await
             .map_err(s)?;
@@ -357,7 +372,8 @@ const SQLITE_TABLE: &str = "CREATE TABLE IF NOT EXISTS minimal_lease (\
      lease_key TEXT PRIMARY KEY, owner_id TEXT NOT NULL, \
      lease_until INTEGER NOT NULL, fencing_token INTEGER NOT NULL DEFAULT 0)";
 
-const SQLITE_NOW_MS: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
+/// The store's clock expression, so the floor reads time as the library does.
+const SQLITE_NOW_MS: &str = lease_sqlite::protocol::NOW_MS;
 
 /// The SQLite floor, on a file and pool of its own with the store's settings.
 pub(crate) struct SqliteMinimal {
@@ -371,15 +387,16 @@ impl SqliteMinimal {
         use sqlx::sqlite::{
             SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
         };
+        let defaults = lease_sqlite::SqliteOptions::default();
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(defaults.get_busy_timeout());
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(defaults.get_max_connections())
+            .acquire_timeout(defaults.get_busy_timeout() + Duration::from_secs(5))
             .connect_with(opts)
             .await
             .map_err(s)?;
@@ -406,11 +423,15 @@ impl Raw for SqliteMinimal {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(s)?;
+        let mut tx = self
+            .pool
+            .begin_with(lease_sqlite::protocol::BEGIN)
+            .await
+            .map_err(s)?;
         let token: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.acquire.as_str()))
             .bind(key.as_str())
             .bind(owner)
-            .bind(ttl_ms(ttl))
+            .bind(ttl_ms(ttl)?)
             .fetch_optional(&mut *tx)
             .await
             .map_err(s)?;

@@ -1,21 +1,36 @@
 //! The raw protocols: the backends' own statements, scripts and requests, issued directly with
-//! the same driver and the same connection (pool, connection manager, client) the library uses.
-//! Copied from the backend crates; keep them in step when those change.
+//! the same driver and the same connection (pool, connection manager, client) the library uses,
+//! without the library's wrapping (its checks, timeouts, retries, caches and error mapping).
+//!
+//! Consumed from the backends, not copied:
+//! - PostgreSQL: the statements of `lease_postgres::protocol::Statements` for the store's table
+//!   and layout, and the store's notification channel;
+//! - Kubernetes: the Lease objects of `lease_k8s::protocol` (`new_claim`, `with_token`,
+//!   `regrant`, `released`), its annotations and watch selector, the store's object names;
+//! - Redis: the acquire and release scripts of `lease_redis::protocol` and the store's
+//!   `KeyLayout`; the commands its scripts run (for the request count) are read off those
+//!   scripts;
+//! - SQLite: the statements of `lease_sqlite::protocol`;
+//! - etcd: the key names, range, watch and transactions of `lease_etcd::protocol`
+//!   (`LeaseSharing::PerGrant`: one etcd lease per grant);
+//! - every backend: the TTL rounding of `lease_core::backend`.
+//!
+//! Copied: nothing of the protocols. The decisions the stores make around them (the order of the
+//! requests, the Kubernetes store's local expiry clock and in-memory token floor, the SQLite
+//! store's in-process waiter list) are written here in their simplest form: they are the logic whose cost the wrapper column measures.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType,
-    WatchOptions,
-};
+use etcd_client::PutOptions;
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::api::{Api, PostParams, WatchEvent, WatchParams};
-use lease_core::LeaseKey;
-use lease_k8s::{TOKEN_ANNOTATION, TOKEN_HOLDER_ANNOTATION};
-use sqlx::Row;
+use lease_core::backend::{RoundedTtl, ttl_millis, ttl_secs};
+use lease_core::{FencingToken, LeaseKey, OwnerId};
+use lease_etcd::protocol as protocol_etcd;
+use lease_k8s::protocol::{self, TOKEN_ANNOTATION};
+use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::mpsc;
 
 /// One grant made through a raw protocol.
@@ -100,35 +115,32 @@ where
     rx
 }
 
-pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_nanos().div_ceil(1_000_000)).unwrap_or(i64::MAX)
+/// `ttl` in whole milliseconds, rounded up as the backends round it.
+pub(crate) fn ttl_ms(ttl: Duration) -> R<i64> {
+    ttl_millis(ttl).map(RoundedTtl::as_i64).map_err(s)
 }
 
 // ---------------------------------------------------------------------------------------------
-// PostgreSQL: lease-postgres/src/sql.rs for the default table "public"."leases".
+// PostgreSQL: the statements of lease_postgres::protocol for the store's own table and layout,
+// on the store's pool.
 
-const PG_ACQUIRE: &str = "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
-     INSERT INTO \"public\".\"leases\" AS l (resource_key, owner, lease_until, fencing_token, ttl_ms) \
-     SELECT $1, $2, c.now + $3::bigint * interval '1 millisecond', 1, $3 FROM c \
-     ON CONFLICT (resource_key) DO UPDATE \
-       SET owner = CASE WHEN (l.lease_until <= (SELECT now FROM c) OR l.owner = excluded.owner) THEN excluded.owner ELSE l.owner END, \
-           lease_until = CASE WHEN (l.lease_until <= (SELECT now FROM c) OR l.owner = excluded.owner) THEN excluded.lease_until ELSE l.lease_until END, \
-           fencing_token = CASE WHEN (l.lease_until <= (SELECT now FROM c) OR l.owner = excluded.owner) THEN l.fencing_token + 1 ELSE l.fencing_token END, \
-           ttl_ms = CASE WHEN (l.lease_until <= (SELECT now FROM c) OR l.owner = excluded.owner) THEN excluded.ttl_ms ELSE l.ttl_ms END \
-     RETURNING l.owner, l.fencing_token, l.ttl_ms, \
-       ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us";
+/// PostgreSQL over the library store's own pool and statements.
+pub(crate) struct PgRaw {
+    pool: sqlx::PgPool,
+    sql: lease_postgres::protocol::Statements,
+    /// The channel the release notifies, with the key as the payload.
+    channel: String,
+}
 
-// The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch).
-const PG_RELEASE: &str = "WITH r AS (UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
-     WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
-       AND lease_until > clock_timestamp() RETURNING resource_key) \
-     SELECT pg_notify('lease:public.leases', r.resource_key) FROM r";
-
-/// The channel the release notifies, with the key as the payload.
-const PG_CHANNEL: &str = "lease:public.leases";
-
-/// PostgreSQL over the library store's own pool.
-pub(crate) struct PgRaw(pub(crate) sqlx::PgPool);
+impl PgRaw {
+    pub(crate) fn new(store: &lease_postgres::PostgresLeaseStore) -> Self {
+        PgRaw {
+            pool: store.pool().clone(),
+            sql: lease_postgres::protocol::Statements::new(store.table(), store.options().layout()),
+            channel: store.notify_channel().to_string(),
+        }
+    }
+}
 
 #[async_trait]
 impl Raw for PgRaw {
@@ -136,11 +148,11 @@ impl Raw for PgRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let row = sqlx::query(PG_ACQUIRE)
+        let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
             .bind(key.as_str())
             .bind(owner)
-            .bind(ttl_ms(ttl))
-            .fetch_one(&self.0)
+            .bind(ttl_ms(ttl)?)
+            .fetch_one(&self.pool)
             .await
             .map_err(s)?;
         let holder: String = row.try_get("owner").map_err(s)?;
@@ -154,28 +166,32 @@ impl Raw for PgRaw {
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        sqlx::query(PG_RELEASE)
+        // The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch).
+        sqlx::query(AssertSqlSafe(self.sql.release_notify.as_str()))
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
-            .execute(&self.0)
+            .execute(&self.pool)
             .await
             .map_err(s)?;
         Ok(())
     }
     async fn ping(&self) -> R<()> {
-        sqlx::query("SELECT 1").execute(&self.0).await.map_err(s)?;
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
         Ok(())
     }
     async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
         // A listener on its own connection, as the library's (lease-postgres/src/notify.rs).
         let own = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
-            .connect_lazy_with((*self.0.connect_options()).clone());
+            .connect_lazy_with((*self.pool.connect_options()).clone());
         let mut listener = sqlx::postgres::PgListener::connect_with(&own)
             .await
             .map_err(s)?;
-        listener.listen(PG_CHANNEL).await.map_err(s)?;
+        listener.listen(&self.channel).await.map_err(s)?;
         let want = key.as_str().to_string();
         let stream = futures::stream::unfold(listener, |mut l| async move {
             let n = l.recv().await.ok()?;
@@ -186,7 +202,7 @@ impl Raw for PgRaw {
     }
     async fn version(&self) -> R<String> {
         sqlx::query_scalar::<_, String>("SHOW server_version")
-            .fetch_one(&self.0)
+            .fetch_one(&self.pool)
             .await
             .map(|v| format!("PostgreSQL {v}"))
             .map_err(s)
@@ -194,43 +210,14 @@ impl Raw for PgRaw {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Redis: lease-redis/src/scripts.rs, on the library store's connection manager.
-
-const REDIS_ACQUIRE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
-if cur[1] and cur[1] ~= ARGV[1] then
-  return {'held', cur[1], cur[2], tostring(redis.call('PTTL', KEYS[1])), cur[3]}
-end
-local gen = redis.call('INCR', KEYS[2])
-local t = redis.call('TIME')
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tok = string.format('%.0f', gen)
-if floor > gen then
-  tok = string.format('%.0f', floor)
-  redis.call('SET', KEYS[2], tok)
-end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'ttl', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {'granted', tok}
-";
-
-const REDIS_RELEASE: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], ARGV[2])
-  return 1
-end
-return 0
-";
+// Redis: the scripts of lease_redis::protocol, on the library store's connection and key layout.
 
 /// Redis over the library store's connection manager and key layout.
 pub(crate) struct RedisRaw {
-    pub(crate) con: redis::aio::ConnectionManager,
+    pub(crate) con: lease_redis::RedisConnection,
     /// For the pub/sub connection of [`Raw::subscribe`].
     pub(crate) client: redis::Client,
-    pub(crate) layout: lease_redis::KeyLayout,
+    pub(crate) layout: lease_redis::protocol::KeyLayout,
     acquire: redis::Script,
     release: redis::Script,
 }
@@ -241,8 +228,8 @@ impl RedisRaw {
             con: store.connection(),
             client,
             layout: store.layout().clone(),
-            acquire: redis::Script::new(REDIS_ACQUIRE),
-            release: redis::Script::new(REDIS_RELEASE),
+            acquire: redis::Script::new(lease_redis::protocol::ACQUIRE_LUA),
+            release: redis::Script::new(lease_redis::protocol::RELEASE_LUA),
         }
     }
 }
@@ -259,7 +246,7 @@ impl Raw for RedisRaw {
             .key(self.layout.lease(key))
             .key(self.layout.generation(key))
             .arg(owner)
-            .arg(ttl_ms(ttl))
+            .arg(ttl_ms(ttl)?)
             .invoke_async(&mut con)
             .await
             .map_err(s)?;
@@ -327,16 +314,26 @@ impl Raw for RedisRaw {
     }
 }
 
-/// The commands the store's Lua scripts run, read off `lease-redis/src/scripts.rs`
-/// (`redis.call('X', ...)`), lower-case.
+/// The commands the store's Lua scripts (`lease_redis::protocol`) run (`redis.call('X', ...)`),
+/// lower-case.
 fn script_commands() -> Vec<String> {
-    const SCRIPTS: &str = include_str!("../../lease-redis/src/scripts.rs");
-    let mut out: Vec<String> = SCRIPTS
-        .split("redis.call('")
-        .skip(1)
-        .filter_map(|rest| rest.split('\'').next())
-        .map(str::to_ascii_lowercase)
-        .collect();
+    use lease_redis::protocol::{
+        ACQUIRE_LUA, FENCE_LUA, INSPECT_LUA, RELEASE_LUA, RENEW_LUA, RENEW_MANY_LUA,
+    };
+    let mut out: Vec<String> = [
+        ACQUIRE_LUA,
+        RENEW_LUA,
+        RENEW_MANY_LUA,
+        RELEASE_LUA,
+        INSPECT_LUA,
+        FENCE_LUA,
+    ]
+    .iter()
+    .flat_map(|script| script.split("redis.call('"))
+    .skip(1)
+    .filter_map(|rest| rest.split('\'').next())
+    .map(str::to_ascii_lowercase)
+    .collect();
     out.sort();
     out.dedup();
     out
@@ -369,7 +366,7 @@ fn redis_client_requests(info: &str, script_commands: &[String]) -> u64 {
 /// etcd over the library store's client.
 pub(crate) struct EtcdRaw {
     pub(crate) client: etcd_client::Client,
-    pub(crate) config: lease_etcd::EtcdConfig,
+    pub(crate) config: lease_etcd::EtcdOptions,
     /// `host:port` of the member's client URL, whose `/metrics` counts gRPC messages.
     pub(crate) metrics: Option<String>,
 }
@@ -408,29 +405,21 @@ impl Raw for EtcdRaw {
         "Status"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let prefix = format!("{}/", self.config.lock_name(key));
+        let prefix = protocol_etcd::mutex_prefix(self.config.prefix(), key);
         let mut kv = self.client.kv_client();
-        let opts = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
-        let current = kv.get(prefix.clone(), Some(opts)).await.map_err(s)?;
+        let current = kv
+            .get(prefix.clone(), Some(protocol_etcd::holder_query()))
+            .await
+            .map_err(s)?;
         if !current.kvs().is_empty() {
             return Ok(None);
         }
-        let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let who = OwnerId::new(owner).map_err(s)?;
+        let ttl_secs = ttl_secs(ttl).map_err(s)?.as_i64();
         let mut lc = self.client.lease_client();
         let lease_id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
-        let lock_key = format!("{prefix}{lease_id:x}");
-        let txn = Txn::new()
-            .when(vec![
-                Compare::create_revision(prefix, CompareOp::Equal, 0).with_prefix(),
-            ])
-            .and_then(vec![TxnOp::put(
-                lock_key.clone(),
-                format!("lease-rs/1 {owner}"),
-                Some(PutOptions::new().with_lease(lease_id)),
-            )]);
+        let lock_key = protocol_etcd::lock_key(self.config.prefix(), key, lease_id, None);
+        let txn = protocol_etcd::acquire_txn(&prefix, None, &lock_key, &who, lease_id);
         let resp = kv.txn(txn).await.map_err(s)?;
         if !resp.succeeded() {
             let _ = lc.revoke(lease_id).await;
@@ -455,12 +444,7 @@ impl Raw for EtcdRaw {
         if cur.create_revision() != g.token {
             return Ok(());
         }
-        let txn = Txn::new()
-            .when(vec![
-                Compare::create_revision(lock_key.clone(), CompareOp::Equal, g.token),
-                Compare::lease(lock_key.clone(), CompareOp::Equal, lease_id),
-            ])
-            .and_then(vec![TxnOp::delete(lock_key, None)]);
+        let txn = protocol_etcd::delete_txn(lock_key.as_bytes(), g.token, lease_id, None);
         kv.txn(txn).await.map_err(s)?;
         self.client
             .lease_client()
@@ -480,12 +464,12 @@ impl Raw for EtcdRaw {
     async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
         // The library's watch (lease-etcd/src/store.rs): deletions under the key's lock prefix,
         // confirmed by the server before any release is issued.
-        let prefix = format!("{}/", self.config.lock_name(key));
-        let opts = WatchOptions::new()
-            .with_prefix()
-            .with_filters([WatchFilterType::NoPut]);
+        let prefix = protocol_etcd::mutex_prefix(self.config.prefix(), key);
         let mut wc = self.client.watch_client();
-        let mut stream = wc.watch(prefix, Some(opts)).await.map_err(s)?;
+        let mut stream = wc
+            .watch(prefix, Some(protocol_etcd::waiter_watch()))
+            .await
+            .map_err(s)?;
         match tokio::time::timeout(Duration::from_secs(5), stream.message()).await {
             Ok(Ok(Some(r))) if r.created() => {}
             _ => return Err("etcd did not confirm the watch".into()),
@@ -564,18 +548,14 @@ impl Raw for EtcdRaw {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SQLite: lease-sqlite/src/sql.rs, on a pool with the store's options (WAL, synchronous NORMAL,
-// 5 s busy timeout, 4 connections) on the same file.
-
-const NOW_MS: &str = "CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER)";
+// SQLite: the statements of lease_sqlite::protocol, on a pool with the store's options (WAL,
+// synchronous NORMAL, the default busy timeout and connection limit) on the same file.
 
 /// SQLite on its own pool with the library's settings.
 pub(crate) struct SqliteRaw {
     pool: sqlx::SqlitePool,
     /// In-process waiters woken after a release commits, as the library's store wakes its own.
     waiters: std::sync::Mutex<Vec<(String, mpsc::Sender<()>)>>,
-    acquire_read: String,
-    release: String,
 }
 
 impl SqliteRaw {
@@ -583,28 +563,22 @@ impl SqliteRaw {
         use sqlx::sqlite::{
             SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
         };
+        let defaults = lease_sqlite::SqliteOptions::default();
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(defaults.get_busy_timeout());
         let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(defaults.get_max_connections())
+            .acquire_timeout(defaults.get_busy_timeout() + Duration::from_secs(5))
             .connect_with(opts)
             .await
             .map_err(s)?;
         Ok(SqliteRaw {
             pool,
             waiters: std::sync::Mutex::new(Vec::new()),
-            acquire_read: format!(
-                "SELECT {NOW_MS}, (SELECT last_token FROM lease_generation WHERE key = ?1), \
-                 h.owner, h.token, h.ttl_ms, h.expires_ms FROM (SELECT 1) LEFT JOIN lease_holder h ON h.key = ?1"
-            ),
-            release: format!(
-                "DELETE FROM lease_holder WHERE key = ?1 AND owner = ?2 AND token = ?3 AND expires_ms > {NOW_MS}"
-            ),
         })
     }
 }
@@ -624,9 +598,13 @@ impl Raw for SqliteRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(s)?;
+        let mut tx = self
+            .pool
+            .begin_with(lease_sqlite::protocol::BEGIN)
+            .await
+            .map_err(s)?;
         let (now, generation, holder, token, _ttl, expires): SqliteRow =
-            sqlx::query_as(sqlx::AssertSqlSafe(self.acquire_read.as_str()))
+            sqlx::query_as(lease_sqlite::protocol::ACQUIRE_READ)
                 .bind(key.as_str())
                 .fetch_one(&mut *tx)
                 .await
@@ -639,29 +617,22 @@ impl Raw for SqliteRaw {
             return Ok(None);
         }
         let next = generation.max(token).map_or(1, |t| t + 1);
-        sqlx::query(
-            "INSERT INTO lease_generation (key, last_token) VALUES (?1, ?2) \
-             ON CONFLICT (key) DO UPDATE SET last_token = excluded.last_token",
-        )
-        .bind(key.as_str())
-        .bind(next)
-        .execute(&mut *tx)
-        .await
-        .map_err(s)?;
-        let ms = ttl_ms(ttl);
-        sqlx::query(
-            "INSERT INTO lease_holder (key, owner, token, ttl_ms, expires_ms) VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, token = excluded.token, \
-             ttl_ms = excluded.ttl_ms, expires_ms = excluded.expires_ms",
-        )
-        .bind(key.as_str())
-        .bind(owner)
-        .bind(next)
-        .bind(ms)
-        .bind(now.saturating_add(ms))
-        .execute(&mut *tx)
-        .await
-        .map_err(s)?;
+        sqlx::query(lease_sqlite::protocol::UPSERT_GENERATION)
+            .bind(key.as_str())
+            .bind(next)
+            .execute(&mut *tx)
+            .await
+            .map_err(s)?;
+        let ms = ttl_ms(ttl)?;
+        sqlx::query(lease_sqlite::protocol::UPSERT_HOLDER)
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(next)
+            .bind(ms)
+            .bind(now.saturating_add(ms))
+            .execute(&mut *tx)
+            .await
+            .map_err(s)?;
         tx.commit().await.map_err(s)?;
         Ok(Some(RawGrant {
             key: key.clone(),
@@ -672,7 +643,7 @@ impl Raw for SqliteRaw {
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        sqlx::query(sqlx::AssertSqlSafe(self.release.as_str()))
+        sqlx::query(lease_sqlite::protocol::RELEASE)
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
@@ -716,18 +687,27 @@ impl Raw for SqliteRaw {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Kubernetes: the requests of lease-k8s/src/store.rs and the object edits of record.rs, on the
-// store's client. Acquire reads the Lease and replaces it conditioned on its resourceVersion
-// (or creates it); release replaces the granted object with an empty holder.
+// Kubernetes: the objects of lease_k8s::protocol (new_claim, with_token, regrant, released), sent
+// as the store sends them, on the store's client. Acquire reads the Lease; a missing one is
+// created as a claim and then given its token (the created version) by a replace conditioned on
+// that version; a free one is replaced conditioned on its resourceVersion. Release replaces the
+// granted object with the released one. Left out: the store's local expiry clock (a foreign
+// holder counts as holding) and its in-memory token floor.
 
 /// Kubernetes over a client configured like the library's.
 pub(crate) struct KubeRaw {
     pub(crate) api: Api<KubeLease>,
-    pub(crate) store: lease_k8s::KubeLeaseStore,
+    pub(crate) store: lease_k8s::K8sLeaseStore,
 }
 
-pub(crate) fn micro_now() -> MicroTime {
-    MicroTime(jiff::Timestamp::now())
+/// The token recorded in a Lease's annotation, if any.
+fn recorded_token(obj: &KubeLease) -> Option<u64> {
+    obj.metadata
+        .annotations
+        .as_ref()?
+        .get(TOKEN_ANNOTATION)?
+        .parse()
+        .ok()
 }
 
 #[async_trait]
@@ -737,97 +717,66 @@ impl Raw for KubeRaw {
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
         let name = self.store.object_name(key);
-        let secs = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
-        let t = micro_now();
-        let written = match self.api.get_opt(&name).await.map_err(s)? {
+        let secs = ttl_secs(ttl).map_err(s)?.as_i32();
+        let who = OwnerId::new(owner).map_err(s)?;
+        let pp = PostParams::default();
+        let (written, token) = match self.api.get_opt(&name).await.map_err(s)? {
             None => {
-                let mut annotations = std::collections::BTreeMap::new();
-                annotations.insert(TOKEN_ANNOTATION.to_string(), "1".to_string());
-                annotations.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
-                let obj = KubeLease {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        annotations: Some(annotations),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(LeaseSpec {
-                        holder_identity: Some(owner.to_string()),
-                        lease_duration_seconds: Some(secs),
-                        acquire_time: Some(t.clone()),
-                        renew_time: Some(t),
-                        lease_transitions: Some(0),
-                        ..LeaseSpec::default()
-                    }),
+                let claim = protocol::new_claim(&name, &who, secs);
+                let Ok(created) = self.api.create(&pp, &claim).await else {
+                    return Ok(None);
                 };
-                match self.api.create(&PostParams::default(), &obj).await {
-                    Ok(o) => o,
+                let rv = protocol::parse_resource_version(
+                    &name,
+                    created.metadata.resource_version.as_deref(),
+                )
+                .map_err(s)?;
+                let token = FencingToken::new(rv).map_err(s)?;
+                let next = protocol::with_token(&created, &who, token);
+                match self.api.replace(&name, &pp, &next).await {
+                    Ok(o) => (o, token),
                     Err(_) => return Ok(None),
                 }
             }
-            Some(mut obj) => {
-                let mut spec = obj.spec.take().unwrap_or_default();
-                let holder = spec.holder_identity.clone().unwrap_or_default();
+            Some(obj) => {
+                let holder = obj
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    .unwrap_or_default();
                 if !holder.is_empty() && holder != owner {
                     return Ok(None);
                 }
-                let rv: u64 = obj
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .unwrap_or("0")
-                    .parse()
-                    .map_err(s)?;
-                let mut annotations = obj.metadata.annotations.take().unwrap_or_default();
-                let recorded: u64 = annotations
-                    .get(TOKEN_ANNOTATION)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                let token = rv.max(recorded.saturating_add(1));
-                annotations.insert(TOKEN_ANNOTATION.to_string(), token.to_string());
-                annotations.insert(TOKEN_HOLDER_ANNOTATION.to_string(), owner.to_string());
-                obj.metadata.annotations = Some(annotations);
-                if holder != owner {
-                    spec.acquire_time = Some(t.clone());
-                    spec.lease_transitions =
-                        Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
-                }
-                spec.holder_identity = Some(owner.to_string());
-                spec.lease_duration_seconds = Some(secs);
-                spec.renew_time = Some(t);
-                obj.spec = Some(spec);
-                match self.api.replace(&name, &PostParams::default(), &obj).await {
-                    Ok(o) => o,
+                // The first version the replace can write, above the recorded token (ADR 0040).
+                let rv = protocol::parse_resource_version(
+                    &name,
+                    obj.metadata.resource_version.as_deref(),
+                )
+                .map_err(s)?;
+                let at_least = recorded_token(&obj)
+                    .map_or(rv, |t| rv.max(t))
+                    .saturating_add(1);
+                let token = FencingToken::new(at_least).map_err(s)?;
+                let next = protocol::regrant(&obj, &who, token, secs);
+                match self.api.replace(&name, &pp, &next).await {
+                    Ok(o) => (o, token),
                     Err(_) => return Ok(None),
                 }
             }
         };
-        let token = written
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(TOKEN_ANNOTATION))
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0);
         Ok(Some(RawGrant {
             key: key.clone(),
             owner: owner.to_string(),
-            token,
+            token: i64::try_from(token.get()).map_err(s)?,
             lock: None,
             object: Some(Box::new(written)),
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        let mut obj = *g.object.clone().ok_or("not a Kubernetes grant")?;
+        let obj = g.object.as_deref().ok_or("not a Kubernetes grant")?;
         let name = self.store.object_name(&g.key);
-        let mut spec = obj.spec.take().unwrap_or_default();
-        let t = micro_now();
-        spec.holder_identity = Some(String::new());
-        spec.lease_duration_seconds = Some(1);
-        spec.acquire_time = Some(t.clone());
-        spec.renew_time = Some(t);
-        obj.spec = Some(spec);
         self.api
-            .replace(&name, &PostParams::default(), &obj)
+            .replace(&name, &PostParams::default(), &protocol::released(obj))
             .await
             .map_err(s)?;
         Ok(())
@@ -848,7 +797,7 @@ impl Raw for KubeRaw {
             None => "0".into(),
         };
         let params = WatchParams::default()
-            .fields(&format!("metadata.name={name}"))
+            .fields(&protocol::name_selector(&name))
             .timeout(290);
         let opened = tokio::time::timeout(Duration::from_secs(5), self.api.watch(&params, &rv))
             .await

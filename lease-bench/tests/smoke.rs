@@ -75,18 +75,25 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             );
         }
     }
-    // The minimal baselines ran: a figure in their throughput column (the 7th) for every backend.
+    // The backends' own protocol issued directly and the minimal baselines ran: a figure in
+    // their throughput columns (the 6th and 7th) for every backend.
     let throughput = section(&report, SECTIONS[1]);
     for b in &measured {
         for row in throughput
             .lines()
             .filter(|l| l.starts_with(&format!("| {b} |")))
         {
-            let minimal = row.split('|').nth(7).map(str::trim).unwrap_or_default();
-            assert!(
-                minimal.parse::<f64>().is_ok_and(|x| x > 0.0),
-                "{b}: no minimal baseline figure in {row}"
-            );
+            for (column, what) in [(6, "same-protocol"), (7, "minimal baseline")] {
+                let figure = row
+                    .split('|')
+                    .nth(column)
+                    .map(str::trim)
+                    .unwrap_or_default();
+                assert!(
+                    figure.parse::<f64>().is_ok_and(|x| x > 0.0),
+                    "{b}: no {what} figure in {row}"
+                );
+            }
         }
     }
     assert!(report.contains("## Notes"), "the notes are missing");
