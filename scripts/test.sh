@@ -8,12 +8,12 @@
 # stops what it started.
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
-#   LEASE_SERVICES    which services to start (default "postgres redis etcd k8s")
+#   LEASE_SERVICES    which services to start (default "postgres redis redis-cluster etcd k8s")
 #   extra arguments   passed to `cargo test` (for example `-p lease-redis`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-SERVICES=${LEASE_SERVICES:-postgres redis etcd k8s}
+SERVICES=${LEASE_SERVICES:-postgres redis redis-cluster etcd k8s}
 STARTED=()
 cleanup() {
   local s
@@ -22,6 +22,9 @@ cleanup() {
 trap cleanup EXIT
 
 need_pkgs build-essential pkg-config protobuf-compiler curl ca-certificates
+# lease-cli/tests/generate.rs: each completion script is syntax-checked by its shell, each man
+# page rendered by groff.
+need_pkgs zsh fish groff-base
 command -v cargo >/dev/null || die "cargo is not installed"
 for s in $SERVICES; do
   [ -f "scripts/services/$s.sh" ] || die "no service script scripts/services/$s.sh"
@@ -40,6 +43,35 @@ log "cargo clippy --workspace --all-targets --all-features -- -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 log "cargo doc --workspace --all-features --no-deps (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
+# Every publishable crate packages and builds from its .crate file alone. The crates depend on
+# each other by path+version and are not on crates.io: `--workspace` packages them against a
+# local overlay registry of each other. lease-k8s's own build needs a Kubernetes API version for
+# k8s-openapi (a library must not pick one; an application does). --allow-dirty: a local run with
+# uncommitted edits checks what is in the working tree.
+log "cargo package --workspace (publishable crates)"
+# A previous run's unpacked .crate sources would be reused as they are (cargo does not re-extract
+# a registry source it already unpacked), so packaging always starts from an empty directory.
+rm -rf "${CARGO_TARGET_DIR:-target}/package"
+# ...and cargo unpacks the overlay's .crate files under $CARGO_HOME/registry/src/-<hash>/ (a
+# directory named after the overlay, not crates.io), also without re-extracting an unchanged
+# version: a local rerun would verify against an earlier run's sources of our own crates.
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/lease*-0.*
+# Cargo also treats registry crates as immutable and reuses their compiled artifacts, so drop
+# every artifact built from the overlay's sources (named in the dep-info files).
+for d in "${CARGO_TARGET_DIR:-target}"/debug/deps/*.d; do
+  [ -e "$d" ] && grep -q '/registry/src/-[^/]*/lease' "$d" || continue
+  h=$(basename "$d" .d); h=${h##*-}
+  rm -rf "${CARGO_TARGET_DIR:-target}"/debug/deps/*-"$h".* "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/*-"$h"
+done
+K8S_OPENAPI_ENABLED_VERSION=1.33 cargo package --workspace --locked --allow-dirty \
+  --exclude lease-examples --exclude lease-bench --exclude lease-faults --exclude lease-model --exclude lease-sim
+# The MSRV the manifests state (workspace rust-version) builds everything.
+MSRV=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
+[ -n "$MSRV" ] || die "no rust-version in Cargo.toml"
+command -v rustup >/dev/null || die "rustup is needed for the MSRV check (toolchain $MSRV)"
+log "MSRV $MSRV: cargo +$MSRV check --workspace --all-targets --all-features"
+rustup toolchain install "$MSRV" --profile minimal >/dev/null
+cargo +"$MSRV" check --workspace --all-targets --all-features --locked
 log "cargo test --workspace --all-targets $*"
 cargo test --workspace --all-targets --exclude lease-examples "$@"
 # The examples crate with every backend feature, so each example runs against each backend it names.
@@ -47,3 +79,6 @@ log "cargo test -p lease-examples --all-features"
 cargo test -p lease-examples --all-features --all-targets "$@"
 log "cargo test --workspace --doc"
 cargo test --workspace --doc "$@"
+# The deterministic simulation's many seeds, in an optimised build (profile `sim`, target/sim).
+log "LEASE_SIM_SEEDS=5000 cargo test --profile sim -p lease-sim --test sim -- seeds"
+LEASE_SIM_SEEDS=5000 cargo test --profile sim -p lease-sim --test sim -- seeds
