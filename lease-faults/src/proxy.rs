@@ -4,7 +4,7 @@
 //! connections, and heal.
 //!
 //! ```
-//! use crate::proxy::{FaultProxy, Mode};
+//! use lease_faults::proxy::{FaultProxy, Mode};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> std::io::Result<()> {
 //! let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let proxy = FaultProxy::start(upstream.local_addr()?).await?;
