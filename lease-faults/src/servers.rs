@@ -49,6 +49,30 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// The blocking part of a server's `Drop`: runs `cmd` (output discarded) to completion, then
+/// deletes `dir`.
+///
+/// A drop runs wherever the value goes out of scope, usually inside a task of the soak's or a
+/// test's runtime, and a stop script can take seconds. Run on a worker thread, it would stop that
+/// worker and strand the task it last woke (in the worker's LIFO slot, which other workers cannot
+/// steal). On a multi-thread runtime the work therefore runs through
+/// [`block_in_place`](tokio::task::block_in_place), which first hands the worker's tasks to
+/// another thread; elsewhere (a current-thread runtime, no runtime) it simply runs.
+fn teardown(cmd: Option<std::process::Command>, dir: Option<&std::path::Path>) {
+    let work = move || {
+        if let Some(mut cmd) = cmd {
+            let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+        }
+        if let Some(dir) = dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
+
 /// Runs a command to completion within `within`; its stdout, or an error with its output.
 async fn run(cmd: &mut Command, within: Duration) -> Result<String, String> {
     let what = format!("{cmd:?}");
@@ -251,13 +275,11 @@ impl PgPair {
 
 impl Drop for PgPair {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(services().join("postgres-failover.sh"))
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(services().join("postgres-failover.sh"))
             .arg("teardown")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+            .arg(&self.dir);
+        teardown(Some(cmd), None);
     }
 }
 
@@ -407,7 +429,7 @@ impl Drop for RedisNode {
         if let Some(c) = self.child.as_mut() {
             let _ = c.start_kill();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        teardown(None, Some(&self.dir));
     }
 }
 
@@ -550,7 +572,7 @@ impl Drop for EtcdCluster {
         for c in self.children.iter_mut().flatten() {
             let _ = c.start_kill();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        teardown(None, Some(&self.dir));
     }
 }
 
@@ -611,13 +633,52 @@ impl KubeInstance {
 
 impl Drop for KubeInstance {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("bash")
-            .arg(services().join("k8s.sh"))
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(services().join("k8s.sh"))
             .arg("stop")
-            .env("LEASE_STATE_DIR", &self.state)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let _ = std::fs::remove_dir_all(&self.state);
+            .env("LEASE_STATE_DIR", &self.state);
+        teardown(Some(cmd), Some(&self.state));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::teardown;
+
+    /// A server dropped inside a task must not stall the runtime's other tasks while its stop
+    /// script runs. The task it has just woken sits in its worker's LIFO slot, which no other
+    /// worker may steal from: if the drop blocks that worker, the woken task waits for the whole
+    /// teardown (in the soak, a storm's timers then fire up to a second late and the checker
+    /// reports late losses and writes after the deadline).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_teardown_in_drop_does_not_stall_the_task_it_woke() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+        let (wake_tx, wake_rx) = tokio::sync::oneshot::channel::<()>();
+        let f = finished.clone();
+        // Reports whether the teardown had already finished when it ran after its wake-up.
+        let woken = tokio::spawn(async move {
+            let _ = ready_tx.send(());
+            let _ = wake_rx.await;
+            f.load(Ordering::SeqCst)
+        });
+        let _ = ready_rx.await;
+        let f = finished.clone();
+        tokio::spawn(async move {
+            let _ = wake_tx.send(());
+            let mut cmd = std::process::Command::new("sleep");
+            cmd.arg("2");
+            teardown(Some(cmd), None);
+            f.store(true, Ordering::SeqCst);
+        })
+        .await
+        .expect("teardown task");
+        assert!(
+            !woken.await.expect("woken task"),
+            "the task woken right before the teardown ran only after it had finished"
+        );
     }
 }
