@@ -40,5 +40,6 @@ pub mod report;
 pub mod resource;
 pub mod scenarios;
 pub mod servers;
+pub mod stall;
 pub mod storm;
 pub mod target;

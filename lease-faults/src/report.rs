@@ -117,6 +117,9 @@ pub struct BackendReport {
     pub takeovers: Vec<Duration>,
     /// False expiries.
     pub false_expiries: u64,
+    /// Storms during which this process's runtime left a task waiting for at least the loss
+    /// lead ([`stall`](crate::stall)): their timeliness was tested on a process that did not run.
+    pub stalled: u64,
 }
 
 impl BackendReport {
@@ -151,6 +154,13 @@ impl BackendReport {
                 self.takeovers.extend(m.takeover);
             }
             Err(_) => self.errors += 1,
+        }
+    }
+
+    /// Counts a storm whose longest runtime stall was `stall`, against the loss lead `lead`.
+    pub fn add_stall(&mut self, stall: Duration, lead: Duration) {
+        if stall >= lead {
+            self.stalled += 1;
         }
     }
 

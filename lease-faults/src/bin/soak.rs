@@ -19,6 +19,7 @@ use lease_faults::controls::{Control, run_control};
 use lease_faults::failover::{self, Run, Scenario};
 use lease_faults::report::{BackendReport, FailoverReport};
 use lease_faults::scenarios::{self, Measured};
+use lease_faults::stall::{StallMonitor, StallSummary};
 use lease_faults::storm::{StormShape, storm};
 use lease_faults::target::{Target, targets_from_env};
 use tokio::task::JoinSet;
@@ -69,11 +70,16 @@ struct Plan {
 
 /// What one slot of a backend's pool ran.
 enum Done {
-    Storm(u64, Result<Measured, String>),
+    /// A storm's seed, result, and the longest the runtime left a task waiting while it ran.
+    Storm(u64, Result<Measured, String>, Duration),
     Failover(Scenario, Result<Run, String>),
 }
 
-async fn soak_backend(t: Target, plan: Plan) -> (BackendReport, Vec<FailoverReport>) {
+async fn soak_backend(
+    t: Target,
+    plan: Plan,
+    monitor: Arc<StallMonitor>,
+) -> (BackendReport, Vec<FailoverReport>) {
     let mut rep = BackendReport::new(t.name);
     let runs: [(&str, _); 6] = [
         (
@@ -139,15 +145,31 @@ async fn soak_backend(t: Target, plan: Plan) -> (BackendReport, Vec<FailoverRepo
                 contenders: plan.contenders,
                 rounds: plan.rounds,
             };
-            pool.spawn(async move { Done::Storm(s, bounded(storm(&*t, shape)).await) });
+            let m = monitor.clone();
+            pool.spawn(async move {
+                let from = Instant::now();
+                let r = bounded(storm(&*t, shape)).await;
+                Done::Storm(s, r, m.worst_between(from, Instant::now()))
+            });
         }
         let Some(done) = pool.join_next().await else {
             break;
         };
         match done {
-            Ok(Done::Storm(s, r)) => {
-                note(&rep, &format!("storm seed {s}"), &r);
+            Ok(Done::Storm(s, r, stall)) => {
+                note(
+                    &rep,
+                    &format!(
+                        "storm seed {s} (longest runtime stall meanwhile: {} ms)",
+                        stall.as_millis()
+                    ),
+                    &r,
+                );
                 rep.add(&r, true);
+                rep.add_stall(
+                    stall,
+                    lease_core::supervisor::SupervisorConfig::new(t.ttl).loss_lead(),
+                );
                 if rep.storms.is_multiple_of(20) {
                     eprintln!(
                         "{}: {} storms, {} with violations, {} errors",
@@ -223,6 +245,8 @@ async fn main() {
             .and_then(|m| m.parse::<u64>().ok())
             .map(|m| Instant::now() + Duration::from_secs(m * 60)),
     };
+    // How late this process runs its own tasks: every timeliness check assumes it runs them.
+    let monitor = Arc::new(StallMonitor::start(Duration::from_millis(5)));
     let only = arg("--backend");
     let out = arg("--out");
     let require = lease_testkit::require_services();
@@ -248,7 +272,7 @@ async fn main() {
             continue;
         }
         ttls.push(format!("{} {} ms", t.name, t.ttl.as_millis()));
-        handles.push(tokio::spawn(soak_backend(t, plan)));
+        handles.push(tokio::spawn(soak_backend(t, plan, monitor.clone())));
     }
     let controls: Vec<_> = Control::ALL
         .iter()
@@ -346,6 +370,12 @@ async fn main() {
             violations,
             errors,
             load: sh("cat", &["/proc/loadavg"]),
+            stall: monitor.summary(),
+            stalled: &reports
+                .iter()
+                .map(|r| format!("{} {}", r.backend, r.stalled))
+                .collect::<Vec<_>>()
+                .join(", "),
         });
         std::fs::write(&path, doc).expect("write report");
     }
@@ -373,6 +403,8 @@ struct Doc<'a> {
     violations: u64,
     errors: u64,
     load: String,
+    stall: StallSummary,
+    stalled: &'a str,
 }
 
 fn render(d: &Doc<'_>) -> String {
@@ -413,6 +445,19 @@ holder's death, pause or loss to the next grant in the scenarios. A false expiry
 conservative direction).
 
 {measures}
+## How late the soak ran its own tasks
+
+Every timeliness check above (a loss reported before the deadline, no write in flight at it, a
+loss before the store's expiry) assumes that the holder's process runs: a supervisor whose task
+is not scheduled can neither cancel work nor report a loss, exactly as if the process were
+paused. So the soak measures its own runtime: a task that sleeps 5 ms over and over records how
+late each wake-up ran.
+
+- **Wake-up lag, ms (p50 / p99 / p99.9 / max):** {stall} over {samples} wake-ups; {episodes}
+  wake-ups ran 20 ms or more late
+- **Storms during which some wake-up ran at least the loss lead (a tenth of the TTL) late:**
+  {stalled}
+
 ## Restarts and failovers
 
 Each run is a storm (three contenders, four rounds) on servers of its own, started for the run,
@@ -488,5 +533,9 @@ Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo
         table = d.table,
         measures = d.measures,
         controls = d.controls,
+        stall = d.stall,
+        samples = d.stall.samples,
+        episodes = d.stall.episodes,
+        stalled = d.stalled,
     )
 }
