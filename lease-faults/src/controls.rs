@@ -10,6 +10,7 @@
 //! | [`RenewedWithoutExtending`](Control::RenewedWithoutExtending) | answers `Renewed` but does not extend the lease | overlapping belief |
 //! | [`ExtendsWithoutAnswering`](Control::ExtendsWithoutAnswering) | extends the lease but never answers a renewal | false expiry (a liveness finding: the holder must give up, and does) |
 //! | [`ZeroLossLead`](Control::ZeroLossLead) | a supervisor whose loss lead is zero (lease-core takes the smallest lead, 1 ns) | late loss |
+//! | [`ExpiresEarly`](Control::ExpiresEarly) | keeps each lease for 60% of the TTL it reports granting | late loss (the store let go before the holder reported the loss) |
 //! | [`AcceptsLowerTokens`](Control::AcceptsLowerTokens) | a fenced resource that accepts any token | stale write accepted |
 
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ pub enum Control {
     ExtendsWithoutAnswering,
     /// A supervisor with a zero loss lead.
     ZeroLossLead,
+    /// A store that expires leases before the TTL it reports granting.
+    ExpiresEarly,
     /// A fenced resource that accepts equal or lower tokens.
     AcceptsLowerTokens,
 }
@@ -69,12 +72,13 @@ impl std::fmt::Display for Expect {
 
 impl Control {
     /// Every control.
-    pub const ALL: [Control; 6] = [
+    pub const ALL: [Control; 7] = [
         Control::GrantsTwice,
         Control::TokensGoBack,
         Control::RenewedWithoutExtending,
         Control::ExtendsWithoutAnswering,
         Control::ZeroLossLead,
+        Control::ExpiresEarly,
         Control::AcceptsLowerTokens,
     ];
 
@@ -86,6 +90,7 @@ impl Control {
             Control::RenewedWithoutExtending => "store answers Renewed without extending",
             Control::ExtendsWithoutAnswering => "store extends without answering",
             Control::ZeroLossLead => "supervisor with a zero loss lead",
+            Control::ExpiresEarly => "store expires leases early",
             Control::AcceptsLowerTokens => "resource accepts equal or lower tokens",
         }
     }
@@ -98,7 +103,9 @@ impl Control {
             }
             Control::TokensGoBack => Expect::Violation(ViolationKind::TokenRegression),
             Control::ExtendsWithoutAnswering => Expect::FalseExpiry,
-            Control::ZeroLossLead => Expect::Violation(ViolationKind::LateLoss),
+            Control::ZeroLossLead | Control::ExpiresEarly => {
+                Expect::Violation(ViolationKind::LateLoss)
+            }
             Control::AcceptsLowerTokens => Expect::Violation(ViolationKind::StaleWriteAccepted),
         }
     }
@@ -136,6 +143,22 @@ impl LeaseStore for BrokenStore {
     }
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let sent = Instant::now();
+        if self.control == Some(Control::ExpiresEarly) {
+            let short = AcquireRequest::new(req.key.clone(), req.owner.clone(), early(req.ttl));
+            return Ok(match self.inner().acquire(&short).await? {
+                AcquireOutcome::Acquired(l) => {
+                    AcquireOutcome::Acquired(lease_core::backend::granted_lease(
+                        req.key.clone(),
+                        req.owner.clone(),
+                        l.token(),
+                        req.ttl,
+                        req.drift_margin(),
+                        sent,
+                    ))
+                }
+                other => other,
+            });
+        }
         let out = self.inner().acquire(req).await?;
         match out {
             AcquireOutcome::Held(h)
@@ -164,6 +187,21 @@ impl LeaseStore for BrokenStore {
                 let _applied = self.inner().renew(lease).await;
                 std::future::pending().await
             }
+            Some(Control::ExpiresEarly) => {
+                let sent = Instant::now();
+                let short = Lease::resume(
+                    lease.key().clone(),
+                    lease.owner().clone(),
+                    lease.token(),
+                    early(lease.ttl()),
+                );
+                Ok(match self.inner().renew(&short).await? {
+                    RenewOutcome::Renewed(_) => {
+                        RenewOutcome::Renewed(lease.renewed(lease.ttl(), sent))
+                    }
+                    other => other,
+                })
+            }
             _ => self.inner().renew(lease).await,
         }
     }
@@ -184,6 +222,11 @@ impl LeaseStore for BrokenStore {
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         self.inner().watch(key).await
     }
+}
+
+/// The time an [`ExpiresEarly`](Control::ExpiresEarly) store really keeps a lease of `ttl`.
+fn early(ttl: Duration) -> Duration {
+    ttl.mul_f64(0.6)
 }
 
 /// A fenced resource that applies every write, whatever its token.

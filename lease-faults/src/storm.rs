@@ -16,7 +16,7 @@ use lease_core::supervisor::{
     Health, Hook, LossReason, RenewalResult, Supervisor, SupervisorConfig,
 };
 use lease_core::{FencedResource, Lease, LeaseKey, LeaseStore, WriteOp};
-use lease_testkit::history::{Attempt, History, Op, Stamp};
+use lease_testkit::history::{Attempt, History, Op, Stamp, Violation, ViolationKind};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -72,6 +72,8 @@ struct Recorder {
     renewals: Arc<AtomicU64>,
     false_expiries: Arc<AtomicU64>,
     store_margins: Arc<std::sync::Mutex<Vec<Duration>>>,
+    /// Losses reported at the deadline after the store itself had let the lease go.
+    late: Arc<std::sync::Mutex<Vec<Violation>>>,
     probes: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -111,26 +113,47 @@ impl Hook for Recorder {
             },
         );
         // A loss while the store still holds the lease for this holder is a false expiry
-        // (liveness, not safety): count it.
+        // (liveness, not safety): count it. A loss at the deadline must come while the store still
+        // holds the lease: its remaining time is the margin (a lower bound, as the probe follows the
+        // report), and a store that no longer holds it let go first (a late loss). Nobody releases
+        // a lease lost at its deadline, so only expiry can have ended it.
         let (observer, key, token) = (self.observer.clone(), lease.key().clone(), lease.token());
         let deadline = lease.deadline();
         let fe = self.false_expiries.clone();
         let margins = self.store_margins.clone();
+        let late = self.late.clone();
+        let name = self.name.clone();
         let at_deadline = matches!(to, Health::Lost(LossReason::DeadlineReached));
+        let reported = Instant::now();
         let probe = tokio::spawn(async move {
-            if let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
-                && let Some(h) = state.holder.filter(|h| h.token == token)
-            {
-                if at_deadline {
-                    // How long the store itself still held the lease at the loss report.
-                    margins
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(h.remaining);
+            let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
+            else {
+                return;
+            };
+            match state.holder.as_ref().filter(|h| h.token == token) {
+                Some(h) => {
+                    if at_deadline {
+                        // How long the store itself still held the lease at the loss report.
+                        margins
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(h.remaining);
+                    }
+                    if Instant::now() < deadline {
+                        fe.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
-                if Instant::now() < deadline {
-                    fe.fetch_add(1, Ordering::Relaxed);
+                None if at_deadline => {
+                    late.lock().unwrap_or_else(|p| p.into_inner()).push(Violation::new(
+                        ViolationKind::LateLoss,
+                        format!(
+                            "{key}: {name} reported token {token} lost at its deadline after the store had let it go (inspected within {:?} of the report): {:?}",
+                            reported.elapsed(),
+                            state.holder
+                        ),
+                    ));
                 }
+                None => {}
             }
         });
         self.probes
@@ -218,6 +241,7 @@ pub async fn storm_with(
     let renewals = Arc::new(AtomicU64::new(0));
     let false_expiries = Arc::new(AtomicU64::new(0));
     let store_margins = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let late = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     let mut recorders = Vec::new();
     for i in 0..shape.contenders {
@@ -231,6 +255,7 @@ pub async fn storm_with(
             renewals: renewals.clone(),
             false_expiries: false_expiries.clone(),
             store_margins: store_margins.clone(),
+            late: late.clone(),
             probes: std::sync::Mutex::default(),
         });
         recorders.push(recorder.clone());
@@ -270,6 +295,9 @@ pub async fn storm_with(
         }
     }
     let mut violations = history.check();
+    violations.extend(std::mem::take(
+        &mut *late.lock().unwrap_or_else(|p| p.into_inner()),
+    ));
     let state = read_final(&*reader, &k).await?;
     violations.extend(history.check_counter(&k, state.counter));
     violations.extend(history.check_high_water(&k, state.high_water));

@@ -54,6 +54,13 @@ async fn supervisor_with_zero_loss_lead_is_caught() {
     caught(Control::ZeroLossLead).await;
 }
 
+/// The storms compare each loss at the deadline with the store's own view: a store that lets a
+/// lease go before the TTL it reported must show up as a late loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_that_expires_leases_early_is_caught() {
+    caught(Control::ExpiresEarly).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_that_accepts_lower_tokens_is_caught() {
     caught(Control::AcceptsLowerTokens).await;
