@@ -72,8 +72,10 @@ struct Recorder {
     renewals: Arc<AtomicU64>,
     false_expiries: Arc<AtomicU64>,
     store_margins: Arc<std::sync::Mutex<Vec<Duration>>>,
-    /// Losses reported at the deadline after the store itself had let the lease go.
+    /// Losses reported at the deadline while the store itself had already let the lease go.
     late: Arc<std::sync::Mutex<Vec<Violation>>>,
+    /// The contender's loss lead.
+    lead: Duration,
     probes: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -115,14 +117,18 @@ impl Hook for Recorder {
         // A loss while the store still holds the lease for this holder is a false expiry
         // (liveness, not safety): count it. A loss at the deadline must come while the store still
         // holds the lease: its remaining time is the margin (a lower bound, as the probe follows the
-        // report), and a store that no longer holds it let go first (a late loss). Nobody releases
-        // a lease lost at its deadline, so only expiry can have ended it.
+        // report). A read that finds the lease gone shows only that the store let go before the
+        // read completed; if that was within the loss lead of the report, the store let go before
+        // the holder's own local deadline (the report comes a loss lead ahead of it), which is what
+        // every overlap argument rests on: a late loss. A slower read proves nothing either way and
+        // is not counted. Nobody releases a lease lost at its deadline, so only expiry ended it.
         let (observer, key, token) = (self.observer.clone(), lease.key().clone(), lease.token());
         let deadline = lease.deadline();
         let fe = self.false_expiries.clone();
         let margins = self.store_margins.clone();
         let late = self.late.clone();
         let name = self.name.clone();
+        let lead = self.lead;
         let at_deadline = matches!(to, Health::Lost(LossReason::DeadlineReached));
         let reported = Instant::now();
         let probe = tokio::spawn(async move {
@@ -143,11 +149,11 @@ impl Hook for Recorder {
                         fe.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                None if at_deadline => {
+                None if at_deadline && reported.elapsed() < lead => {
                     late.lock().unwrap_or_else(|p| p.into_inner()).push(Violation::new(
                         ViolationKind::LateLoss,
                         format!(
-                            "{key}: {name} reported token {token} lost at its deadline after the store had let it go (inspected within {:?} of the report): {:?}",
+                            "{key}: {name} reported token {token} lost at its deadline, but the store had let it go before its local deadline (read within {:?} of the report, a loss lead of {lead:?}): {:?}",
                             reported.elapsed(),
                             state.holder
                         ),
@@ -247,6 +253,8 @@ pub async fn storm_with(
     for i in 0..shape.contenders {
         let c = backend.contender().await?;
         let name = format!("c{i}");
+        let config = backend.config().with_acquire_wait(ttl * 5);
+        let lead = config.loss_lead();
         let recorder = Arc::new(Recorder {
             name: name.clone(),
             key: k.clone(),
@@ -256,11 +264,10 @@ pub async fn storm_with(
             false_expiries: false_expiries.clone(),
             store_margins: store_margins.clone(),
             late: late.clone(),
+            lead,
             probes: std::sync::Mutex::default(),
         });
         recorders.push(recorder.clone());
-        let config = backend.config().with_acquire_wait(ttl * 5);
-        let lead = config.loss_lead();
         let sup = Supervisor::from_arc(c.store.clone(), config).with_hook(recorder);
         let (k, history, faults) = (k.clone(), history.clone(), faults.clone());
         let mut rng =
