@@ -16,7 +16,16 @@ need_pkgs() {
     apt-get install -y -qq "${missing[@]}" >/dev/null || die "apt-get install ${missing[*]} failed"
   fi
 }
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_busy PORT: some TCP socket holds PORT on this host. A port can be taken without listening:
+# the local end of an outgoing connection (ports 32768-60999 here) refuses connections but cannot
+# be bound, so `ss` (iproute2) is asked first; the connect check is the fallback without it.
+port_busy() {
+  if command -v ss >/dev/null 2>&1; then
+    [ -n "$(ss -Htan "sport = :$1" 2>/dev/null)" ]
+  else
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+  fi
+}
 # free_port START: the first free loopback port at or above START.
 free_port() {
   local p=$1

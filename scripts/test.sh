@@ -21,7 +21,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-need_pkgs build-essential pkg-config protobuf-compiler curl ca-certificates
+# iproute2: `ss`, with which scripts/lib.sh tells a free port from one taken by a connection.
+need_pkgs build-essential pkg-config protobuf-compiler curl ca-certificates iproute2
 # lease-cli/tests/generate.rs: each completion script is syntax-checked by its shell, each man
 # page rendered by groff.
 need_pkgs zsh fish groff-base
