@@ -120,6 +120,12 @@ pub struct BackendReport {
     /// Storms during which this process's runtime left a task waiting for at least the loss
     /// lead ([`stall`](crate::stall)): their timeliness was tested on a process that did not run.
     pub stalled: u64,
+    /// Storms during which the host's wall clock stepped, on a backend whose store judges
+    /// expiry by it.
+    pub stepped: u64,
+    /// What those storms found of the kinds a wall-clock step can cause (overlapping belief,
+    /// late loss): outside the backend's guarantee, reported apart.
+    pub outside: Verdict,
 }
 
 impl BackendReport {
@@ -164,6 +170,24 @@ impl BackendReport {
         }
     }
 
+    /// Moves the findings of a storm during which the host's wall clock stepped, on a backend
+    /// whose store judges expiry by it, out of its violations: the overlapping beliefs and late
+    /// losses a step causes are outside that backend's guarantee and go to
+    /// [`outside`](Self::outside). Every other kind stays a violation.
+    pub fn set_outside_clock_step(&mut self, m: &mut Measured) {
+        self.stepped += 1;
+        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut m.violations)
+            .into_iter()
+            .partition(|v| {
+                matches!(
+                    v.kind,
+                    ViolationKind::OverlappingBelief | ViolationKind::LateLoss
+                )
+            });
+        m.violations = keep;
+        self.outside.merge(&Verdict::of(&out));
+    }
+
     /// A Markdown table row of the violations by kind.
     pub fn row(&self) -> String {
         let mut s = format!(
@@ -173,6 +197,23 @@ impl BackendReport {
         for k in ViolationKind::ALL {
             s.push_str(&format!(" {} |", self.verdict.count(k)));
         }
+        let outside: Vec<String> = ViolationKind::ALL
+            .iter()
+            .filter(|k| self.outside.count(**k) > 0)
+            .map(|k| format!("{} {k}", self.outside.count(*k)))
+            .collect();
+        s.push_str(&format!(
+            " {} |",
+            if outside.is_empty() {
+                format!("0 (storms during a step: {})", self.stepped)
+            } else {
+                format!(
+                    "{} (storms during a step: {})",
+                    outside.join(", "),
+                    self.stepped
+                )
+            }
+        ));
         s
     }
 
@@ -186,6 +227,8 @@ impl BackendReport {
             h.push_str(&format!(" {} |", k.name()));
             sep.push_str("---|");
         }
+        h.push_str(" outside the guarantee: wall clock stepped (reported) |");
+        sep.push_str("---|");
         format!("{h}\n{sep}")
     }
 
@@ -218,5 +261,39 @@ impl BackendReport {
     /// The Markdown header of [`measure_row`](Self::measure_row).
     pub fn measure_header() -> &'static str {
         "| backend | confirmed renewals recorded | unknown outcomes recorded | false expiries | safety margin ms (min / p50 / p99 / max) | loss before the store's expiry ms (min / p50 / p99 / max) | takeover ms (min / p50 / p99 / max) |\n|---|---|---|---|---|---|---|"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_testkit::history::Violation;
+
+    /// A wall-clock step moves only the kinds it can cause; fencing findings stay violations.
+    #[test]
+    fn a_clock_step_moves_overlaps_and_late_losses_only() {
+        let mut rep = BackendReport::new("postgres");
+        let mut m = Measured {
+            violations: vec![
+                Violation::new(ViolationKind::OverlappingBelief, "a"),
+                Violation::new(ViolationKind::LateLoss, "b"),
+                Violation::new(ViolationKind::StaleWriteAccepted, "c"),
+                Violation::new(ViolationKind::TokenRegression, "d"),
+            ],
+            ..Measured::default()
+        };
+        rep.set_outside_clock_step(&mut m);
+        rep.add(&Ok(m), true);
+        assert_eq!(rep.stepped, 1);
+        assert_eq!(rep.outside.count(ViolationKind::OverlappingBelief), 1);
+        assert_eq!(rep.outside.count(ViolationKind::LateLoss), 1);
+        assert_eq!(rep.verdict.count(ViolationKind::StaleWriteAccepted), 1);
+        assert_eq!(rep.verdict.count(ViolationKind::TokenRegression), 1);
+        assert_eq!(rep.verdict.total(), 2);
+        assert_eq!(rep.failed, 1);
+        assert!(
+            rep.row()
+                .ends_with("| 1 overlapping belief, 1 late loss (storms during a step: 1) |")
+        );
     }
 }

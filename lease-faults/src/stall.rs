@@ -8,6 +8,13 @@
 //! can show how late the runtime ran (and a violation can be set against the stalls around it)
 //! rather than guess.
 //!
+//! The same ticker watches the host's wall clock against the monotonic one: a step of the wall
+//! clock (an NTP step, `date -s`, a virtual machine paused and its clock corrected afterwards) is
+//! invisible to the supervisor, which runs on a monotonic clock, but it moves every expiry that a
+//! store judges by its wall clock (PostgreSQL's `clock_timestamp()`, Redis's `PX`, SQLite's
+//! `unixepoch()` on this host). [`StallMonitor::worst_step_between`] tells a report when that
+//! happened.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::time::Duration;
@@ -30,6 +37,10 @@ pub const EPISODE: Duration = Duration::from_millis(20);
 /// How many lag buckets of one millisecond the histogram keeps; longer lags go in the last one.
 const BUCKETS: usize = 10_000;
 
+/// A change of the wall clock's offset from the monotonic clock of at least this between two
+/// wake-ups is kept as a step (both clocks are read together; their reads differ by microseconds).
+pub const STEP: Duration = Duration::from_millis(10);
+
 #[derive(Debug)]
 struct Log {
     /// `histogram[ms]`: how many ticks ran that many whole milliseconds late.
@@ -37,6 +48,9 @@ struct Log {
     /// Lags of [`EPISODE`] or more: when the tick was due, and how late it ran.
     episodes: Vec<(Instant, Duration)>,
     max: Duration,
+    /// Wall-clock steps: when seen, and by how much the wall clock moved against the monotonic
+    /// clock (positive: forward).
+    steps: Vec<(Instant, f64)>,
 }
 
 /// A task that sleeps `tick` over and over and records how late each wake-up ran. It stops when
@@ -48,7 +62,7 @@ pub struct StallMonitor {
 }
 
 /// The distribution of the lags a [`StallMonitor`] saw.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct StallSummary {
     /// Ticks measured.
     pub samples: u64,
@@ -62,6 +76,10 @@ pub struct StallSummary {
     pub max: Duration,
     /// Lags of [`EPISODE`] or more.
     pub episodes: u64,
+    /// Steps of the wall clock of [`STEP`] or more.
+    pub steps: u64,
+    /// The largest wall-clock step, in seconds (its sign: forward or back).
+    pub largest_step: f64,
 }
 
 impl StallMonitor {
@@ -70,14 +88,11 @@ impl StallMonitor {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn start(tick: Duration) -> Self {
-        let log = Arc::new(Mutex::new(Log {
-            histogram: vec![0; BUCKETS],
-            episodes: Vec::new(),
-            max: Duration::ZERO,
-        }));
+        let log = Arc::new(Mutex::new(Log::default()));
         let stop = CancellationToken::new();
         let (l, s) = (log.clone(), stop.clone());
         tokio::spawn(async move {
+            let mut offset = wall_offset();
             loop {
                 let due = Instant::now() + tick;
                 tokio::select! {
@@ -86,7 +101,13 @@ impl StallMonitor {
                 }
                 // Timers have a resolution of a millisecond: a wake-up within it is on time.
                 let lag = Instant::now().saturating_duration_since(due);
-                l.lock().unwrap_or_else(|p| p.into_inner()).add(due, lag);
+                let now = wall_offset();
+                let mut log = l.lock().unwrap_or_else(|p| p.into_inner());
+                log.add(due, lag);
+                if (now - offset).abs() >= STEP.as_secs_f64() {
+                    log.steps.push((Instant::now(), now - offset));
+                }
+                offset = now;
             }
         });
         StallMonitor { log, stop }
@@ -118,7 +139,24 @@ impl StallMonitor {
             p999: quantile(0.999),
             max: log.max,
             episodes: u64::try_from(log.episodes.len()).unwrap_or(u64::MAX),
+            steps: u64::try_from(log.steps.len()).unwrap_or(u64::MAX),
+            largest_step: log
+                .steps
+                .iter()
+                .map(|(_, s)| *s)
+                .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+                .unwrap_or(0.0),
         }
+    }
+
+    /// The largest wall-clock step (seconds, signed) seen in `[from, to]`, if any.
+    pub fn worst_step_between(&self, from: Instant, to: Instant) -> Option<f64> {
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        log.steps
+            .iter()
+            .filter(|(at, _)| *at >= from && *at <= to)
+            .map(|(_, s)| *s)
+            .max_by(|a, b| a.abs().total_cmp(&b.abs()))
     }
 
     /// The longest lag of a wake-up that was due in `[from, to]` or ran late into it: how long
@@ -131,6 +169,29 @@ impl StallMonitor {
             .map(|(_, lag)| *lag)
             .max()
             .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The wall clock minus the monotonic clock, in seconds: constant unless the wall clock steps
+/// (or slews, by microseconds per second).
+fn wall_offset() -> f64 {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    wall - MONOTONIC_ORIGIN.elapsed().as_secs_f64()
+}
+
+static MONOTONIC_ORIGIN: std::sync::LazyLock<std::time::Instant> =
+    std::sync::LazyLock::new(std::time::Instant::now);
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            histogram: vec![0; BUCKETS],
+            episodes: Vec::new(),
+            max: Duration::ZERO,
+            steps: Vec::new(),
+        }
     }
 }
 
@@ -189,11 +250,7 @@ mod tests {
     /// Quantiles count from the histogram.
     #[test]
     fn quantiles() {
-        let mut log = Log {
-            histogram: vec![0; BUCKETS],
-            episodes: Vec::new(),
-            max: Duration::ZERO,
-        };
+        let mut log = Log::default();
         let now = Instant::now();
         for _ in 0..98 {
             log.add(now, Duration::from_micros(300));
@@ -213,6 +270,30 @@ mod tests {
         assert_eq!(
             m.worst_between(now, now + Duration::from_millis(1)),
             Duration::from_millis(30)
+        );
+    }
+
+    /// Steps are kept with their sign and found by window.
+    #[test]
+    fn steps_by_window() {
+        let mut log = Log::default();
+        let now = Instant::now();
+        log.steps.push((now, 0.02));
+        log.steps.push((now + Duration::from_secs(1), -18.5));
+        let m = StallMonitor {
+            log: Arc::new(Mutex::new(log)),
+            stop: CancellationToken::new(),
+        };
+        assert_eq!(m.summary().steps, 2);
+        assert!((m.summary().largest_step + 18.5).abs() < 1e-9);
+        assert_eq!(m.worst_step_between(now, now), Some(0.02));
+        assert_eq!(
+            m.worst_step_between(now, now + Duration::from_secs(2)),
+            Some(-18.5)
+        );
+        assert_eq!(
+            m.worst_step_between(now + Duration::from_secs(3), now + Duration::from_secs(4)),
+            None
         );
     }
 }
