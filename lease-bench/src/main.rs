@@ -50,6 +50,8 @@ const BACKENDS: [&str; 5] = ["postgres", "redis", "sqlite", "etcd", "k8s"];
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     smoke: bool,
+    /// The sections to run (all, unless `--sections` names some).
+    sections: Sections,
     throughput_for: Duration,
     throughput_block: Duration,
     latency_samples: usize,
@@ -62,10 +64,57 @@ struct Plan {
     renewal_intervals: u32,
 }
 
+/// Which of the report's measured sections a run makes (`--sections`): a partial run is for
+/// working on one thing, and must write its report somewhere other than `docs/benchmarks.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sections(u8);
+
+impl Sections {
+    const NAMES: [&'static str; 5] = ["throughput", "latency", "takeover", "handoff", "renewal"];
+
+    fn all() -> Self {
+        Sections((1 << Self::NAMES.len()) - 1)
+    }
+
+    fn parse(list: &str) -> Result<Self, String> {
+        let mut bits = 0u8;
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let i = Self::NAMES.iter().position(|n| *n == name).ok_or_else(|| {
+                format!(
+                    "unknown section {name:?} (one of {})",
+                    Self::NAMES.join(",")
+                )
+            })?;
+            bits |= 1 << i;
+        }
+        if bits == 0 {
+            return Err("--sections names no section".into());
+        }
+        Ok(Sections(bits))
+    }
+
+    fn has(self, name: &str) -> bool {
+        Self::NAMES
+            .iter()
+            .position(|n| *n == name)
+            .is_some_and(|i| self.0 & (1 << i) != 0)
+    }
+
+    fn list(self) -> String {
+        Self::NAMES
+            .iter()
+            .filter(|n| self.has(n))
+            .copied()
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
 impl Plan {
     fn full() -> Self {
         Plan {
             smoke: false,
+            sections: Sections::all(),
             throughput_for: Duration::from_secs(16),
             throughput_block: Duration::from_millis(200),
             latency_samples: 8000,
@@ -82,6 +131,7 @@ impl Plan {
     fn smoke() -> Self {
         Plan {
             smoke: true,
+            sections: Sections::all(),
             throughput_for: Duration::from_millis(1500),
             throughput_block: Duration::from_millis(50),
             latency_samples: 10,
@@ -377,7 +427,12 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     ];
 
     // 1. throughput
-    for clients in [1usize, 8] {
+    let throughput_clients: &[usize] = if plan.sections.has("throughput") {
+        &[1, 8]
+    } else {
+        &[]
+    };
+    for &clients in throughput_clients {
         // Warm-up (connections, prepared statements, script cache), not counted.
         let _warm = measure::throughput_interleaved(
             &sides,
@@ -407,7 +462,12 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     // a burst of load on the machine hits all alike.
     let owner = lease_core::OwnerId::random();
     let mut lat: Vec<Result<Vec<Duration>, String>> = vec![Ok(Vec::new()); sides.len()];
-    for round in 0..plan.latency_samples {
+    let latency_samples = if plan.sections.has("latency") {
+        plan.latency_samples
+    } else {
+        0
+    };
+    for round in 0..latency_samples {
         measure::latency_round(
             &sides,
             side_ttl,
@@ -424,7 +484,12 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     // 3. takeover
     let ttl = legal_ttl(&caps, Duration::from_secs(1));
     run.takeover_ttl = ttl;
-    for rep in 0..plan.takeover_reps {
+    let takeover_reps = if plan.sections.has("takeover") {
+        plan.takeover_reps
+    } else {
+        0
+    };
+    for rep in 0..takeover_reps {
         if caps.watch {
             // Paired with the raw protocol's own expiry delay where the store reports one.
             let (t, own) = measure::takeover(&store, &ns, rep, true, ttl, raw).await;
@@ -442,7 +507,7 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     // 3b. takeover from a SIGKILLed holder process (this binary, re-executed).
     match std::env::current_exe() {
         Ok(exe) => {
-            for rep in 0..plan.takeover_reps {
+            for rep in 0..takeover_reps {
                 let mut holder = tokio::process::Command::new(&exe);
                 holder.arg(HOLD_COMMAND).arg(name);
                 if let Some(file) = &target.file {
@@ -461,10 +526,16 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
 
     // 4. handoff
     let r = &target.raw;
-    run.handoff_floor = Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
-    run.handoff_notified =
-        Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
-    for rep in 0..plan.handoff_reps {
+    let handoff_reps = if plan.sections.has("handoff") {
+        run.handoff_floor =
+            Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
+        run.handoff_notified =
+            Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
+        plan.handoff_reps
+    } else {
+        0
+    };
+    for rep in 0..handoff_reps {
         if caps.watch {
             run.handoff_watch
                 .push(measure::handoff(&store, &ns, rep, true).await);
@@ -483,7 +554,12 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     } else {
         plan.renewal_leases
     };
-    for (i, (config, renewal_store)) in target.renewal_stores.iter().enumerate() {
+    let renewal_stores: &[_] = if plan.sections.has("renewal") {
+        &target.renewal_stores
+    } else {
+        &[]
+    };
+    for (i, (config, renewal_store)) in renewal_stores.iter().enumerate() {
         let load = measure::renewal_load(
             renewal_store,
             raw,
@@ -512,11 +588,16 @@ fn parse_args() -> Result<Args, String> {
     let mut smoke = std::env::var("LEASE_BENCH_SMOKE").is_ok_and(|v| v == "1" || v == "true");
     let mut out = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/benchmarks.md");
     let mut backends: Vec<&'static str> = BACKENDS.to_vec();
+    let mut sections = Sections::all();
+    let mut out_given = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--smoke" => smoke = true,
-            "--out" => out = PathBuf::from(args.next().ok_or("--out needs a path")?),
+            "--out" => {
+                out = PathBuf::from(args.next().ok_or("--out needs a path")?);
+                out_given = true;
+            }
             "--backends" => {
                 let list = args.next().ok_or("--backends needs a list")?;
                 backends = BACKENDS
@@ -525,9 +606,13 @@ fn parse_args() -> Result<Args, String> {
                     .filter(|b| list.split(',').any(|x| x.trim() == *b))
                     .collect();
             }
+            "--sections" => {
+                sections = Sections::parse(&args.next().ok_or("--sections needs a list")?)?;
+            }
             "-h" | "--help" => {
                 println!(
-                    "usage: lease-bench [--smoke] [--out PATH] [--backends postgres,redis,etcd,k8s,sqlite]"
+                    "usage: lease-bench [--smoke] [--out PATH] [--backends postgres,redis,etcd,k8s,sqlite] [--sections {}]",
+                    Sections::NAMES.join(",")
                 );
                 std::process::exit(0);
             }
@@ -545,6 +630,14 @@ fn parse_args() -> Result<Args, String> {
     {
         plan.renewal_intervals = n;
     }
+    if sections != Sections::all() && !out_given {
+        return Err(format!(
+            "a run of some sections ({}) must not overwrite {}: give --out PATH",
+            sections.list(),
+            out.display()
+        ));
+    }
+    plan.sections = sections;
     Ok(Args {
         plan,
         out,

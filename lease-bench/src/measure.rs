@@ -124,6 +124,9 @@ impl LeaseStore for Wrapped {
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         self.inner.inspect(key).await
     }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        self.inner.inspect_many(keys).await
+    }
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
         let t = Instant::now();
         let out = if self.batch {

@@ -135,6 +135,42 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         Ok(out)
     }
 
+    /// Reports the state of many keys in as few round trips as the backend allows (one
+    /// statement, script, range read or list where it can), with exactly the semantics of
+    /// [`inspect`](LeaseStore::inspect) for each. States come back in input order, one per key; a
+    /// key given twice is reported twice. A failure of the read (the store unreachable) is the
+    /// error, for the whole batch.
+    ///
+    /// The states are read together but not necessarily at one instant: a backend that needs
+    /// several round trips (pages) may report keys as of slightly different moments, each of
+    /// them a state the key really had.
+    ///
+    /// The default inspects one by one.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::{AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = MemoryLeaseStore::new();
+    /// let (a, b) = (LeaseKey::new("shard-0")?, LeaseKey::new("shard-1")?);
+    /// let req = AcquireRequest::new(a.clone(), OwnerId::random(), Duration::from_secs(30));
+    /// let lease = store.acquire(&req).await?.lease().expect("free key");
+    /// let states = store.inspect_many(&[a, b]).await?;
+    /// assert_eq!(states[0].holder.as_ref().map(|h| h.token), Some(lease.token()));
+    /// assert!(states[1].holder.is_none());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.inspect(key).await?);
+        }
+        Ok(out)
+    }
+
     /// Starts watching `key` for changes, if the backend can ([`Capabilities::watch`]).
     /// Returns `Ok(None)` when it cannot; callers then poll. Start the watch *before* the acquire
     /// attempt it should follow, so that no change between the two is missed.
@@ -171,6 +207,9 @@ macro_rules! forward_store {
             }
             async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
                 (**self).renew_many(leases).await
+            }
+            async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+                (**self).inspect_many(keys).await
             }
             async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
                 (**self).watch(key).await

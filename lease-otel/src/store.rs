@@ -81,6 +81,7 @@ enum Op {
     RenewMany,
     Release,
     Inspect,
+    InspectMany,
     Watch,
 }
 
@@ -92,6 +93,7 @@ impl Op {
             Op::RenewMany => "renew_many",
             Op::Release => "release",
             Op::Inspect => "inspect",
+            Op::InspectMany => "inspect_many",
             Op::Watch => "watch",
         }
     }
@@ -315,6 +317,29 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
                 };
                 span.record("outcome", outcome);
                 call.finish(outcome, None);
+            }
+            Err(e) => failed(call, &span, e),
+        }
+        result
+    }
+
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        let backend = self.inner.backend();
+        let span = tracing::debug_span!(
+            "lease.inspect_many",
+            backend,
+            count = keys.len(),
+            held = Empty,
+            outcome = Empty
+        );
+        let call = Call::start(&self.metrics.inner, backend, Op::InspectMany, None);
+        let result = self.inner.inspect_many(keys).instrument(span.clone()).await;
+        match &result {
+            Ok(states) => {
+                let held = states.iter().filter(|s| s.holder.is_some()).count();
+                span.record("held", held);
+                span.record("outcome", "completed");
+                call.finish("completed", None);
             }
             Err(e) => failed(call, &span, e),
         }

@@ -190,6 +190,10 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
         self.run(Operation::Inspect, self.inner.inspect(key)).await
     }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        self.run(Operation::Inspect, self.inner.inspect_many(keys))
+            .await
+    }
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         self.run(Operation::Watch, self.inner.watch(key)).await
     }

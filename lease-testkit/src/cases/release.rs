@@ -1,6 +1,6 @@
 //! Release and inspect.
 
-use lease_core::{Lease, OwnerId, ReleaseOutcome, RenewOutcome};
+use lease_core::{KeyState, Lease, LeaseKey, OwnerId, ReleaseOutcome, RenewOutcome};
 
 use super::Case;
 use crate::{CaseResult, Ctx};
@@ -14,6 +14,7 @@ pub fn cases() -> Vec<Case> {
             release_with_wrong_owner_or_token_changes_nothing
         ),
         crate::case!("conformance", inspect_agrees_with_grant_renew_and_release),
+        crate::case!("conformance", inspect_many_matches_inspect),
     ]
 }
 
@@ -104,5 +105,75 @@ pub async fn inspect_agrees_with_grant_renew_and_release(ctx: Ctx) -> CaseResult
     if let Some(last) = s3.last_token {
         assert_eq!(last, lease.token(), "release must keep the generation");
     }
+    Ok(())
+}
+
+/// What of a [`KeyState`] two reads of an unchanged key agree on exactly (the time left moves).
+fn stable(s: &KeyState) -> (LeaseKey, Option<(OwnerId, u64)>, Option<u64>) {
+    (
+        s.key.clone(),
+        s.holder.as_ref().map(|h| (h.owner.clone(), h.token.get())),
+        s.last_token.map(|t| t.get()),
+    )
+}
+
+/// Batched inspect: `inspect_many` reports, key by key and in input order, what `inspect` does
+/// (held, released, expired and never-used keys, a key given twice, an empty batch, and a batch
+/// larger than a page of the backends that read in pages).
+pub async fn inspect_many_matches_inspect(ctx: Ctx) -> CaseResult {
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let ttl = ctx.long_ttl();
+    assert!(ctx.store().inspect_many(&[]).await?.is_empty());
+    // One key that expires: inspect and inspect_many must both see it free afterwards.
+    let expiring = ctx.key("many-expiring");
+    let short = ctx.must_acquire(&expiring, &a, ctx.short_ttl()).await?;
+    let mut keys = Vec::new();
+    for i in 0..150 {
+        let key = ctx.key(&format!("many-{i}"));
+        match i % 5 {
+            0 => {
+                ctx.must_acquire(&key, &a, ttl).await?;
+            }
+            1 => {
+                ctx.must_acquire(&key, &b, ttl).await?;
+            }
+            2 if i % 3 == 0 => {
+                let l = ctx.must_acquire(&key, &a, ttl).await?;
+                assert_eq!(ctx.store().release(&l).await?, ReleaseOutcome::Released);
+            }
+            _ => {}
+        }
+        keys.push(key);
+    }
+    ctx.wait_free(&expiring, ctx.expiry_deadline(short.ttl()))
+        .await?;
+    keys.push(expiring);
+    // A key given twice, out of order.
+    keys.push(keys[5].clone());
+    keys.push(keys[0].clone());
+    let many = ctx.store().inspect_many(&keys).await?;
+    assert_eq!(many.len(), keys.len(), "one state per key");
+    for (key, state) in keys.iter().zip(&many) {
+        let one = ctx.store().inspect(key).await?;
+        assert_eq!(
+            stable(state),
+            stable(&one),
+            "inspect_many and inspect disagree on {key}"
+        );
+        if let Some(h) = &state.holder {
+            assert!(
+                h.remaining <= h.ttl && h.ttl >= ttl,
+                "{key}: remaining {:?}, ttl {:?}",
+                h.remaining,
+                h.ttl
+            );
+        }
+    }
+    let held = many.iter().filter(|s| s.holder.is_some()).count();
+    assert_eq!(
+        held,
+        60 + 2,
+        "30 keys of each owner, two of them asked twice"
+    );
     Ok(())
 }
