@@ -8,14 +8,20 @@
 //! - A worker [joins](ShardSet::join) with an id. It announces itself with a **membership
 //!   lease** (one of [`ShardSetConfig::with_max_workers`] slot keys) and computes its **fair
 //!   share** from the live members: `K / N`, plus one for the first `K % N` members in id order.
-//! - Each interval it takes **free or expired** shards first (up to its share; a shard seen free
-//!   on two scans in a row is taken by anyone, so ownership never waits for balance), then
-//!   **steals** at most [`ShardSetConfig::with_max_steals`] shards per interval from the most
-//!   loaded member.
-//! - A steal is a **graceful handover**: the thief leaves a request in the victim's mailbox key
-//!   and waits on the shard with the store's watch; the victim cancels the shard's work, waits
-//!   for the application to drop its [`ShardGuard`]s (bounded by the drain timeout), then
-//!   releases, and the thief acquires on the release wake-up, not on expiry.
+//! - Each interval it reads every slot and shard in one batched read
+//!   ([`LeaseStore::inspect_many`]: one statement, script, range read or list on the real
+//!   backends), takes **free or expired** shards first (up to its share; a shard seen free on two
+//!   scans in a row is taken by anyone, one share per interval at most, so ownership never waits
+//!   for balance), then **steals** from the members most above their share, at most
+//!   [`ShardSetConfig::with_max_steals`] shards in flight.
+//! - A steal is a **graceful handover**: the thief leaves a request for `n` shards in the
+//!   victim's mailbox key and waits on the `n` shards it ranks first with the store's watch; the
+//!   victim, if still above its share, picks the same shards by the same rank, cancels their
+//!   work, waits for the application to drop their [`ShardGuard`]s (bounded by the drain
+//!   timeout), then releases, and the thief acquires on the release wake-up, not on expiry.
+//! - A worker that just joined waits a quarter of an interval before its first take, so that
+//!   workers started together count each other instead of each taking every shard; free shards
+//!   are tried once each, at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
 //! - Every held shard is a supervised lease ([`Supervisor`]) with its own fencing token and its
 //!   own cancellation. All of a worker's leases (shards and membership) share one supervisor with
 //!   renewal batching, so they renew through `renew_many` in O(1) round trips per interval.
@@ -59,7 +65,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use lease_core::supervisor::{
     Acquisition, Health, Hook, LeaseGuard, LeaseGuardRef, LossReason, Supervisor, SupervisorConfig,
 };
@@ -67,7 +72,7 @@ use lease_core::{
     AcquireOutcome, AcquireRequest, Error, FencingToken, Lease, LeaseKey, LeaseStore, OwnerId,
     Result,
 };
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
@@ -78,17 +83,19 @@ use tokio_util::sync::CancellationToken;
 /// use lease_shard::ShardSetConfig;
 /// let cfg = ShardSetConfig::new(Duration::from_secs(9)).with_max_steals(2);
 /// assert_eq!(cfg.rebalance_interval(), Duration::from_secs(3));
-/// assert_eq!(cfg.max_steals(), 2);
+/// assert_eq!(cfg.max_steals(100), 2);
+/// // By default, an eighth of the fair share (at least one) is in flight at once.
+/// assert_eq!(ShardSetConfig::new(Duration::from_secs(9)).max_steals(909), 113);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ShardSetConfig {
     supervisor: SupervisorConfig,
     rebalance_interval: Option<Duration>,
-    max_steals: usize,
+    max_steals: Option<usize>,
     steal_wait: Option<Duration>,
     drain_timeout: Option<Duration>,
     max_workers: usize,
-    scan_concurrency: usize,
+    acquire_concurrency: usize,
 }
 
 impl ShardSetConfig {
@@ -104,11 +111,11 @@ impl ShardSetConfig {
         ShardSetConfig {
             supervisor: config,
             rebalance_interval: None,
-            max_steals: 1,
+            max_steals: None,
             steal_wait: None,
             drain_timeout: None,
             max_workers: 32,
-            scan_concurrency: 16,
+            acquire_concurrency: 32,
         }
     }
 
@@ -119,9 +126,12 @@ impl ShardSetConfig {
         self
     }
 
-    /// At most this many steals in flight per worker (default 1); 0 turns stealing off.
+    /// At most this many shards being stolen (handed over to this worker) at once; 0 turns
+    /// stealing off. The default is an eighth of the worker's fair share, at least one: a
+    /// worker joining a fleet of 10 over 10,000 shards takes its 909 in about eight rounds of
+    /// handovers, each round at most one rebalance interval.
     pub fn with_max_steals(mut self, n: usize) -> Self {
-        self.max_steals = n;
+        self.max_steals = Some(n);
         self
     }
 
@@ -145,9 +155,10 @@ impl ShardSetConfig {
         self
     }
 
-    /// How many store reads a scan keeps in flight (default 16).
-    pub fn with_scan_concurrency(mut self, n: usize) -> Self {
-        self.scan_concurrency = n.max(1);
+    /// How many acquisitions of free shards a worker keeps in flight (default 32). Each is one
+    /// attempt: a shard someone else took meanwhile is left alone until the next scan.
+    pub fn with_acquire_concurrency(mut self, n: usize) -> Self {
+        self.acquire_concurrency = n.max(1);
         self
     }
 
@@ -163,9 +174,14 @@ impl ShardSetConfig {
             .max(Duration::from_millis(1))
     }
 
-    /// The steal bound.
-    pub fn max_steals(&self) -> usize {
-        self.max_steals
+    /// The steal bound for a worker whose fair share is `share`.
+    pub fn max_steals(&self, share: usize) -> usize {
+        self.max_steals.unwrap_or_else(|| (share / 8).max(1))
+    }
+
+    /// The bound on acquisitions of free shards in flight.
+    pub fn acquire_concurrency(&self) -> usize {
+        self.acquire_concurrency
     }
 
     /// The drain timeout.
@@ -474,6 +490,7 @@ impl ShardSet {
                 events: events_tx,
                 assignment: assign_tx,
                 acquiring: stop.child_token(),
+                takes: Arc::new(Semaphore::new(self.inner.config.acquire_concurrency)),
             }
             .run(stop.clone(), leave.clone()),
         );
@@ -576,7 +593,6 @@ enum Internal {
         idx: usize,
         steal: bool,
     },
-    Member(Option<LeaseGuard>),
     Ended {
         idx: usize,
         token: FencingToken,
@@ -595,8 +611,9 @@ struct State {
     pending: BTreeSet<usize>,
     steals: usize,
     member: Option<LeaseGuard>,
-    member_pending: bool,
     prev_free: BTreeSet<usize>,
+    /// The mailbox request (its token) this worker last answered: each is answered once.
+    answered: Option<FencingToken>,
 }
 
 impl State {
@@ -609,14 +626,13 @@ impl State {
 struct View {
     members: Vec<String>,
     owners: Vec<Option<(String, FencingToken)>>,
-    free_slot: Option<usize>,
-    mailbox: Option<String>,
+    /// The request in the mailbox: its owner (`THIEF/N`) and token.
+    mailbox: Option<(String, FencingToken)>,
 }
 
-/// Reads every slot and shard (and `mailbox`, if given), `scan_concurrency` at a time.
+/// Reads every slot and shard (and `mailbox`, if given) in one [`LeaseStore::inspect_many`],
+/// bounded by the rebalance interval (or the op timeout, if longer).
 async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
-    let op = set.config.supervisor.op_timeout();
-    let store = &set.store;
     let keys: Vec<LeaseKey> = set
         .slots
         .iter()
@@ -624,59 +640,55 @@ async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
         .chain(mailbox)
         .cloned()
         .collect();
-    let reads: Vec<_> = keys
-        .into_iter()
-        .map(|k| {
-            let store = store.clone();
-            async move {
-                match timeout(op, store.inspect(&k)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(Error::Timeout {
-                        backend: store.backend(),
-                        operation: "inspect",
-                        after: op,
-                    }),
-                }
-            }
-        })
-        .collect();
-    let states: Vec<Result<lease_core::KeyState>> = futures::stream::iter(reads)
-        .buffered(set.config.scan_concurrency)
-        .collect()
-        .await;
+    let bound = set
+        .config
+        .rebalance_interval()
+        .max(set.config.supervisor.op_timeout());
+    let states = match timeout(bound, set.store.inspect_many(&keys)).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::Timeout {
+                backend: set.store.backend(),
+                operation: "inspect_many",
+                after: bound,
+            });
+        }
+    };
+    if states.len() != keys.len() {
+        return Err(Error::store_fault(
+            set.store.backend(),
+            format!(
+                "inspect_many answered {} states for {} keys",
+                states.len(),
+                keys.len()
+            ),
+            None,
+        ));
+    }
     let mut states = states.into_iter();
     let mut members = BTreeSet::new();
-    let mut free_slot = None;
-    for i in 0..set.slots.len() {
-        let st = states.next().expect("one state per key")?;
-        match st.holder {
-            Some(h) => {
-                members.insert(h.owner.as_str().to_string());
-            }
-            None => {
-                if free_slot.is_none() {
-                    free_slot = Some(i);
-                }
-            }
+    for _ in &set.slots {
+        let st = states.next().expect("one state per key");
+        if let Some(h) = st.holder {
+            members.insert(h.owner.as_str().to_string());
         }
     }
     let mut owners = Vec::with_capacity(set.shards.len());
     for _ in &set.shards {
-        let st = states.next().expect("one state per key")?;
+        let st = states.next().expect("one state per key");
         owners.push(st.holder.map(|h| (h.owner.as_str().to_string(), h.token)));
     }
     let mailbox = match mailbox {
         Some(_) => states
             .next()
-            .expect("one state per key")?
+            .expect("one state per key")
             .holder
-            .map(|h| h.owner.as_str().to_string()),
+            .map(|h| (h.owner.as_str().to_string(), h.token)),
         None => None,
     };
     Ok(View {
         members: members.into_iter().collect(),
         owners,
-        free_slot,
         mailbox,
     })
 }
@@ -741,13 +753,14 @@ struct Run {
     assignment: watch::Sender<BTreeMap<String, FencingToken>>,
     /// Cancels every acquisition in flight (leave or drop).
     acquiring: CancellationToken,
+    /// Bounds the acquisitions of free shards in flight.
+    takes: Arc<Semaphore>,
 }
 
 impl Run {
     async fn run(self, stop: CancellationToken, leave: CancellationToken) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut st = State::default();
-        let every = self.set.config.rebalance_interval();
         let mut next = Instant::now();
         loop {
             tokio::select! {
@@ -759,8 +772,8 @@ impl Run {
                 _ = leave.cancelled() => break,
                 Some(msg) = rx.recv() => self.handle(&mut st, msg, &tx),
                 _ = sleep_until(next) => {
-                    self.tick(&mut st, &tx).await;
-                    next = Instant::now() + every;
+                    let after = self.tick(&mut st, &tx).await;
+                    next = Instant::now() + after;
                 }
             }
         }
@@ -774,7 +787,7 @@ impl Run {
                 let _ = r.send(RevokeReason::Leaving);
             }
         }
-        while !(st.held.is_empty() && st.pending.is_empty() && !st.member_pending) {
+        while !(st.held.is_empty() && st.pending.is_empty()) {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 msg = rx.recv() => match msg {
@@ -796,14 +809,6 @@ impl Run {
 
     fn handle(&self, st: &mut State, msg: Internal, tx: &mpsc::UnboundedSender<Internal>) {
         match msg {
-            Internal::Member(g) => {
-                st.member_pending = false;
-                if self.acquiring.is_cancelled() {
-                    drop(g);
-                } else if let Some(g) = g {
-                    st.member = Some(g);
-                }
-            }
             Internal::NotAcquired { idx, steal } => {
                 st.pending.remove(&idx);
                 if steal {
@@ -915,36 +920,54 @@ impl Run {
         });
     }
 
-    async fn tick(&self, st: &mut State, tx: &mpsc::UnboundedSender<Internal>) {
+    /// Takes a membership slot if we hold none: the free slots of a scan of the slots alone,
+    /// tried in this worker's rank order (so workers joining together spread over them), one
+    /// attempt each, at most three. Returns whether a slot was taken now.
+    async fn join_slot(&self, st: &mut State) -> bool {
+        let slots = &self.set.slots;
+        let op = self.set.config.supervisor.op_timeout();
+        let free: Vec<usize> = match timeout(op, self.set.store.inspect_many(slots)).await {
+            Ok(Ok(states)) if states.len() == slots.len() => states
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.holder.is_none())
+                .map(|(i, _)| i)
+                .collect(),
+            _ => return false,
+        };
+        let mut order = free;
+        order.sort_by_key(|i| std::cmp::Reverse(rank(&self.me, slots[*i].as_str())));
+        for i in order.into_iter().take(3) {
+            if self.acquiring.is_cancelled() {
+                return false;
+            }
+            if let Ok(Acquisition::Acquired(g)) = self.sup.try_acquire(&slots[i]).await {
+                st.member = Some(g);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One rebalance; returns the time until the next.
+    async fn tick(&self, st: &mut State, tx: &mpsc::UnboundedSender<Internal>) -> Duration {
+        let every = self.set.config.rebalance_interval();
         // Forget a lost membership lease; a new slot is taken below.
         if st.member.as_ref().is_some_and(|m| m.health().is_final()) {
             st.member = None;
+        }
+        if st.member.is_none() && self.join_slot(st).await {
+            // Just joined: let workers started at the same moment take their slots too, so that
+            // the first take counts them instead of each taking every shard.
+            return every / 4;
         }
         let view = match scan(&self.set, Some(&self.mailbox)).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::debug!(worker = %self.me, error = %e, "shard scan failed; keeping the assignment");
-                return;
+                return every;
             }
         };
-        let wait = self.set.config.rebalance_interval();
-        // Membership.
-        if st.member.is_none()
-            && !st.member_pending
-            && let Some(slot) = view.free_slot
-        {
-            st.member_pending = true;
-            let (sup, key, tx, cancel) = (
-                self.sup.clone(),
-                self.set.slots[slot].clone(),
-                tx.clone(),
-                self.acquiring.clone(),
-            );
-            tokio::spawn(async move {
-                let g = acquire_bounded(&sup, &key, wait / 2, &cancel).await;
-                let _ = tx.send(Internal::Member(g));
-            });
-        }
         let mut members = view.members.clone();
         if !members.iter().any(|m| **m == *self.me) {
             members.push(self.me.to_string());
@@ -954,44 +977,54 @@ impl Run {
         let target = fair_share(k, &members, &self.me);
         let mine = st.mine();
 
-        // A steal request in our mailbox: hand the shard over if we are above our share.
-        if let Some((thief, shard)) = view.mailbox.as_deref().and_then(|o| o.split_once('/'))
+        // A request in our mailbox (answered once): hand over what we have above our share,
+        // up to the number asked, choosing as the thief did (its rank of each shard).
+        if let Some((owner, token)) = &view.mailbox
+            && st.answered != Some(*token)
+            && let Some((thief, n)) = owner.rsplit_once('/')
+            && let Ok(n) = n.parse::<usize>()
             && thief != &*self.me
             && mine > target
-            && let Some(idx) = self.set.shards.iter().position(|(s, _)| &**s == shard)
-            && let Some(h) = st.held.get_mut(&idx)
-            && let Some(r) = h.release.take()
         {
-            tracing::info!(worker = %self.me, shard, thief, "handing shard over");
-            let _ = r.send(RevokeReason::Handoff {
-                to: thief.to_string(),
-            });
+            st.answered = Some(*token);
+            let mut ours: Vec<usize> = st
+                .held
+                .iter()
+                .filter(|(_, h)| h.release.is_some())
+                .map(|(i, _)| *i)
+                .collect();
+            ours.sort_by_key(|i| std::cmp::Reverse(rank(thief, &self.set.shards[*i].0)));
+            for idx in ours.into_iter().take(n.min(mine - target)) {
+                if let Some(r) = st.held.get_mut(&idx).and_then(|h| h.release.take()) {
+                    tracing::info!(worker = %self.me, shard = %self.set.shards[idx].0, thief, "handing shard over");
+                    let _ = r.send(RevokeReason::Handoff {
+                        to: thief.to_string(),
+                    });
+                }
+            }
         }
 
         // Free shards: handed out, in a way every worker with the same view computes alike,
         // to the members furthest below their share (so concurrent takers do not collide);
-        // any shard seen free on two scans in a row is taken by whoever sees it.
+        // a shard seen free on two scans in a row is taken by whoever sees it, at most one
+        // share's worth per worker and interval.
         let free: BTreeSet<usize> = (0..k)
             .filter(|i| view.owners[*i].is_none())
             .filter(|i| !st.held.contains_key(i) && !st.pending.contains(i))
             .collect();
+        let mut have: BTreeMap<&str, usize> = BTreeMap::new();
+        for (w, _) in view.owners.iter().flatten() {
+            *have.entry(w.as_str()).or_default() += 1;
+        }
         let mut deficit: Vec<(String, usize)> = members
             .iter()
             .map(|m| {
-                let have = view
-                    .owners
-                    .iter()
-                    .filter(|o| o.as_ref().is_some_and(|(w, _)| w == m))
-                    .count();
-                let have = if **m == *self.me {
-                    have.max(st.mine())
-                } else {
-                    have
-                };
-                (m.clone(), fair_share(k, &members, m).saturating_sub(have))
+                let h = have.get(m.as_str()).copied().unwrap_or(0);
+                let h = if **m == *self.me { h.max(mine) } else { h };
+                (m.clone(), fair_share(k, &members, m).saturating_sub(h))
             })
             .collect();
-        let mut take = Vec::new();
+        let mut take: BTreeSet<usize> = BTreeSet::new();
         for i in (0..k).filter(|i| view.owners[*i].is_none()) {
             let shard = &self.set.shards[i].0;
             let Some(best) = deficit
@@ -1003,58 +1036,109 @@ impl Run {
             };
             best.1 -= 1;
             if best.0 == *self.me && free.contains(&i) {
-                take.push(i);
+                take.insert(i);
             }
         }
+        let mut extra = target.max(1);
         for i in &free {
-            if st.prev_free.contains(i) && !take.contains(i) {
-                take.push(*i);
+            if extra == 0 {
+                break;
+            }
+            if st.prev_free.contains(i) && take.insert(*i) {
+                extra -= 1;
             }
         }
         st.prev_free = free;
         for idx in take {
             st.pending.insert(idx);
-            self.spawn_acquire(idx, wait / 2, false, None, tx);
+            self.spawn_take(idx, tx);
         }
 
-        // Steal: below our share with nothing free, from the member most above its own.
-        if st.mine() < target && st.steals < self.set.config.max_steals && st.prev_free.is_empty() {
-            let mut counts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        // Steal: below our share with nothing free, from the members most above their own,
+        // at most `max_steals` shards in flight, one request per victim at a time.
+        let max_steals = self.set.config.max_steals(target);
+        if st.mine() < target && st.steals < max_steals && st.prev_free.is_empty() {
+            let mut lists: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
             for (i, o) in view.owners.iter().enumerate() {
                 if let Some((owner, _)) = o {
-                    counts.entry(owner.as_str()).or_default().push(i);
+                    lists.entry(owner.as_str()).or_default().push(i);
                 }
             }
-            let victim = counts
-                .iter()
-                .filter(|(w, _)| **w != &*self.me && members.iter().any(|m| m == *w))
+            let mut victims: Vec<(usize, &str, Vec<usize>)> = lists
+                .into_iter()
+                .filter(|(w, _)| *w != &*self.me && members.iter().any(|m| m == *w))
                 .map(|(w, list)| {
                     let excess = list.len().saturating_sub(fair_share(k, &members, w));
-                    (excess, *w, list)
+                    (excess, w, list)
                 })
                 .filter(|(excess, _, _)| *excess > 0)
-                .max_by_key(|(excess, w, _)| (*excess, std::cmp::Reverse(*w)));
-            if let Some((_, victim, list)) = victim
-                && let Some(&idx) = list
-                    .iter()
-                    .filter(|i| !st.pending.contains(i))
-                    .max_by_key(|i| rank(&self.me, &self.set.shards[**i].0))
-            {
-                st.steals += 1;
-                st.pending.insert(idx);
-                let wait = self.set.config.steal_wait();
-                self.spawn_acquire(idx, wait, true, Some(victim.to_string()), tx);
+                .collect();
+            victims.sort_by_key(|(excess, w, _)| (std::cmp::Reverse(*excess), *w));
+            let mut want = target - st.mine();
+            for (excess, victim, mut list) in victims {
+                let room = max_steals.saturating_sub(st.steals).min(want).min(excess);
+                if room == 0 {
+                    break;
+                }
+                list.retain(|i| !st.pending.contains(i));
+                list.sort_by_key(|i| std::cmp::Reverse(rank(&self.me, &self.set.shards[*i].0)));
+                list.truncate(room);
+                if list.is_empty() {
+                    continue;
+                }
+                st.steals += list.len();
+                want -= list.len();
+                st.pending.extend(list.iter().copied());
+                self.spawn_steal(victim.to_string(), list, tx);
             }
         }
         self.publish(st);
+        every
     }
 
-    fn spawn_acquire(
+    /// One attempt at a free shard, at most `acquire_concurrency` at once.
+    fn spawn_take(&self, idx: usize, tx: &mpsc::UnboundedSender<Internal>) {
+        let (sup, set, tx, cancel, takes) = (
+            self.sup.clone(),
+            self.set.clone(),
+            tx.clone(),
+            self.acquiring.clone(),
+            self.takes.clone(),
+        );
+        tokio::spawn(async move {
+            let got = tokio::select! {
+                _ = cancel.cancelled() => None,
+                permit = takes.acquire_owned() => match permit {
+                    Ok(_permit) if !cancel.is_cancelled() => {
+                        match sup.try_acquire(&set.shards[idx].1).await {
+                            Ok(Acquisition::Acquired(g)) => Some(g),
+                            Ok(_) => None,
+                            Err(e) => {
+                                tracing::debug!(shard = %set.shards[idx].0, error = %e, "shard acquisition failed");
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                },
+            };
+            let _ = match got {
+                Some(guard) => tx.send(Internal::Acquired {
+                    idx,
+                    guard,
+                    steal: false,
+                }),
+                None => tx.send(Internal::NotAcquired { idx, steal: false }),
+            };
+        });
+    }
+
+    /// Asks `victim` for `shards` (a request `ME/N` in its mailbox, held while we wait) and waits
+    /// on each of them with the store's watch, up to the steal wait.
+    fn spawn_steal(
         &self,
-        idx: usize,
-        wait: Duration,
-        steal: bool,
-        victim: Option<String>,
+        victim: String,
+        shards: Vec<usize>,
         tx: &mpsc::UnboundedSender<Internal>,
     ) {
         let (sup, set, me, tx, cancel) = (
@@ -1065,38 +1149,50 @@ impl Run {
             self.acquiring.clone(),
         );
         tokio::spawn(async move {
-            let (shard, key) = &set.shards[idx];
-            let mut mail = None;
-            if let Some(victim) = &victim {
-                // Leave the request in the victim's mailbox (one request per victim at a time).
-                let op = sup.config().op_timeout();
-                let req = OwnerId::new(format!("{me}/{shard}")).and_then(|owner| {
-                    Ok(AcquireRequest::new(
-                        LeaseKey::new(format!("{}.x.{victim}", set.name))?,
-                        owner,
-                        store_ttl(&*set.store, wait),
-                    ))
-                });
-                if let Ok(req) = req
-                    && let Ok(Ok(AcquireOutcome::Acquired(l))) =
-                        timeout(op, set.store.acquire(&req)).await
-                {
-                    set.hook.steal_requested(&me, victim, shard);
-                    mail = Some(l);
-                } else {
-                    let _ = tx.send(Internal::NotAcquired { idx, steal });
-                    return;
-                }
-            }
-            let got = acquire_bounded(&sup, key, wait, &cancel).await;
-            if let Some(l) = mail {
-                let op = sup.config().op_timeout();
-                let _ = timeout(op, set.store.release(&l)).await;
-            }
-            let _ = match got {
-                Some(guard) => tx.send(Internal::Acquired { idx, guard, steal }),
-                None => tx.send(Internal::NotAcquired { idx, steal }),
+            let wait = set.config.steal_wait();
+            let op = sup.config().op_timeout();
+            let req = OwnerId::new(format!("{me}/{}", shards.len())).and_then(|owner| {
+                Ok(AcquireRequest::new(
+                    LeaseKey::new(format!("{}.x.{victim}", set.name))?,
+                    owner,
+                    store_ttl(&*set.store, wait),
+                ))
+            });
+            let mail = match req {
+                Ok(req) => match timeout(op, set.store.acquire(&req)).await {
+                    Ok(Ok(AcquireOutcome::Acquired(l))) => Some(l),
+                    _ => None,
+                },
+                Err(_) => None,
             };
+            let Some(mail) = mail else {
+                for idx in shards {
+                    let _ = tx.send(Internal::NotAcquired { idx, steal: true });
+                }
+                return;
+            };
+            for idx in &shards {
+                set.hook.steal_requested(&me, &victim, &set.shards[*idx].0);
+            }
+            let waits = shards.iter().map(|idx| {
+                let (sup, set, tx, cancel) = (&sup, &set, &tx, &cancel);
+                async move {
+                    let got = acquire_bounded(sup, &set.shards[*idx].1, wait, cancel).await;
+                    let _ = match got {
+                        Some(guard) => tx.send(Internal::Acquired {
+                            idx: *idx,
+                            guard,
+                            steal: true,
+                        }),
+                        None => tx.send(Internal::NotAcquired {
+                            idx: *idx,
+                            steal: true,
+                        }),
+                    };
+                }
+            });
+            futures::future::join_all(waits).await;
+            let _ = timeout(op, set.store.release(&mail)).await;
         });
     }
 }

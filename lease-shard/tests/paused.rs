@@ -305,3 +305,95 @@ async fn the_checks_catch_two_owners_of_one_shard() {
     assert!(err.contains("OverlappingBelief"), "{err}");
     assert!(rec.check_tokens().is_err());
 }
+
+/// At scale, with the default configuration: ten workers started together over 2,000 shards
+/// split them with about one acquire per shard (not one per worker and shard), each scan is one
+/// batched read, and an eleventh worker takes its share in a few rounds of batched handovers,
+/// moving exactly the shards that must move.
+#[tokio::test(start_paused = true)]
+async fn at_scale_workers_started_together_split_without_a_herd_and_a_joiner_takes_its_share_in_rounds()
+ {
+    const K: usize = 2000;
+    let rec = Recorder::new("scale");
+    let store = FaultyStore::new(MemoryLeaseStore::new());
+    let set = ShardSet::new(
+        Arc::new(store.clone()) as Arc<dyn LeaseStore>,
+        &rec.set_name,
+        &shard_names(K),
+        ShardSetConfig::new(TTL),
+    )
+    .expect("valid set")
+    .with_shard_hook(Arc::new(rec.clone()) as Arc<dyn ShardHook>)
+    .with_lease_hook(Arc::new(rec.clone()) as Arc<dyn Hook>);
+    let interval = set.config().rebalance_interval();
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    // Each worker's application drops a shard's guard as soon as it is assigned (its work is
+    // instant), so a handover's drain does not wait for the drain timeout.
+    let consume = |mut w: lease_shard::Worker| {
+        tokio::spawn(async move { while w.next_event().await.is_some() {} })
+    };
+    for n in &names {
+        consume(set.join(n).unwrap());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let exact = |s: &lease_shard::Snapshot, ws: &[&str]| {
+        let mut m: Vec<String> = ws.iter().map(|w| w.to_string()).collect();
+        m.sort();
+        let c = s.counts();
+        all_owned_by(s, ws)
+            && ws
+                .iter()
+                .all(|w| c.get(*w).copied().unwrap_or(0) == lease_shard::fair_share(K, &m, w))
+    };
+    let before = wait_for(&set, TTL * 20, POLL, |s| exact(s, &refs))
+        .await
+        .expect("ten workers settle on 200 each");
+    // Started together, they count each other before their first take: about one acquire per
+    // shard (each worker alone would try all 2,000: 20,000).
+    let acquires = store.calls(Operation::Acquire);
+    assert!(
+        acquires <= 2 * K as u64,
+        "{acquires} acquire calls for {K} shards"
+    );
+    // Each worker's scan is one batched read (plus the observer's snapshots).
+    let scans_before = store.calls(Operation::Inspect);
+    let intervals = 10u32;
+    tokio::time::sleep(interval * intervals).await;
+    let scans = store.calls(Operation::Inspect) - scans_before;
+    assert!(
+        scans <= u64::from(intervals + 1) * 10,
+        "{scans} inspect calls by 10 workers in {intervals} intervals"
+    );
+    // An eleventh worker: its share moves to it by batched handovers, a few rounds at most.
+    let joined = Instant::now();
+    consume(set.join("w10").unwrap());
+    let mut all = refs.clone();
+    all.push("w10");
+    let after = wait_for(&set, TTL * 40, POLL, |s| exact(s, &all))
+        .await
+        .expect("eleven workers settle");
+    let took = joined.elapsed();
+    let share = lease_shard::fair_share(
+        K,
+        &{
+            let mut m: Vec<String> = all.iter().map(|w| w.to_string()).collect();
+            m.sort();
+            m
+        },
+        "w10",
+    );
+    let moved = before
+        .owners
+        .iter()
+        .filter(|(s, o)| after.owners[*s].as_ref().map(|x| &x.0) != o.as_ref().map(|x| &x.0))
+        .count();
+    assert_eq!(moved, share, "sticky: only the joiner's share moves");
+    assert!(
+        took <= interval * 12,
+        "the joiner took {took:?} (interval {interval:?}) for its {share} shards"
+    );
+    let (handoff, lost, _) = rec.ends_since(joined);
+    assert_eq!((handoff, lost), (share, 0));
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}

@@ -158,17 +158,55 @@ impl Supervisor {
         key: &LeaseKey,
         cancel: &CancellationToken,
     ) -> Result<Acquisition> {
+        self.acquire_within(key, self.config.acquire_wait(), cancel)
+            .await
+    }
+
+    /// One attempt, without waiting: the key if it is free (or expired) now, else
+    /// [`Acquisition::NotAcquired`] naming the holder. Opens no watch. For callers that decide
+    /// themselves when to try again (a shard set taking free shards, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
+    /// use lease_core::{LeaseKey, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+    /// let store = MemoryLeaseStore::new();
+    /// let a = Supervisor::new(store.clone(), SupervisorConfig::new(Duration::from_secs(30)));
+    /// let b = Supervisor::new(store, SupervisorConfig::new(Duration::from_secs(30)));
+    /// let key = LeaseKey::new("tenant-7")?;
+    /// let guard = a.try_acquire(&key).await?.guard().expect("free key");
+    /// assert!(matches!(b.try_acquire(&key).await?, Acquisition::NotAcquired { .. }));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input, or the store error of the attempt.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped attempt may leave a ghost grant that expires after its TTL.
+    pub async fn try_acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
+        self.acquire_within(key, Duration::ZERO, &CancellationToken::new())
+            .await
+    }
+
+    async fn acquire_within(
+        &self,
+        key: &LeaseKey,
+        wait: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Acquisition> {
         self.config.validate()?;
         let clock = self.config.clock();
         let started = Instant::now();
-        let deadline = saturating_add(started, self.config.acquire_wait());
+        let deadline = saturating_add(started, wait);
         let req = AcquireRequest::new(key.clone(), self.owner.clone(), self.config.ttl())
             .with_drift_margin(self.config.drift_margin());
-        let mut watch = if self.store.capabilities().watch && !self.config.acquire_wait().is_zero()
-        {
+        let mut watch = if self.store.capabilities().watch && !wait.is_zero() {
             // Bounded like any store call: a watch that does not open in time (a subscription
             // on a black-holed connection) leaves us polling.
-            let bound = self.config.op_timeout().min(self.config.acquire_wait());
+            let bound = self.config.op_timeout().min(wait);
             match timeout(bound, self.store.watch(key)).await {
                 Ok(Ok(w)) => w,
                 Ok(Err(e)) => {
