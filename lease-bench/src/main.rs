@@ -25,6 +25,7 @@ mod measure;
 mod minimal;
 mod raw;
 mod report;
+mod shards;
 mod sys;
 
 use std::path::PathBuf;
@@ -62,6 +63,8 @@ struct Plan {
     renewal_leases_k8s: usize,
     renewal_ttl: Duration,
     renewal_intervals: u32,
+    shard_plan: shards::ShardPlan,
+    shard_plan_k8s: shards::ShardPlan,
 }
 
 /// Which of the report's measured sections a run makes (`--sections`): a partial run is for
@@ -70,7 +73,14 @@ struct Plan {
 struct Sections(u8);
 
 impl Sections {
-    const NAMES: [&'static str; 5] = ["throughput", "latency", "takeover", "handoff", "renewal"];
+    const NAMES: [&'static str; 6] = [
+        "throughput",
+        "latency",
+        "takeover",
+        "handoff",
+        "renewal",
+        "shards",
+    ];
 
     fn all() -> Self {
         Sections((1 << Self::NAMES.len()) - 1)
@@ -125,6 +135,16 @@ impl Plan {
             renewal_leases_k8s: 10_000,
             renewal_ttl: Duration::from_secs(30),
             renewal_intervals: 3,
+            shard_plan: shards::ShardPlan {
+                shards: 10_000,
+                workers: 10,
+                ttl: Duration::from_secs(10),
+            },
+            shard_plan_k8s: shards::ShardPlan {
+                shards: 10_000,
+                workers: 10,
+                ttl: Duration::from_secs(60),
+            },
         }
     }
 
@@ -142,6 +162,16 @@ impl Plan {
             renewal_leases_k8s: 10,
             renewal_ttl: Duration::from_millis(1500),
             renewal_intervals: 1,
+            shard_plan: shards::ShardPlan {
+                shards: 40,
+                workers: 3,
+                ttl: Duration::from_secs(2),
+            },
+            shard_plan_k8s: shards::ShardPlan {
+                shards: 40,
+                workers: 3,
+                ttl: Duration::from_secs(2),
+            },
         }
     }
 }
@@ -572,6 +602,17 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         .await;
         eprintln!("[{name}] renewal ({config}) {load:?}");
         run.renewal.push((config, load));
+    }
+    // 6. shard ownership at scale (lease-shard).
+    if plan.sections.has("shards") {
+        let shard_plan = if name == "k8s" {
+            plan.shard_plan_k8s
+        } else {
+            plan.shard_plan
+        };
+        let r = shards::shard_run(&store, raw, &ns, shard_plan).await;
+        eprintln!("[{name}] shards {r:?}");
+        run.shards = Some(r);
     }
     cleanup(target.cleanup, &ns).await;
     run

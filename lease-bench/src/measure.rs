@@ -58,12 +58,17 @@ pub(crate) struct Calls {
     acquire: AtomicU64,
     renew: AtomicU64,
     renew_wall_ns: AtomicU64,
+    inspect_many: AtomicU64,
 }
 
 impl Calls {
     /// Acquire calls so far.
     pub(crate) fn acquires(&self) -> u64 {
         self.acquire.load(Ordering::Relaxed)
+    }
+    /// `inspect_many` calls so far.
+    pub(crate) fn inspect_manys(&self) -> u64 {
+        self.inspect_many.load(Ordering::Relaxed)
     }
     /// Renewal round trips so far: one per `renew_many` where the store batches, one per
     /// lease where it renews one by one.
@@ -125,6 +130,7 @@ impl LeaseStore for Wrapped {
         self.inner.inspect(key).await
     }
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        self.calls.inspect_many.fetch_add(1, Ordering::Relaxed);
         self.inner.inspect_many(keys).await
     }
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {

@@ -5,13 +5,14 @@
 use std::process::Command;
 
 const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
-const SECTIONS: [&str; 6] = [
+const SECTIONS: [&str; 7] = [
     "## 0. Goals against the minimal floor",
     "## 1. Acquire+release throughput",
     "## 2. Acquire latency",
     "## 3. Takeover after a holder dies",
     "## 4. Graceful handoff",
     "## 5. Renewal load",
+    "## 6. Shard ownership at scale",
 ];
 
 /// Whether every backend is required: under CI (`CI=true`) or with `LEASE_TEST_REQUIRE=1`.

@@ -84,7 +84,7 @@ use tokio_util::sync::CancellationToken;
 /// let cfg = ShardSetConfig::new(Duration::from_secs(9)).with_max_steals(2);
 /// assert_eq!(cfg.rebalance_interval(), Duration::from_secs(3));
 /// assert_eq!(cfg.max_steals(100), 2);
-/// // By default, an eighth of the fair share (at least one) is in flight at once.
+/// // By default, an eighth of the fair share (at least four) is in flight at once.
 /// assert_eq!(ShardSetConfig::new(Duration::from_secs(9)).max_steals(909), 113);
 /// ```
 #[derive(Debug, Clone)]
@@ -127,9 +127,11 @@ impl ShardSetConfig {
     }
 
     /// At most this many shards being stolen (handed over to this worker) at once; 0 turns
-    /// stealing off. The default is an eighth of the worker's fair share, at least one: a
+    /// stealing off. The default is an eighth of the worker's fair share, at least four: a
     /// worker joining a fleet of 10 over 10,000 shards takes its 909 in about eight rounds of
-    /// handovers, each round at most one rebalance interval.
+    /// handovers. A round ends when its handovers do (the victim answers on its mailbox's
+    /// watch, at once); the next starts an eighth of a rebalance interval later, so at most
+    /// eight rounds run per interval.
     pub fn with_max_steals(mut self, n: usize) -> Self {
         self.max_steals = Some(n);
         self
@@ -176,7 +178,7 @@ impl ShardSetConfig {
 
     /// The steal bound for a worker whose fair share is `share`.
     pub fn max_steals(&self, share: usize) -> usize {
-        self.max_steals.unwrap_or_else(|| (share / 8).max(1))
+        self.max_steals.unwrap_or_else(|| (share / 8).max(4))
     }
 
     /// The bound on acquisitions of free shards in flight.
@@ -614,6 +616,10 @@ struct State {
     prev_free: BTreeSet<usize>,
     /// The mailbox request (its token) this worker last answered: each is answered once.
     answered: Option<FencingToken>,
+    /// Our fair share as of the last scan (what a mailbox request is answered against).
+    target: Option<usize>,
+    /// A round of steals just ended below our share.
+    retick: bool,
 }
 
 impl State {
@@ -762,6 +768,10 @@ impl Run {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let mut st = State::default();
         let mut next = Instant::now();
+        let every = self.set.config.rebalance_interval();
+        // A request in our mailbox is answered when it arrives (the store's watch), not at our
+        // next tick; without a watch, or once it breaks, at the next tick.
+        let mut mail = self.watch_mailbox().await;
         loop {
             tokio::select! {
                 biased;
@@ -770,10 +780,31 @@ impl Run {
                     return; // dropping the release senders releases every shard at once
                 }
                 _ = leave.cancelled() => break,
-                Some(msg) = rx.recv() => self.handle(&mut st, msg, &tx),
+                Some(msg) = rx.recv() => {
+                    self.handle(&mut st, msg, &tx);
+                    if std::mem::take(&mut st.retick) {
+                        // A round of steals ended below our share: the next round soon.
+                        next = next.min(Instant::now() + every / 8);
+                    }
+                }
+                changed = async {
+                    match mail.as_mut() {
+                        Some(w) => w.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if matches!(changed, Some(Ok(()))) {
+                        self.answer_mailbox(&mut st).await;
+                    } else {
+                        mail = None;
+                    }
+                }
                 _ = sleep_until(next) => {
                     let after = self.tick(&mut st, &tx).await;
                     next = Instant::now() + after;
+                    if mail.is_none() {
+                        mail = self.watch_mailbox().await;
+                    }
                 }
             }
         }
@@ -813,12 +844,14 @@ impl Run {
                 st.pending.remove(&idx);
                 if steal {
                     st.steals = st.steals.saturating_sub(1);
+                    st.retick |= st.steals == 0;
                 }
             }
             Internal::Acquired { idx, guard, steal } => {
                 st.pending.remove(&idx);
                 if steal {
                     st.steals = st.steals.saturating_sub(1);
+                    st.retick |= st.steals == 0 && st.target.is_some_and(|t| st.mine() + 1 < t);
                 }
                 if self.acquiring.is_cancelled() || st.held.contains_key(&idx) {
                     // Leaving (or a duplicate, which cannot happen): give it back at once.
@@ -920,6 +953,62 @@ impl Run {
         });
     }
 
+    /// Watches our mailbox key, if the store can.
+    async fn watch_mailbox(&self) -> Option<lease_core::KeyWatch> {
+        if !self.set.store.capabilities().watch {
+            return None;
+        }
+        let op = self.set.config.supervisor.op_timeout();
+        match timeout(op, self.set.store.watch(&self.mailbox)).await {
+            Ok(Ok(w)) => w,
+            _ => None,
+        }
+    }
+
+    /// Reads the mailbox now and answers a request in it (woken by the mailbox's watch).
+    async fn answer_mailbox(&self, st: &mut State) {
+        let op = self.set.config.supervisor.op_timeout();
+        if let Ok(Ok(state)) = timeout(op, self.set.store.inspect(&self.mailbox)).await
+            && let Some(h) = state.holder
+        {
+            self.answer(st, h.owner.as_str(), h.token);
+        }
+    }
+
+    /// Answers the request `owner` (`THIEF/N`) with `token`, once: hands over what we have above
+    /// our share (as of the last scan), up to the number asked, choosing as the thief did (its
+    /// rank of each shard).
+    fn answer(&self, st: &mut State, owner: &str, token: FencingToken) {
+        let Some(target) = st.target else { return };
+        let mine = st.mine();
+        if st.answered == Some(token) || mine <= target {
+            return;
+        }
+        let Some((thief, n)) = owner.rsplit_once('/') else {
+            return;
+        };
+        let Ok(n) = n.parse::<usize>() else { return };
+        if thief == &*self.me {
+            return;
+        }
+        st.answered = Some(token);
+        let mut ours: Vec<usize> = st
+            .held
+            .iter()
+            .filter(|(_, h)| h.release.is_some())
+            .map(|(i, _)| *i)
+            .collect();
+        ours.sort_by_key(|i| std::cmp::Reverse(rank(thief, &self.set.shards[*i].0)));
+        for idx in ours.into_iter().take(n.min(mine - target)) {
+            if let Some(r) = st.held.get_mut(&idx).and_then(|h| h.release.take()) {
+                tracing::info!(worker = %self.me, shard = %self.set.shards[idx].0, thief, "handing shard over");
+                let _ = r.send(RevokeReason::Handoff {
+                    to: thief.to_string(),
+                });
+            }
+        }
+    }
+
     /// Takes a membership slot if we hold none: the free slots of a scan of the slots alone,
     /// tried in this worker's rank order (so workers joining together spread over them), one
     /// attempt each, at most three. Returns whether a slot was taken now.
@@ -975,34 +1064,11 @@ impl Run {
         }
         let k = self.set.shards.len();
         let target = fair_share(k, &members, &self.me);
-        let mine = st.mine();
-
-        // A request in our mailbox (answered once): hand over what we have above our share,
-        // up to the number asked, choosing as the thief did (its rank of each shard).
-        if let Some((owner, token)) = &view.mailbox
-            && st.answered != Some(*token)
-            && let Some((thief, n)) = owner.rsplit_once('/')
-            && let Ok(n) = n.parse::<usize>()
-            && thief != &*self.me
-            && mine > target
-        {
-            st.answered = Some(*token);
-            let mut ours: Vec<usize> = st
-                .held
-                .iter()
-                .filter(|(_, h)| h.release.is_some())
-                .map(|(i, _)| *i)
-                .collect();
-            ours.sort_by_key(|i| std::cmp::Reverse(rank(thief, &self.set.shards[*i].0)));
-            for idx in ours.into_iter().take(n.min(mine - target)) {
-                if let Some(r) = st.held.get_mut(&idx).and_then(|h| h.release.take()) {
-                    tracing::info!(worker = %self.me, shard = %self.set.shards[idx].0, thief, "handing shard over");
-                    let _ = r.send(RevokeReason::Handoff {
-                        to: thief.to_string(),
-                    });
-                }
-            }
+        st.target = Some(target);
+        if let Some((owner, token)) = &view.mailbox {
+            self.answer(st, owner, *token);
         }
+        let mine = st.mine();
 
         // Free shards: handed out, in a way every worker with the same view computes alike,
         // to the members furthest below their share (so concurrent takers do not collide);

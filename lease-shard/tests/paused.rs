@@ -387,6 +387,7 @@ async fn at_scale_workers_started_together_split_without_a_herd_and_a_joiner_tak
         .iter()
         .filter(|(s, o)| after.owners[*s].as_ref().map(|x| &x.0) != o.as_ref().map(|x| &x.0))
         .count();
+    eprintln!("the joiner took {took:?} (interval {interval:?}) for its {share} shards");
     assert_eq!(moved, share, "sticky: only the joiner's share moves");
     assert!(
         took <= interval * 12,

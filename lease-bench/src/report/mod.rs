@@ -5,6 +5,7 @@ mod handoff;
 mod latency;
 mod notes;
 mod renewal;
+mod shards;
 mod takeover;
 mod throughput;
 
@@ -64,6 +65,8 @@ pub(crate) struct BackendRun {
     pub(crate) expiry_floor: Vec<M<f64>>,
     /// The renewal load per configuration (the default first).
     pub(crate) renewal: Vec<(&'static str, M<RenewalLoad>)>,
+    /// Shard ownership at scale, if run.
+    pub(crate) shards: Option<M<crate::shards::ShardRun>>,
 }
 
 impl BackendRun {
@@ -87,6 +90,7 @@ impl BackendRun {
             handoff_notified: None,
             expiry_floor: Vec::new(),
             renewal: Vec::new(),
+            shards: None,
         }
     }
 }
@@ -247,6 +251,7 @@ impl Report {
         self.takeover_table(&mut s);
         self.handoff_table(&mut s);
         self.renewal_table(&mut s);
+        self.shards_table(&mut s);
         self.notes(&mut s);
         s
     }
