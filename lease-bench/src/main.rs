@@ -32,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use lease_core::LeaseStore;
 use tokio::time::timeout;
 
@@ -397,13 +398,20 @@ async fn cleanup(c: Cleanup, ns: &str) {
         }
         Cleanup::Kube(api) => {
             if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
-                for obj in list.items {
-                    if let Some(name) = obj.metadata.name
-                        && name.contains(ns)
-                    {
-                        let _ = api.delete(&name, &kube::api::DeleteParams::default()).await;
-                    }
-                }
+                // Up to 10,000 shard leases: deleted 32 at a time, not one after the other.
+                let names: Vec<String> = list
+                    .items
+                    .into_iter()
+                    .filter_map(|obj| obj.metadata.name)
+                    .filter(|name| name.contains(ns))
+                    .collect();
+                let api = &*api;
+                futures::stream::iter(names.iter().map(|name| async move {
+                    let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+                }))
+                .buffer_unordered(32)
+                .collect::<Vec<_>>()
+                .await;
             }
         }
         Cleanup::Files(paths) => {
@@ -558,7 +566,10 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     let r = &target.raw;
     let handoff_reps = if plan.sections.has("handoff") {
         run.handoff_floor =
-            Some(measure::handoff_floor(r, &caps, &ns, plan.handoff_reps * 4).await);
+            Some(measure::handoff_floor(r, &caps, &ns, "hf", plan.handoff_reps * 4).await);
+        run.handoff_floor_minimal = Some(
+            measure::handoff_floor(&target.minimal, &caps, &ns, "hfm", plan.handoff_reps * 4).await,
+        );
         run.handoff_notified =
             Some(measure::handoff_notified(r, &caps, &ns, plan.handoff_reps * 2).await);
         plan.handoff_reps

@@ -592,10 +592,11 @@ pub(crate) async fn handoff_floor(
     raw: &Arc<dyn Raw>,
     caps: &Capabilities,
     ns: &str,
+    name: &str,
     reps: usize,
 ) -> std::result::Result<Vec<Duration>, Failure> {
     let ttl = legal_ttl(caps, Duration::from_secs(10));
-    let k = key(ns, "hf");
+    let k = key(ns, name);
     let mut out = Vec::with_capacity(reps);
     for _ in 0..reps {
         let first = raw

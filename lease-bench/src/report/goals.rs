@@ -87,10 +87,18 @@ pub(super) fn judge(r: &BackendRun) -> [Verdict; 4] {
     } else {
         median(&r.handoff_poll)
     };
+    let min_floor = super::handoff::floor_median(&r.handoff_floor_minimal).and_then(Result::ok);
     let handoff = match (best, rtt) {
         (Ok(b), Some(rtt)) => Verdict::judged(
             b <= 3.0 * rtt,
-            format!("{:.1} RTT: {b:.1} ms, RTT {rtt:.2} ms", b / rtt),
+            match min_floor.filter(|mf| b > 3.0 * rtt && mf / rtt > 3.0) {
+                Some(mf) => format!(
+                    "{:.1} RTT: {b:.1} ms, RTT {rtt:.2} ms; floor-bound: the minimal release+acquire back to back alone is {:.1} RTT",
+                    b / rtt,
+                    mf / rtt
+                ),
+                None => format!("{:.1} RTT: {b:.1} ms, RTT {rtt:.2} ms", b / rtt),
+            },
         ),
         (Err(e), _) => Verdict::not_judged(&e),
         (_, None) => Verdict::not_judged("no RTT"),
@@ -185,6 +193,23 @@ mod tests {
         assert_eq!(h.met, Some(true), "{h:?}");
         // The killed process decides: 30 ms after the TTL against a bound of 1 + 20 ms.
         assert_eq!(k.met, Some(false), "{k:?}");
+    }
+
+    #[test]
+    fn a_handoff_missed_because_the_minimal_floor_exceeds_the_goal_says_so() {
+        let mut r = run();
+        r.handoff_watch = vec![Ok(6.0)];
+        // The minimal protocol's release+acquire alone takes 4 RTT of the 1 ms ping.
+        r.handoff_floor_minimal = Some(Ok(vec![Duration::from_millis(4); 3]));
+        let [_, _, h, _] = judge(&r);
+        assert_eq!(h.met, Some(false), "{h:?}");
+        assert!(h.detail.contains("floor-bound"), "{h:?}");
+        assert!(h.detail.contains("4.0 RTT"), "{h:?}");
+        // A floor under the goal explains nothing: a plain miss.
+        r.handoff_floor_minimal = Some(Ok(vec![Duration::from_millis(2); 3]));
+        let [_, _, h, _] = judge(&r);
+        assert_eq!(h.met, Some(false), "{h:?}");
+        assert!(!h.detail.contains("floor-bound"), "{h:?}");
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub(crate) struct BackendRun {
     pub(crate) handoff_poll: Vec<M<f64>>,
     /// The raw protocol's release then acquire, back to back.
     pub(crate) handoff_floor: Option<M<Vec<Duration>>>,
+    /// The minimal protocol's release then acquire, back to back: the floor of any handoff.
+    pub(crate) handoff_floor_minimal: Option<M<Vec<Duration>>>,
     /// The raw protocol's handoff with its own notification (`None` inside: no notification).
     pub(crate) handoff_notified: Option<M<Option<Vec<Duration>>>>,
     /// The store's own expiry delay (raw), where it has one to observe.
@@ -87,6 +89,7 @@ impl BackendRun {
             handoff_watch: Vec::new(),
             handoff_poll: Vec::new(),
             handoff_floor: None,
+            handoff_floor_minimal: None,
             handoff_notified: None,
             expiry_floor: Vec::new(),
             renewal: Vec::new(),
