@@ -457,6 +457,8 @@ async fn campaign(
                             _ => StepDownReason::Resigned,
                         },
                         _ = stop.cancelled() => {
+                            // Not a leader from the moment the release starts.
+                            out.role.send_replace(Role::Follower);
                             if let Some(g) = guard.take() {
                                 let _ = g.release().await;
                             }
@@ -464,6 +466,7 @@ async fn campaign(
                         }
                         Some((successor, within, reply)) = plan.commands.recv() => {
                             if reserve(&*store, plan.reservation.as_ref(), &successor, within, op).await {
+                                out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
                                     let _ = g.release().await;
                                 }
@@ -478,6 +481,7 @@ async fn campaign(
                                 && reserve(&*store, plan.reservation.as_ref(), &successor, ttl, op).await
                             {
                                 tracing::info!(key = %key, owner = %sup.owner(), successor = %successor, "yielding to a preferred candidate");
+                                out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
                                     let _ = g.release().await;
                                 }
