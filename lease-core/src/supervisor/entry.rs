@@ -19,7 +19,7 @@ use crate::hook::{Hook, NoHook};
 use crate::lease::{
     AcquireOutcome, AcquireRequest, Holder, Lease, LeaseKey, OwnerId, ReleaseOutcome,
 };
-use crate::store::LeaseStore;
+use crate::store::{KeyWatch, LeaseStore};
 
 /// Acquires and supervises leases on one store.
 #[derive(Clone)]
@@ -191,6 +191,23 @@ impl Supervisor {
             .await
     }
 
+    /// Opens a watch on `key`, bounded like any store call: a watch that does not open in time
+    /// (a subscription on a black-holed connection) leaves the caller polling.
+    async fn open_watch(&self, key: &LeaseKey, wait: Duration) -> Option<KeyWatch> {
+        let bound = self.config.op_timeout().min(wait);
+        match timeout(bound, self.store.watch(key)).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "watch failed; polling");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(backend = self.store.backend(), key = %key, "watch did not open in time; polling");
+                None
+            }
+        }
+    }
+
     async fn acquire_within(
         &self,
         key: &LeaseKey,
@@ -203,24 +220,12 @@ impl Supervisor {
         let deadline = saturating_add(started, wait);
         let req = AcquireRequest::new(key.clone(), self.owner.clone(), self.config.ttl())
             .with_drift_margin(self.config.drift_margin());
-        let mut watch = if self.store.capabilities().watch && !wait.is_zero() {
-            // Bounded like any store call: a watch that does not open in time (a subscription
-            // on a black-holed connection) leaves us polling.
-            let bound = self.config.op_timeout().min(wait);
-            match timeout(bound, self.store.watch(key)).await {
-                Ok(Ok(w)) => w,
-                Ok(Err(e)) => {
-                    tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "watch failed; polling");
-                    None
-                }
-                Err(_) => {
-                    tracing::debug!(backend = self.store.backend(), key = %key, "watch did not open in time; polling");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        // The watch is opened after the first refusal, not before the first attempt: an
+        // uncontended acquire then costs no watch (a request on etcd and Kubernetes, a LISTEN
+        // on PostgreSQL). Right after opening it the key is tried again at once, so a release
+        // between the refusal and the watch is not missed.
+        let mut watch: Option<KeyWatch> = None;
+        let mut watch_opened = !self.store.capabilities().watch || wait.is_zero();
         let mut attempt: u32 = 0;
         let mut holder = None;
         loop {
@@ -274,6 +279,13 @@ impl Supervisor {
                     holder,
                     waited: now - started,
                 });
+            }
+            if !watch_opened {
+                watch_opened = true;
+                watch = self.open_watch(key, wait).await;
+                if watch.is_some() && !cancel.is_cancelled() {
+                    continue;
+                }
             }
             let wake = saturating_add(now, wait).min(deadline);
             tokio::select! {
