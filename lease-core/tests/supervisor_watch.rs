@@ -51,7 +51,7 @@ impl LeaseStore for Counting {
         // before its watch exists, so the watch never reports it.
         let pending = self.release_on_watch.lock().unwrap().take();
         if let Some(lease) = pending {
-            self.mem.release(&lease).await?;
+            assert_eq!(self.mem.release(&lease).await?, ReleaseOutcome::Released);
         }
         self.mem.watch(key).await
     }
@@ -68,7 +68,7 @@ async fn an_uncontended_acquire_opens_no_watch() {
     let key = LeaseKey::new("free").unwrap();
     let guard = sup.acquire(&key).await.unwrap().guard().expect("free key");
     assert_eq!(store.watches.load(Ordering::SeqCst), 0);
-    guard.release().await.unwrap();
+    assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
 }
 
 #[tokio::test(start_paused = true)]
