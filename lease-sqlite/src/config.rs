@@ -76,7 +76,7 @@ pub enum CommitSync {
 }
 
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout, up to 4 connections, [`CommitSync::Normal`], watch on
+    /// The defaults: a 5 s busy timeout, up to 4 read connections, [`CommitSync::Normal`], watch on
     /// with a 25 ms `data_version` interval.
     pub fn new() -> Self {
         Self::default()
@@ -89,7 +89,9 @@ impl SqliteOptions {
         self
     }
 
-    /// The largest number of connections the store keeps open (at least 1).
+    /// The largest number of connections the store keeps open for reads (inspect, fenced
+    /// reads; at least 1). Writes go through one more connection of the store's own, and a watch
+    /// through one per file and process.
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self

@@ -238,6 +238,10 @@ impl LeaseStore for Reporting {
         self.inner.inspect(key).await
     }
 
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> lease_core::Result<Vec<KeyState>> {
+        self.inner.inspect_many(keys).await
+    }
+
     async fn renew_many(
         &self,
         leases: &[Lease],
