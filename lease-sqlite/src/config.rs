@@ -219,7 +219,8 @@ pub(crate) fn check_path(path: &Path) -> Result<()> {
 }
 
 /// Applies what every connection of a store needs: create the file if missing, WAL journal,
-/// the commit durability, and the busy timeout.
+/// the commit durability, the busy timeout, and room for the rows of a large
+/// [`inspect_many`](lease_core::LeaseStore::inspect_many).
 pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> SqliteConnectOptions {
     let sync = match options.commit_sync {
         CommitSync::Normal => SqliteSynchronous::Normal,
@@ -229,6 +230,11 @@ pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> Sqli
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(sync)
         .busy_timeout(options.busy_timeout)
+        // sqlx hands rows from the connection's worker thread to the task through a channel of
+        // 50 by default: 10,000 rows then cost 200 hand-offs between the two, measured at 27 to
+        // 293 ms for one inspect_many of 10,000 keys on the busy 2-core machine, against 21 to
+        // 39 ms with room for 1,024 (the statement itself: 7 to 11 ms).
+        .row_buffer_size(1024)
 }
 
 #[cfg(test)]
