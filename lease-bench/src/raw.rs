@@ -548,11 +548,18 @@ impl Raw for EtcdRaw {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SQLite: the statements of lease_sqlite::protocol, on a pool with the store's options (WAL,
-// synchronous NORMAL, the default busy timeout and connection limit) on the same file.
+// SQLite: the statements of lease_sqlite::protocol, as the store sends them: writes on one
+// connection of their own (taken in turn), reads on a pool, both with the store's options (WAL,
+// synchronous NORMAL, the default busy timeout and connection limit) on the same file. Acquire
+// is one upsert; when it grants nothing, one read of the holder and, should the key be free
+// again by then, the upsert and the read once more in one immediate transaction. Release is one
+// guarded `UPDATE`.
 
-/// SQLite on its own pool with the library's settings.
+/// SQLite with the library's connections and settings.
 pub(crate) struct SqliteRaw {
+    /// The write connection (the store's, without its two-level queue in front).
+    writer: tokio::sync::Mutex<sqlx::SqliteConnection>,
+    /// Reads (the holder after a refused upsert, the ping).
     pool: sqlx::SqlitePool,
     /// In-process waiters woken after a release commits, as the library's store wakes its own.
     waiters: std::sync::Mutex<Vec<(String, mpsc::Sender<()>)>>,
@@ -560,6 +567,7 @@ pub(crate) struct SqliteRaw {
 
 impl SqliteRaw {
     pub(crate) async fn open(path: &std::path::Path) -> R<Self> {
+        use sqlx::Connection;
         use sqlx::sqlite::{
             SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
         };
@@ -573,24 +581,23 @@ impl SqliteRaw {
         let pool = SqlitePoolOptions::new()
             .max_connections(defaults.get_max_connections())
             .acquire_timeout(defaults.get_busy_timeout() + Duration::from_secs(5))
-            .connect_with(opts)
+            .test_before_acquire(false)
+            .connect_with(opts.clone())
+            .await
+            .map_err(s)?;
+        let writer = sqlx::SqliteConnection::connect_with(&opts)
             .await
             .map_err(s)?;
         Ok(SqliteRaw {
+            writer: tokio::sync::Mutex::new(writer),
             pool,
             waiters: std::sync::Mutex::new(Vec::new()),
         })
     }
 }
 
-type SqliteRow = (
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<i64>,
-    Option<i64>,
-    Option<i64>,
-);
+/// A row of `lease_sqlite::protocol::HOLDER`: `(owner, token, ttl_ms, remaining_ms)`.
+type SqliteHolder = (String, i64, i64, i64);
 
 #[async_trait]
 impl Raw for SqliteRaw {
@@ -598,56 +605,61 @@ impl Raw for SqliteRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let mut tx = self
-            .pool
+        use sqlx::Connection;
+        let ms = ttl_ms(ttl)?;
+        let upsert = || {
+            sqlx::query_scalar::<_, i64>(lease_sqlite::protocol::ACQUIRE)
+                .bind(key.as_str())
+                .bind(owner)
+                .bind(ms)
+        };
+        let grant = |token| RawGrant {
+            key: key.clone(),
+            owner: owner.to_string(),
+            token,
+            lock: None,
+            object: None,
+        };
+        let token = upsert()
+            .fetch_optional(&mut *self.writer.lock().await)
+            .await
+            .map_err(s)?;
+        if let Some(token) = token {
+            return Ok(Some(grant(token)));
+        }
+        let held: Option<SqliteHolder> = sqlx::query_as(lease_sqlite::protocol::HOLDER)
+            .bind(key.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(s)?;
+        if let Some((holder, _, _, remaining)) = held
+            && remaining > 0
+            && holder != owner
+        {
+            return Ok(None);
+        }
+        let mut writer = self.writer.lock().await;
+        let mut tx = writer
             .begin_with(lease_sqlite::protocol::BEGIN)
             .await
             .map_err(s)?;
-        let (now, generation, holder, token, _ttl, expires): SqliteRow =
-            sqlx::query_as(lease_sqlite::protocol::ACQUIRE_READ)
+        let token = upsert().fetch_optional(&mut *tx).await.map_err(s)?;
+        if token.is_none() {
+            let _: Option<SqliteHolder> = sqlx::query_as(lease_sqlite::protocol::HOLDER)
                 .bind(key.as_str())
-                .fetch_one(&mut *tx)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(s)?;
-        if let (Some(h), Some(exp)) = (&holder, expires)
-            && exp > now
-            && h != owner
-        {
-            tx.rollback().await.map_err(s)?;
-            return Ok(None);
         }
-        let next = generation.max(token).map_or(1, |t| t + 1);
-        sqlx::query(lease_sqlite::protocol::UPSERT_GENERATION)
-            .bind(key.as_str())
-            .bind(next)
-            .execute(&mut *tx)
-            .await
-            .map_err(s)?;
-        let ms = ttl_ms(ttl)?;
-        sqlx::query(lease_sqlite::protocol::UPSERT_HOLDER)
-            .bind(key.as_str())
-            .bind(owner)
-            .bind(next)
-            .bind(ms)
-            .bind(now.saturating_add(ms))
-            .execute(&mut *tx)
-            .await
-            .map_err(s)?;
         tx.commit().await.map_err(s)?;
-        Ok(Some(RawGrant {
-            key: key.clone(),
-            owner: owner.to_string(),
-            token: next,
-            lock: None,
-            object: None,
-        }))
+        Ok(token.map(grant))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
         sqlx::query(lease_sqlite::protocol::RELEASE)
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
-            .execute(&self.pool)
+            .execute(&mut *self.writer.lock().await)
             .await
             .map_err(s)?;
         let mut waiters = self

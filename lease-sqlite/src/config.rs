@@ -76,7 +76,7 @@ pub enum CommitSync {
 }
 
 impl SqliteOptions {
-    /// The defaults: a 5 s busy timeout, up to 4 connections, [`CommitSync::Normal`], watch on
+    /// The defaults: a 5 s busy timeout, up to 4 read connections, [`CommitSync::Normal`], watch on
     /// with a 25 ms `data_version` interval.
     pub fn new() -> Self {
         Self::default()
@@ -89,7 +89,9 @@ impl SqliteOptions {
         self
     }
 
-    /// The largest number of connections the store keeps open (at least 1).
+    /// The largest number of connections the store keeps open for reads (inspect, fenced
+    /// reads; at least 1). Writes go through one more connection of the store's own, and a watch
+    /// through one per file and process.
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
@@ -217,7 +219,8 @@ pub(crate) fn check_path(path: &Path) -> Result<()> {
 }
 
 /// Applies what every connection of a store needs: create the file if missing, WAL journal,
-/// the commit durability, and the busy timeout.
+/// the commit durability, the busy timeout, and room for the rows of a large
+/// [`inspect_many`](lease_core::LeaseStore::inspect_many).
 pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> SqliteConnectOptions {
     let sync = match options.commit_sync {
         CommitSync::Normal => SqliteSynchronous::Normal,
@@ -227,6 +230,11 @@ pub(crate) fn apply(opts: SqliteConnectOptions, options: &SqliteOptions) -> Sqli
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(sync)
         .busy_timeout(options.busy_timeout)
+        // sqlx hands rows from the connection's worker thread to the task through a channel of
+        // 50 by default: 10,000 rows then cost 200 hand-offs between the two, measured at 27 to
+        // 293 ms for one inspect_many of 10,000 keys on the busy 2-core machine, against 21 to
+        // 39 ms with room for 1,024 (the statement itself: 7 to 11 ms).
+        .row_buffer_size(1024)
 }
 
 #[cfg(test)]

@@ -49,6 +49,15 @@ pub(crate) fn is_busy(err: &sqlx::Error) -> bool {
     matches!(primary_code(err), Some(SQLITE_BUSY | SQLITE_LOCKED))
 }
 
+/// Whether the error means the connection itself is gone (its worker thread or its I/O), so
+/// that it must be reopened rather than used again.
+pub(crate) fn breaks_connection(err: &sqlx::Error) -> bool {
+    matches!(
+        err,
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed | sqlx::Error::Protocol(_)
+    )
+}
+
 /// What can go wrong with the SQLite file, before it becomes a [`lease_core::Error`].
 #[derive(Debug)]
 pub(crate) enum SqliteError {

@@ -8,6 +8,7 @@ use lease_core::{
 };
 
 use lease_core::backend::{corrupt, decode_token};
+use sqlx::Connection;
 
 use crate::error::BACKEND;
 use crate::protocol;
@@ -50,59 +51,61 @@ impl SqliteFencedResource {
             "fenced install"
         });
         let _turn = self.inner.gate.ordinary().await;
-        let mut tx = self
-            .inner
-            .pool
-            .begin_with(protocol::BEGIN)
-            .await
-            .map_err(&map)?;
-        let row: Option<(i64, Option<Vec<u8>>, i64, i64)> = sqlx::query_as(protocol::SELECT_FENCED)
-            .bind(key.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(&map)?;
-        let mut state = decode(key, row)?;
-        if let Some(high_water) = state.high_water
-            && token < high_water
-        {
-            tx.rollback().await.map_err(&map)?;
-            tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
-            return Ok(WriteOutcome::Rejected {
-                presented: token,
-                high_water,
-            });
+        let mut conn = self.inner.writer().await.map_err(&map)?;
+        let done = async {
+            let mut tx = conn.begin_with(protocol::BEGIN).await?;
+            let row: Option<(i64, Option<Vec<u8>>, i64, i64)> =
+                sqlx::query_as(protocol::SELECT_FENCED)
+                    .bind(key.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let mut state = match decode(key, row) {
+                Ok(state) => state,
+                Err(e) => return Ok(Err(e)),
+            };
+            if let Some(high_water) = state.high_water
+                && token < high_water
+            {
+                tx.rollback().await?;
+                tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
+                return Ok(Ok(WriteOutcome::Rejected {
+                    presented: token,
+                    high_water,
+                }));
+            }
+            state.high_water = Some(token);
+            match op {
+                Some(WriteOp::Put(v)) => {
+                    state.value = Some(v);
+                    state.accepted = state.accepted.saturating_add(1);
+                }
+                Some(WriteOp::Add(n)) => {
+                    state.counter = state.counter.saturating_add(n);
+                    state.accepted = state.accepted.saturating_add(1);
+                }
+                // `WriteOp` is non-exhaustive: refuse what this version cannot apply.
+                Some(other) => {
+                    tx.rollback().await?;
+                    return Ok(Err(lease_core::Error::InvalidInput(format!(
+                        "unsupported write {other:?}"
+                    ))));
+                }
+                None => {}
+            }
+            sqlx::query(protocol::UPSERT_FENCED)
+                .bind(key.as_str())
+                .bind(token.to_i64())
+                .bind(state.value)
+                .bind(state.counter)
+                .bind(i64::try_from(state.accepted).unwrap_or(i64::MAX))
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            tracing::trace!(backend = BACKEND, key = %key, token = %token, "fenced write accepted");
+            Ok(Ok(WriteOutcome::Accepted { high_water: token }))
         }
-        state.high_water = Some(token);
-        match op {
-            Some(WriteOp::Put(v)) => {
-                state.value = Some(v);
-                state.accepted = state.accepted.saturating_add(1);
-            }
-            Some(WriteOp::Add(n)) => {
-                state.counter = state.counter.saturating_add(n);
-                state.accepted = state.accepted.saturating_add(1);
-            }
-            // `WriteOp` is non-exhaustive: refuse what this version cannot apply.
-            Some(other) => {
-                tx.rollback().await.map_err(&map)?;
-                return Err(lease_core::Error::InvalidInput(format!(
-                    "unsupported write {other:?}"
-                )));
-            }
-            None => {}
-        }
-        sqlx::query(protocol::UPSERT_FENCED)
-            .bind(key.as_str())
-            .bind(token.to_i64())
-            .bind(state.value)
-            .bind(state.counter)
-            .bind(i64::try_from(state.accepted).unwrap_or(i64::MAX))
-            .execute(&mut *tx)
-            .await
-            .map_err(&map)?;
-        tx.commit().await.map_err(&map)?;
-        tracing::trace!(backend = BACKEND, key = %key, token = %token, "fenced write accepted");
-        Ok(WriteOutcome::Accepted { high_water: token })
+        .await;
+        self.inner.check(done).map_err(&map)?
     }
 }
 

@@ -5,7 +5,13 @@
 //! the race for the lock again and again until its lease expires. Every store in this process that
 //! writes to the same file therefore first waits its turn in fair [`tokio::sync::Mutex`]es and
 //! holds the turn only for its one statement or transaction; the busy handler is then only
-//! needed against *other* processes.
+//! needed against *other* processes. With the turn held, a store writes on its one write
+//! connection (its lock is then never contended), so a write costs no pool checkout.
+//!
+//! Cost when nobody waits: two uncontended `tokio::sync::Mutex` locks for an acquire, one for a
+//! renewal or release (an atomic operation each, no hand-off to another thread); measured on
+//! the busy 2-core machine, a SQLite round trip to a connection's worker thread takes 30 to
+//! 55 µs at the median, and the queue's locks made no difference above that noise.
 //!
 //! Keeping a lease (renew, release) goes before trying to get one (acquire, fenced writes): those
 //! first queue among themselves and only the head of that queue waits for the turn, so a renewal

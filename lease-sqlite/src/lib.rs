@@ -31,18 +31,22 @@
 //!   *step* (a manual change, an NTP step) shortens or lengthens every lease by that step: a step
 //!   forward can expire a lease before its holder's local deadline. Fencing tokens keep the
 //!   protected resource safe even then; keep the clock slewed (NTP, chrony), not stepped.
-//! - **Tokens never go back.** The highest token per key is kept in its own table
-//!   (`lease_generation`) that is only ever increased, in a WAL-mode file, so tokens survive
-//!   release, expiry, deleted lease rows, and crashes and restarts of any process
-//!   ([`TokenDurability::Durable`](lease_core::TokenDurability)). By default
+//! - **Tokens never go back.** A key's token lives in its lease row (`lease_holder`), which
+//!   release and expiry keep (release only ends the lease); a grant writes one above both that
+//!   token and the key's floor in `lease_generation`, and a trigger raises that floor to the
+//!   token of any lease row deleted by anyone (a cleanup job, an operator). So tokens survive
+//!   release, expiry, deleted lease rows, and crashes and restarts of any process, in a
+//!   WAL-mode file ([`TokenDurability::Durable`](lease_core::TokenDurability)). By default
 //!   ([`CommitSync::Normal`]) a crash of the whole *host* may roll back the last grants, whose
 //!   holders all died with it; [`CommitSync::Full`] fsyncs every commit to survive that too, at
-//!   the price of an fsync per operation. Deleting the file (or restoring an old copy) resets
-//!   tokens: treat the file as state.
-//! - **Atomic operations.** Acquire is one `BEGIN IMMEDIATE` transaction; renew, release and
-//!   inspect are one statement each. Within a process, writers to one file take turns in a fair
-//!   queue in which renewals and releases go before acquires; across processes they wait for
-//!   each other in SQLite's busy handler. Writers wait up to the busy timeout
+//!   the price of an fsync per operation. Deleting the file (or restoring an old copy, or
+//!   dropping the `lease_holder` table) resets tokens: treat the file as state.
+//! - **Atomic operations.** Acquire, renew, release and inspect are one statement each (an
+//!   acquire refused by a holder reads who holds it with a second one); a writing statement
+//!   takes the file's write lock before it runs. Within a process, writers to one file take
+//!   turns in a fair queue in which renewals and releases go before acquires, and each store
+//!   writes on one connection of its own; across processes they wait for each other in
+//!   SQLite's busy handler. Writers wait up to the busy timeout
 //!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
 //!   [`Error::Unavailable`](lease_core::Error::Unavailable) built by
 //!   [`Error::refused`](lease_core::Error::refused): retryable, and certainly not applied
@@ -61,12 +65,15 @@
 //!   create the file if it is missing and create the schema (idempotently; several processes may
 //!   do it at once). A directory that does not exist, a path that is a directory, a URL that is
 //!   not `sqlite:` or an in-memory database is an [`Error::Config`](lease_core::Error::Config).
-//! - [`SqliteOptions`] sets the busy timeout, the connection limit, [`CommitSync`] and the
-//!   watch (on or off, and its poll interval).
+//! - [`SqliteOptions`] sets the busy timeout, the number of read connections, [`CommitSync`]
+//!   and the watch (on or off, and its poll interval).
+//! - A file written by an older version of this crate is upgraded in place when it is opened
+//!   (schema version 1 to 2: triggers added, no row rewritten); its tokens continue above the
+//!   old ones. An older build then refuses the file (`Error::Config`, newer schema).
 //!
 //! ## Tables
-//! `lease_meta` (schema version), `lease_generation`, `lease_holder`, `lease_fenced`; they live
-//! next to any tables of your own in the same file. [`protocol`] holds the schema and every
+//! `lease_meta` (schema version), `lease_holder`, `lease_generation`, `lease_fenced`, and two
+//! triggers on `lease_holder`; they live next to any tables of your own in the same file. [`protocol`] holds the schema and every
 //! statement the crate sends.
 
 mod config;

@@ -219,7 +219,7 @@ async fn data_version(conn: &mut SqliteConnection) -> sqlx::Result<i64> {
 /// Which of `keys` have no unexpired holder now.
 async fn free_keys(conn: &mut SqliteConnection, keys: &[String]) -> sqlx::Result<Vec<String>> {
     let rows = sqlx::query(protocol::FREE_KEYS)
-        .bind(json_array(keys))
+        .bind(json_array(keys.iter().map(String::as_str)))
         .fetch_all(&mut *conn)
         .await?;
     rows.iter().map(|r| r.try_get(0)).collect()
@@ -227,9 +227,10 @@ async fn free_keys(conn: &mut SqliteConnection, keys: &[String]) -> sqlx::Result
 
 /// A JSON array of strings. Keys are DNS-1123 names; quotes and backslashes are escaped all the
 /// same.
-fn json_array(keys: &[String]) -> String {
-    let mut out = String::from("[");
-    for (i, k) in keys.iter().enumerate() {
+pub(crate) fn json_array<'a>(keys: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let mut out = String::with_capacity(2 + keys.len() * 24);
+    out.push('[');
+    for (i, k) in keys.enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -407,10 +408,7 @@ mod tests {
 
     #[test]
     fn json_arrays_escape() {
-        assert_eq!(json_array(&[]), "[]");
-        assert_eq!(
-            json_array(&["a".to_string(), "b\"\\".to_string()]),
-            r#"["a","b\"\\"]"#
-        );
+        assert_eq!(json_array(std::iter::empty()), "[]");
+        assert_eq!(json_array(["a", "b\"\\"].into_iter()), r#"["a","b\"\\"]"#);
     }
 }

@@ -10,7 +10,7 @@ use lease_core::{
 use lease_sqlite::{CommitSync, SqliteLeaseStore, SqliteOptions};
 use lease_testkit::{CaseResult, Ctx};
 
-use super::{dir, fresh_file, must_acquire, raw, req};
+use super::{dir, fresh_file, must_acquire, raw, raw_create, req};
 
 /// An unparsable or foreign URL, an in-memory database, a directory that does not exist, or a
 /// directory given as the file: each an `Error::Config`, and no file is created.
@@ -83,6 +83,17 @@ pub(crate) async fn tokens_survive_reopen_and_deleted_rows(ctx: Ctx) -> CaseResu
     let l1 = must_acquire(&first, &key, &a).await?;
     assert_eq!(first.release(&l1).await?, ReleaseOutcome::Released);
     first.close().await;
+    // A closed store refuses writes and reads (nothing applied), and does not reopen itself.
+    for _ in 0..2 {
+        match first.acquire(&req(&key, &b)).await {
+            Err(e @ Error::Unavailable { .. }) => assert!(!e.outcome_unknown(), "{e:?}"),
+            other => return Err(format!("acquire on a closed store: {other:?}").into()),
+        }
+    }
+    assert!(matches!(
+        first.inspect(&key).await,
+        Err(Error::Unavailable { .. })
+    ));
 
     let second = SqliteLeaseStore::open(&path).await?;
     assert_eq!(
@@ -122,6 +133,152 @@ pub(crate) async fn tokens_survive_reopen_and_deleted_rows(ctx: Ctx) -> CaseResu
         "{} !> {} after the generation row was deleted",
         l4.token(),
         l3.token()
+    );
+
+    // A released row deleted by a cleanup job (the row outlives its release) still floors the
+    // next token, and so does a row deleted by key.
+    assert_eq!(second.release(&l4).await?, ReleaseOutcome::Released);
+    sqlx::query("DELETE FROM lease_holder WHERE expires_ms <= 0")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    assert_eq!(
+        second.inspect(&key).await?.last_token,
+        Some(l4.token()),
+        "the token was lost with the released row"
+    );
+    let l5 = must_acquire(&second, &key, &b).await?;
+    assert!(
+        l5.token() > l4.token(),
+        "{} !> {} after the released row was deleted",
+        l5.token(),
+        l4.token()
+    );
+    sqlx::query("DELETE FROM lease_holder WHERE key = ?1")
+        .bind(key.as_str())
+        .execute(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let l6 = must_acquire(&second, &key, &a).await?;
+    assert!(l6.token() > l5.token(), "{} !> {}", l6.token(), l5.token());
+
+    // An update that would lower the token is refused and changes nothing.
+    let lowered = sqlx::query("UPDATE lease_holder SET token = 1 WHERE key = ?1")
+        .bind(key.as_str())
+        .execute(&mut conn)
+        .await;
+    assert!(lowered.is_err(), "a lowered token was accepted");
+    assert_eq!(
+        second.inspect(&key).await?.holder.map(|h| h.token),
+        Some(l6.token())
+    );
+    Ok(())
+}
+
+/// The schema of version 1 (lease-sqlite before the token moved into the holder row), as that
+/// version created it, and the rows it wrote: every grant wrote `lease_generation`, release
+/// deleted the holder row.
+const SCHEMA_V1: [&str; 5] = [
+    "CREATE TABLE lease_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT",
+    "CREATE TABLE lease_generation (key TEXT PRIMARY KEY NOT NULL, last_token INTEGER NOT NULL CHECK (last_token > 0)) STRICT",
+    "CREATE TABLE lease_holder (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, token INTEGER NOT NULL CHECK (token > 0), ttl_ms INTEGER NOT NULL CHECK (ttl_ms > 0), expires_ms INTEGER NOT NULL) STRICT",
+    "CREATE TABLE lease_fenced (key TEXT PRIMARY KEY NOT NULL, high_water INTEGER NOT NULL CHECK (high_water > 0), value BLOB, counter INTEGER NOT NULL DEFAULT 0, accepted INTEGER NOT NULL DEFAULT 0 CHECK (accepted >= 0)) STRICT",
+    "INSERT INTO lease_meta (name, value) VALUES ('schema_version', 1)",
+];
+
+/// A file written by schema version 1 keeps working: opening it upgrades it in place (version
+/// 2, the triggers added), its holder stays the holder, and tokens continue above the old ones,
+/// for a released key (token only in `lease_generation`), a held one and an expired one.
+pub(crate) async fn schema_v1_file_is_upgraded_and_tokens_continue(ctx: Ctx) -> CaseResult {
+    let path = fresh_file(&ctx, "v1");
+    let mut conn = raw_create(&path).await.map_err(|e| e.to_string())?;
+    for ddl in SCHEMA_V1 {
+        sqlx::query(ddl)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    // released: granted up to 41, released (holder row deleted by version 1);
+    // held: token 7, held by "old" for an hour; expired: token 12, expired a minute ago.
+    let a = OwnerId::with_label("old");
+    for (key, token) in [("released", 41), ("held", 7), ("expired", 12)] {
+        sqlx::query("INSERT INTO lease_generation (key, last_token) VALUES (?1, ?2)")
+            .bind(key)
+            .bind(token)
+            .execute(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    for (key, token, expires) in [("held", 7, 3_600_000), ("expired", 12, -60_000)] {
+        sqlx::query(
+            "INSERT INTO lease_holder (key, owner, token, ttl_ms, expires_ms) \
+             VALUES (?1, ?2, ?3, 60000, CAST(ROUND(unixepoch('subsec') * 1000) AS INTEGER) + ?4)",
+        )
+        .bind(key)
+        .bind(a.as_str())
+        .bind(token)
+        .bind(expires)
+        .execute(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+
+    let store = SqliteLeaseStore::open(&path).await?;
+    let version: i64 =
+        sqlx::query_scalar("SELECT value FROM lease_meta WHERE name = 'schema_version'")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    assert_eq!(version, lease_sqlite::protocol::SCHEMA_VERSION);
+    assert_eq!(version, 2);
+    let triggers: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    assert_eq!(triggers, 2, "the triggers were not added");
+
+    let b = OwnerId::with_label("new");
+    let (released, held, expired) = (
+        LeaseKey::new("released")?,
+        LeaseKey::new("held")?,
+        LeaseKey::new("expired")?,
+    );
+    let states = store
+        .inspect_many(&[released.clone(), held.clone(), expired.clone()])
+        .await?;
+    let last: Vec<_> = states
+        .iter()
+        .map(|s| s.last_token.map(|t| t.get()))
+        .collect();
+    assert_eq!(last, [Some(41), Some(7), Some(12)]);
+    match store.acquire(&req(&held, &b)).await? {
+        AcquireOutcome::Held(h) => assert_eq!((h.owner, h.token.get()), (a.clone(), 7)),
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("granted {} over a key held in the old file", l.token()).into());
+        }
+    }
+    assert_eq!(must_acquire(&store, &released, &b).await?.token().get(), 42);
+    assert_eq!(must_acquire(&store, &expired, &b).await?.token().get(), 13);
+    // The old holder keeps renewing and releasing with the token it has.
+    let old = lease_core::Lease::resume(
+        held.clone(),
+        a.clone(),
+        FencingToken::new(7)?,
+        Duration::from_secs(60),
+    );
+    assert!(matches!(
+        store.renew(&old).await?,
+        lease_core::RenewOutcome::Renewed(_)
+    ));
+    assert_eq!(store.release(&old).await?, ReleaseOutcome::Released);
+    assert_eq!(must_acquire(&store, &held, &b).await?.token().get(), 8);
+    // Opening it again changes nothing.
+    drop(store);
+    let again = SqliteLeaseStore::open(&path).await?;
+    assert_eq!(
+        again.inspect(&released).await?.last_token.map(|t| t.get()),
+        Some(42)
     );
     Ok(())
 }

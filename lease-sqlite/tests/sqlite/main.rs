@@ -84,6 +84,15 @@ impl lease_testkit::Backend for Sqlite {
     }
 }
 
+/// A plain sqlx connection that creates the database file at `path`.
+pub(crate) async fn raw_create(path: &Path) -> Result<sqlx::SqliteConnection, sqlx::Error> {
+    let opts = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .busy_timeout(Duration::from_secs(5));
+    sqlx::SqliteConnection::connect_with(&opts).await
+}
+
 /// A plain sqlx connection to `path`, for poking at the file behind the store's back.
 pub(crate) async fn raw(path: &Path) -> Result<sqlx::SqliteConnection, sqlx::Error> {
     let opts = sqlx::sqlite::SqliteConnectOptions::new()
@@ -137,6 +146,10 @@ fn main() {
             case!(
                 "sqlite",
                 conformance::tokens_survive_reopen_and_deleted_rows
+            ),
+            case!(
+                "sqlite",
+                conformance::schema_v1_file_is_upgraded_and_tokens_continue
             ),
             case!(
                 "sqlite",
