@@ -105,7 +105,7 @@ impl Target {
 
     /// A new client of the backend's fenced resource through `addr` (the real server or a proxy
     /// in front of it): the PostgreSQL high-water table, the Redis script resource, the etcd and
-    /// Kubernetes resources, the SQLite generation table.
+    /// Kubernetes resources, the SQLite `lease_fenced` table.
     ///
     /// # Errors
     /// As `lease::connect_resource`.

@@ -80,7 +80,7 @@ fn token(t: u16) -> FencingToken {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreKind {
     /// One row (or hash) changed atomically per request: compare-and-set on expiry and owner;
-    /// tokens from a counter kept next to it (PostgreSQL's sequence, SQLite's generation column,
+    /// tokens from a counter kept next to it (PostgreSQL's sequence, SQLite's token column floored by its deletion trigger,
     /// Redis's `gen` key). With `clock_floor`, a grant's token is `max(counter + 1, clock floor)`
     /// (the Redis script's rule, and the fixed PostgreSQL failover rule).
     Row {

@@ -16,9 +16,9 @@ impl Report {
              scripts (`EVALSHA`) on its connection manager. etcd: the store's request sequence \
              (acquire: range of the lock prefix, lease grant, txn on the prefix's create revision; \
              release: range of the lock key, txn on its create revision and lease, lease revoke) \
-             on its client. SQLite: the store's immediate transaction (one read, two upserts) and \
-             release `DELETE` on a pool with the store's settings; the library adds its in-process \
-             FIFO write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
+             on its client. SQLite: the store's acquire upsert `RETURNING token` \
+             (when refused, a read of the holder) on one write connection and its release \
+             `UPDATE`, with the store's settings; the library adds its in-process write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
              the Lease, then a resourceVersion-guarded REPLACE with the holder and token \
              annotations, or a CREATE; release: REPLACE of the granted object with an empty \
              holder); the library adds its observation bookkeeping."

@@ -535,7 +535,7 @@ it, at most 8 storms. A green storm above means something only because every row
 
 Each contender has its own client of the store and of the backend's fenced resource (the
 PostgreSQL high-water table, the Redis script resource, the etcd and Kubernetes resources, the
-SQLite generation table), each behind its own fault link: a loopback TCP proxy for network
+SQLite `lease_fenced` table), each behind its own fault link: a loopback TCP proxy for network
 backends, an in-process wrapper for SQLite and the memory store. A contender acquires through the
 supervisor, holds the lease for 0.5 to 2 TTLs (several renewal intervals), writes through the
 fenced resource while `may_act()` holds (each write cancelled with the lease), and releases. In
