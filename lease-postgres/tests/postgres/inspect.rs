@@ -14,9 +14,7 @@ use super::{SCHEMA, store};
 pub(crate) async fn inspect_many_of_10000_keys_matches_single_inspects(ctx: Ctx) -> CaseResult {
     let store = store().await?;
     let n = 10_000;
-    let keys: Vec<LeaseKey> = (0..n)
-        .map(|i| ctx.key(&format!("k{i:05}")))
-        .collect();
+    let keys: Vec<LeaseKey> = (0..n).map(|i| ctx.key(&format!("k{i:05}"))).collect();
     // Rows written in one statement (the floor trigger draws their tokens): i % 3 == 0 held,
     // i % 3 == 1 released, i % 3 == 2 no row.
     let written: Vec<&str> = keys
