@@ -29,9 +29,11 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// A [`LeaseStore`] on a PostgreSQL table, over a `sqlx` connection pool.
 ///
-/// - **acquire** is one statement: the seed's upsert (insert, or take over only when
-///   `lease_until <= clock_timestamp()`), extended so that the same owner may re-acquire. The
-///   token is drawn by a trigger, `greatest(requested, nextval(seq), server clock in µs)`, so
+/// - **acquire** is one statement: the seed's upsert semantics (insert, or take over only when
+///   `lease_until <= clock_timestamp()`), extended so that the same owner may re-acquire; an
+///   existing row is updated first, a new key inserted. A takeover writes
+///   `greatest(old + 1, server clock in µs)`; a new row's token is drawn by a trigger,
+///   `greatest(requested, nextval(seq), server clock in µs)` (and so is the seed's `+ 1`), so
 ///   tokens never go back, even after a row is deleted, when the seed's own statements share the
 ///   table, or after a failover to an asynchronous standby (assuming the promoted server's clock
 ///   does not lag the old primary's by more than the failover took; see
