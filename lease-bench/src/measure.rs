@@ -640,16 +640,18 @@ pub(crate) async fn handoff_notified(
         let waiter = tokio::spawn(async move {
             let deadline = Instant::now() + ttl * 2;
             let owner = OwnerId::random().to_string();
+            // As the supervisor: subscribed first, then an attempt, then a wait for a hint (a
+            // store may notify only releases that follow a refused attempt: PostgreSQL does).
             let granted = loop {
-                match tokio::time::timeout_at(deadline, hints.recv()).await {
-                    Err(_) => break Err("no notification let the raw waiter in".to_string()),
-                    Ok(None) => break Err("the subscription ended".to_string()),
-                    Ok(Some(())) => {}
-                }
                 match waiter_raw.acquire(&waiter_key, &owner, ttl).await {
                     Ok(Some(g)) => break Ok((Instant::now(), g)),
                     Ok(None) => {}
                     Err(e) => break Err(e),
+                }
+                match tokio::time::timeout_at(deadline, hints.recv()).await {
+                    Err(_) => break Err("no notification let the raw waiter in".to_string()),
+                    Ok(None) => break Err("the subscription ended".to_string()),
+                    Ok(Some(())) => {}
                 }
             };
             (hints, granted)

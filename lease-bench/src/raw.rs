@@ -148,6 +148,7 @@ impl Raw for PgRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        // One statement: a grant, or a refusal that marks the row for a wake-up (library layout).
         let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
             .bind(key.as_str())
             .bind(owner)
@@ -166,7 +167,8 @@ impl Raw for PgRaw {
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        // The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch).
+        // The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch)
+        // when an acquire was refused since the last notification (the refusal marked the row).
         sqlx::query(AssertSqlSafe(self.sql.release_notify.as_str()))
             .bind(g.key.as_str())
             .bind(g.owner.as_str())

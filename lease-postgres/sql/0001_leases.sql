@@ -1,5 +1,6 @@
--- lease-postgres schema, version 2 (version 1 had no clock floor and no keep trigger; migrate()
--- upgrades it in place: every object below is created if missing or replaced).
+-- lease-postgres schema, version 3 (version 1 had no clock floor and no keep trigger; version 2
+-- ran the floor trigger on every acquire and notified every release; migrate() upgrades both in
+-- place: every object below is created if missing or replaced, and the wake column is added).
 --
 -- sql/0001_leases.sql is sql/leases.sql.template rendered for the default table public.leases; it is
 -- exactly what `PostgresLeaseStore::migrate()` runs for that table (idempotent). For another
@@ -22,11 +23,22 @@ CREATE TABLE IF NOT EXISTS "public"."leases" (
     lease_until   timestamptz NOT NULL,
     fencing_token bigint      NOT NULL CHECK (fencing_token > 0),
     -- The TTL of the current grant in milliseconds (NULL for rows written by other tools).
-    ttl_ms        bigint      CHECK (ttl_ms > 0)
+    ttl_ms        bigint      CHECK (ttl_ms > 0),
+    -- Whether a release must notify (ADR 0011): 1 once an acquire was refused, 2 after the
+    -- release that notified for it, 0 after a release that had no one to notify.
+    wake          smallint    NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2))
 );
+-- Version 2 tables gain the wake column (no rewrite: a constant default).
+ALTER TABLE "public"."leases"
+    ADD COLUMN IF NOT EXISTS wake smallint NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2));
 
--- Tokens never go back: every INSERT, and every UPDATE that changes fencing_token, gets
+-- Tokens never go back: every INSERT, and every UPDATE that changes fencing_token without
+-- raising it by more than one, gets
 -- greatest(requested token, nextval(sequence), server clock in microseconds since 1970).
+-- The library's own takeover writes greatest(old + 1, server clock in microseconds) itself: that
+-- raises the token by more than one, and the WHEN clause of the update trigger skips it (no
+-- function call on the grant path). A refused acquire, a renewal and a release do not change the
+-- token and fire nothing either. The seed's takeover (old + 1) is floored by the trigger.
 -- * The row: a takeover requests old + 1, so a key's token grows while its row exists.
 -- * The sequence: only grows, and the keep trigger below lifts it over every deleted row's token,
 --   so a token drawn after a row was deleted is still greater than every token that row had.
@@ -59,7 +71,7 @@ BEGIN
     RETURN NEW;
 END
 $fn$;
-COMMENT ON FUNCTION "public"."lease_token_floor"() IS 'lease-postgres token floor v2';
+COMMENT ON FUNCTION "public"."lease_token_floor"() IS 'lease-postgres token floor v3';
 
 -- A deleted (or truncated) row takes its generation with it; lift the sequence to it first, so
 -- that the next token for that key is above it without relying on the clock.
@@ -86,8 +98,15 @@ END
 $fn$;
 
 CREATE OR REPLACE TRIGGER "leases_token_floor"
-    BEFORE INSERT OR UPDATE OF fencing_token ON "public"."leases"
+    BEFORE INSERT ON "public"."leases"
     FOR EACH ROW EXECUTE FUNCTION "public"."lease_token_floor"('"public"."leases_token_seq"');
+
+CREATE OR REPLACE TRIGGER "leases_token_floor_update"
+    BEFORE UPDATE OF fencing_token ON "public"."leases"
+    FOR EACH ROW
+    WHEN (NEW.fencing_token IS DISTINCT FROM OLD.fencing_token
+          AND NOT (NEW.fencing_token > OLD.fencing_token + 1))
+    EXECUTE FUNCTION "public"."lease_token_floor"('"public"."leases_token_seq"');
 
 CREATE OR REPLACE TRIGGER "leases_token_keep"
     BEFORE DELETE ON "public"."leases"

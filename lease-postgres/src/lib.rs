@@ -116,11 +116,18 @@
 //! [`advisory_lock_id`] documents the stable key-to-id mapping.
 //!
 //! ## Watching a key
-//! A release wakes waiters on other processes through `LISTEN`/`NOTIFY`: the release statement
-//! is `WITH r AS (UPDATE .. RETURNING resource_key) SELECT pg_notify(<channel>, r.resource_key)
-//! FROM r`, one round trip that notifies (at commit) only when it freed the key. The channel is
-//! per table ([`TableName::notify_channel`], `lease:public.leases` by default); the payload is
-//! the key.
+//! A release wakes waiters on other processes through `LISTEN`/`NOTIFY`. A refused acquire
+//! marks the row (`wake = 1`, in the same statement, under the row lock); the release statement
+//! is `UPDATE .. SET lease_until = '-infinity', wake = .. RETURNING CASE WHEN wake = 2 THEN
+//! pg_notify(<channel>, resource_key)::text END`, one round trip that notifies (at commit) only
+//! when it freed the key **and** an acquire was refused since the last notification. An
+//! uncontended release sends nothing, so releases do not serialise on `NOTIFY`'s commit lock.
+//! A watch that is about to wait marks the row too (and yields a hint at once if the key is
+//! already free), so a release that commits after the mark is never missed; a watch that is
+//! never polled (the [`Supervisor`](lease_core::supervisor::Supervisor)'s, when its first attempt
+//! is granted) costs nothing. The seed
+//! layout's table has no mark column: there every release notifies. The channel is per table
+//! ([`TableName::notify_channel`], `lease:public.leases` by default); the payload is the key.
 //! ```no_run
 //! # use lease_core::{LeaseKey, LeaseStore};
 //! # use lease_postgres::PostgresLeaseStore;
@@ -128,7 +135,8 @@
 //! # let store = PostgresLeaseStore::connect("postgres://postgres@127.0.0.1:5432/test").await?;
 //! let key = LeaseKey::new("nightly-report")?;
 //! let mut watch = store.watch(&key).await?.expect("notifications are on by default");
-//! // ... try to acquire; if held, wait for a hint (or the holder's expiry) and try again:
+//! // ... then try to acquire (a refusal asks the release to notify); if held, wait for a hint
+//! // (or the holder's expiry) and try again:
 //! match watch.changed().await {
 //!     Some(Ok(())) => println!("released: try again now"),
 //!     _ => println!("the listener broke: poll instead"),

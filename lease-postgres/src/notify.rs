@@ -2,12 +2,20 @@
 //! per-key [`KeyWatch`]es.
 //!
 //! - A successful release runs `pg_notify(<channel>, <key>)` in its own statement (see
-//!   `Statements::release_notify`), so the notification is sent exactly when the transaction that
-//!   freed the key commits.
+//!   `Statements::release_notify`) when an acquire of the key was refused since the last
+//!   notification, so the notification is sent exactly when the transaction that freed the key
+//!   commits, and only if someone waits.
 //! - Each store (all its clones) has at most one listener: a [`PgListener`] on its own
 //!   connection (`application_name = lease-postgres-listener`), started by the first
 //!   [`watch`](lease_core::LeaseStore::watch) and `LISTEN`ing before that call returns. A task
 //!   reads it and wakes the watchers of the notified key only (a map from key to senders).
+//! - A release notifies only a marked row (library layout, ADR 0011). A refused acquire marks
+//!   it; so does a watch that is about to wait: the first time a [`KeyWatch`] is polled with no
+//!   hint pending, and again after each hint it delivered, it runs `Statements::arm_watch`
+//!   (`UPDATE .. SET wake = 1`, one round trip). If that finds the key free (released before
+//!   the mark, so no notification will come for it), the watch yields a hint at once, unless it
+//!   already reported that same free state. A watch that is never polled (an acquire granted at
+//!   the first attempt) sends nothing.
 //! - **A lost connection is never papered over**: the listener does not reconnect by itself.
 //!   When its connection breaks, the task closes the hub and every open watch ends (its stream
 //!   returns `None`), so waiters fall back to polling; the next `watch` starts a new listener.
@@ -23,11 +31,14 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
+use futures::future::BoxFuture;
 use lease_core::{KeyWatch, LeaseKey};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::client::Client;
 use crate::config::TableName;
 use crate::error::{BACKEND, PgError};
 
@@ -68,29 +79,38 @@ impl Notifier {
     }
 
     /// Subscribes to `key`, starting the listener if none is running. When this returns, the
-    /// listener is `LISTEN`ing, so every release that commits from now on reaches the watch (or
-    /// the watch ends). Cancel safe: a half-started listener is dropped.
+    /// listener is `LISTEN`ing, so every notification committed from now on reaches the watch
+    /// (or the watch ends); the watch marks the row itself before it waits (module docs).
+    /// Cancel safe: a half-started listener is dropped.
     pub(crate) async fn watch(
         &self,
-        pool: &PgPool,
+        client: &Arc<Client>,
         key: &LeaseKey,
-        within: Duration,
     ) -> Result<KeyWatch, PgError> {
+        let arm = client.sql.arm_watch.is_some().then(|| Arm {
+            client: Arc::clone(client),
+            needed: true,
+            last_free: None,
+            running: None,
+        });
         if let Some(sub) = self.subscribe(key) {
-            return Ok(KeyWatch::new(Box::pin(sub)));
+            return Ok(KeyWatch::new(Box::pin(sub.with_arm(arm))));
         }
         let _starting = self.starting.lock().await;
         if let Some(sub) = self.subscribe(key) {
-            return Ok(KeyWatch::new(Box::pin(sub))); // another watch() started one meanwhile
+            // another watch() started one meanwhile
+            return Ok(KeyWatch::new(Box::pin(sub.with_arm(arm))));
         }
-        let hub = self.start(pool, within).await?;
+        let hub = self
+            .start(&client.pool, client.options.op_timeout())
+            .await?;
         let sub = Hub::subscribe(&hub, key).ok_or_else(|| {
             PgError::Sql(sqlx::Error::Protocol(
                 "the new listener closed at once".into(),
             ))
         })?;
         *self.current.lock().unwrap_or_else(PoisonError::into_inner) = Some(hub);
-        Ok(KeyWatch::new(Box::pin(sub)))
+        Ok(KeyWatch::new(Box::pin(sub.with_arm(arm))))
     }
 
     /// A subscription on the current hub, if it is open.
@@ -189,6 +209,7 @@ impl Hub {
             hub: Arc::clone(hub),
             key: key.as_str().to_string(),
             id,
+            arm: None,
         })
     }
 
@@ -287,13 +308,132 @@ struct Subscription {
     hub: Arc<Hub>,
     key: String,
     id: u64,
+    /// Marks the row before waiting (library layout); `None` where every release notifies.
+    arm: Option<Arm>,
+}
+
+/// What the row looked like when a watch marked it.
+enum Seen {
+    /// Held: the mark is on the row, the release will notify.
+    Held,
+    /// Free (released or expired), with its last token; `None`: no row (nothing to mark).
+    Free(Option<i64>),
+}
+
+/// The marking state of one watch.
+struct Arm {
+    client: Arc<Client>,
+    /// The row must be marked before the next wait: at the start, and after each hint.
+    needed: bool,
+    /// The free state last reported by a hint of the mark itself (so that a key that stays
+    /// free does not wake its watcher again and again).
+    last_free: Option<Option<i64>>,
+    /// The mark in flight: a task of its own, so that it finishes (and returns its pooled
+    /// connection) even when the watch is not polled again soon; aborted if the watch is dropped.
+    running: Option<tokio::task::JoinHandle<lease_core::Result<Seen>>>,
+}
+
+impl Drop for Arm {
+    fn drop(&mut self) {
+        if let Some(task) = self.running.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Arm {
+    fn mark(client: Arc<Client>, key: String) -> BoxFuture<'static, lease_core::Result<Seen>> {
+        Box::pin(async move {
+            let Some(sql) = client.sql.arm_watch.as_deref() else {
+                return Ok(Seen::Held);
+            };
+            let row = client
+                .bounded("watch", async {
+                    let mut conn = crate::conn::Guarded::acquire(&client.pool).await?;
+                    let r = sqlx::query(AssertSqlSafe(sql))
+                        .bind(key.as_str())
+                        .fetch_optional(conn.get())
+                        .await;
+                    conn.finish();
+                    Ok(r?)
+                })
+                .await
+                .map_err(|e| e.into_error(client.cx("watch")))?;
+            let Some(row) = row else {
+                return Ok(Seen::Free(None));
+            };
+            let cx = client.cx("watch");
+            let token: i64 = row
+                .try_get("fencing_token")
+                .map_err(|e| crate::error::map(e, cx))?;
+            let held: bool = row.try_get("held").map_err(|e| crate::error::map(e, cx))?;
+            Ok(if held {
+                Seen::Held
+            } else {
+                Seen::Free(Some(token))
+            })
+        })
+    }
+}
+
+impl Subscription {
+    fn with_arm(mut self, arm: Option<Arm>) -> Self {
+        self.arm = arm;
+        self
+    }
 }
 
 impl Stream for Subscription {
     type Item = lease_core::Result<()>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx).map(|hint| hint.map(Ok))
+        let this = &mut *self;
+        match this.rx.poll_recv(cx) {
+            Poll::Ready(Some(())) => {
+                if let Some(arm) = this.arm.as_mut() {
+                    // The release consumed the mark: mark again before the next wait. A mark
+                    // still in flight is left to finish (its answer is not needed).
+                    arm.needed = true;
+                    arm.running = None;
+                }
+                return Poll::Ready(Some(Ok(())));
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {}
+        }
+        let Some(arm) = this.arm.as_mut() else {
+            return Poll::Pending;
+        };
+        if !arm.needed {
+            return Poll::Pending;
+        }
+        let running = arm.running.get_or_insert_with(|| {
+            tokio::spawn(Arm::mark(Arc::clone(&arm.client), this.key.clone()))
+        });
+        let seen = match Pin::new(running).poll(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Ok(r)) => r,
+            Poll::Ready(Err(e)) => Err(lease_core::Error::unavailable(
+                BACKEND,
+                format!("watch: marking the row failed: {e}"),
+                None,
+            )),
+        };
+        arm.running = None;
+        arm.needed = false;
+        match seen {
+            Err(e) => Poll::Ready(Some(Err(e))),
+            Ok(Seen::Held) => Poll::Pending, // `rx` holds the waker
+            Ok(Seen::Free(token)) => {
+                if arm.last_free == Some(token) {
+                    Poll::Pending
+                } else {
+                    // Freed before the mark: no notification will say so.
+                    arm.last_free = Some(token);
+                    Poll::Ready(Some(Ok(())))
+                }
+            }
+        }
     }
 }
 

@@ -18,7 +18,7 @@ pub const MIGRATION: &str = include_str!("../sql/0001_leases.sql");
 
 /// The comment `migrate()` puts on the token trigger's function; `verify_schema()` requires it,
 /// so a schema installed by an earlier version (no clock floor) is refused until migrated.
-pub const FLOOR_VERSION: &str = "lease-postgres token floor v2";
+pub const FLOOR_VERSION: &str = "lease-postgres token floor v3";
 
 /// The migration template (`sql/leases.sql.template`): `{{schema}}` and `{{table}}` stand for
 /// the validated names.
@@ -31,8 +31,14 @@ const LIBRARY_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table
     lease_until   timestamptz NOT NULL,
     fencing_token bigint      NOT NULL CHECK (fencing_token > 0),
     -- The TTL of the current grant in milliseconds (NULL for rows written by other tools).
-    ttl_ms        bigint      CHECK (ttl_ms > 0)
-);";
+    ttl_ms        bigint      CHECK (ttl_ms > 0),
+    -- Whether a release must notify (ADR 0011): 1 once an acquire was refused, 2 after the
+    -- release that notified for it, 0 after a release that had no one to notify.
+    wake          smallint    NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2))
+);
+-- Version 2 tables gain the wake column (no rewrite: a constant default).
+ALTER TABLE \"{{schema}}\".\"{{table}}\"
+    ADD COLUMN IF NOT EXISTS wake smallint NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2));";
 
 /// The seed's `coordination_lease` columns ([`TableLayout::Seed`]): created only if the table is
 /// missing; an existing table is kept as it is.
@@ -82,13 +88,14 @@ fn render(template: &str, schema: &str, table: &str) -> String {
 pub const MIGRATE_LOCK: &str =
     "SELECT pg_advisory_xact_lock(1818583411, hashtext('lease-postgres migrate'))";
 
-/// Checks the schema: `$1` table, `$2` sequence, `$3` high-water-mark table, `$4` floor trigger,
+/// Checks the schema: `$1` table, `$2` sequence, `$3` high-water-mark table, `$4` floor trigger
+/// (and `$4_update`, both enabled and on the current function),
 /// `$5` keep trigger, `$6` [`FLOOR_VERSION`], `$7` the owner column of the layout.
 pub const VERIFY_SCHEMA: &str = "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL, \
         to_regclass($3) IS NOT NULL, \
-        EXISTS (SELECT 1 FROM pg_trigger \
-                WHERE tgrelid = to_regclass($1) AND tgname = $4 AND tgenabled <> 'D' \
-                  AND obj_description(tgfoid, 'pg_proc') = $6), \
+        (SELECT count(*) FROM pg_trigger \
+                WHERE tgrelid = to_regclass($1) AND tgname IN ($4, $4 || '_update') \
+                  AND tgenabled <> 'D' AND obj_description(tgfoid, 'pg_proc') = $6) = 2, \
         EXISTS (SELECT 1 FROM pg_trigger \
                 WHERE tgrelid = to_regclass($1) AND tgname = $5 AND tgenabled <> 'D'), \
         EXISTS (SELECT 1 FROM pg_attribute \
@@ -120,16 +127,25 @@ pub struct Statements {
     pub acquire: String,
     /// The current holder of a key (if unexpired), its remaining time and last token.
     pub inspect: String,
+    /// [`inspect`](Self::inspect) for many keys in one statement: `$1` the keys (`text[]`);
+    /// one row per key, in input order (`ord`, from 1), duplicates kept; a key without a row
+    /// has NULL token and owner.
+    pub inspect_many: String,
     /// Conditional extension by owner and token while unexpired.
     pub renew: String,
     /// One statement renewing many leases.
     pub renew_many: String,
     /// Conditional release by owner and token while unexpired; keeps the row and its token.
     pub release: String,
-    /// `release`, plus `pg_notify(<channel>, key)` for the released row, in the same statement
-    /// (one round trip, one transaction). Returns one row iff it released; the command tag's
-    /// count (`SELECT 1` / `SELECT 0`) is the same as the plain `UPDATE`'s.
+    /// `release`, plus `pg_notify(<channel>, key)` in its `RETURNING` for the released row when
+    /// an acquire of the key was refused since the last notification (library layout; always
+    /// with the seed's table): one round trip, one transaction. The command tag's count
+    /// (`UPDATE 1` / `UPDATE 0`) is the plain `UPDATE`'s.
     pub release_notify: String,
+    /// Marks the row of `$1` for a wake-up (`wake = 1`), for a watch about to wait; returns the
+    /// row's token and whether it is held now, or no row. `None` on the seed's table (no mark:
+    /// every release notifies there).
+    pub arm_watch: Option<String>,
     /// Locks and validates the lease row for a fenced transaction.
     pub lock_row: String,
     /// Locks the lease row and reads its generation (the lease-row fenced resource).
@@ -161,33 +177,70 @@ impl Statements {
         let fence = t.sibling("_fence");
         // `clock_timestamp()` (not `now()`): the server's clock at the moment the row is looked
         // at, even inside a longer transaction. Expiry is decided by it alone.
-        // One statement decides and reports: a refused attempt rewrites the row unchanged so
-        // that RETURNING names the holder of exactly the row version the decision was made on.
+        // One statement decides and reports: a refused attempt rewrites the row (marking it for
+        // a wake-up, library layout) so that RETURNING names the holder of exactly the row
+        // version the decision was made on, and so that a release committed after the refusal
+        // sees the mark (ADR 0011).
         // `c.now` is read once, at statement start (before any row-lock wait): a grant is never
         // early, and the granted row's lease_until is never later than the client believes.
-        let granted =
-            format!("(l.lease_until <= (SELECT now FROM c) OR l.{owner} = excluded.{owner})");
-        let (ttl_col, ttl_val, ttl_set, ttl_out) = if seed {
-            (String::new(), "", String::new(), "NULL::bigint AS ttl_ms")
+        //
+        // An existing row (the usual case) is taken by the UPDATE `u`, which computes the token
+        // itself: greatest(old + 1, server clock in µs), the floor of ADR 0010 without the
+        // sequence (only a deleted row needs it, and a deleted row means an INSERT). A rise of
+        // more than one is skipped by the update trigger's WHEN clause, and a refusal does not
+        // change the token: no trigger function runs. Only a new row goes through the INSERT
+        // `i` (and its trigger, which draws from the sequence); its ON CONFLICT branch covers a
+        // row inserted concurrently after the statement's snapshot.
+        let clock_us = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
+        let g_u = format!("(l.lease_until <= c.now OR l.{owner} = $2{cast})");
+        let g_i = format!("(l.lease_until <= (SELECT now FROM c) OR l.{owner} = excluded.{owner})");
+        let (ttl_col, ttl_val, ttl_u, ttl_i, ttl_out) = if seed {
+            (
+                String::new(),
+                "",
+                String::new(),
+                String::new(),
+                "NULL::bigint AS ttl_ms",
+            )
         } else {
             (
                 ", ttl_ms".to_string(),
-                ", $3",
-                format!(", ttl_ms = CASE WHEN {granted} THEN excluded.ttl_ms ELSE l.ttl_ms END"),
+                ", $3::bigint",
+                format!(
+                    ", ttl_ms = CASE WHEN {g_u} THEN $3::bigint ELSE l.ttl_ms END, \
+                     wake = CASE WHEN {g_u} THEN l.wake ELSE 1 END"
+                ),
+                format!(
+                    ", ttl_ms = CASE WHEN {g_i} THEN excluded.ttl_ms ELSE l.ttl_ms END, \
+                     wake = CASE WHEN {g_i} THEN l.wake ELSE 1 END"
+                ),
                 "l.ttl_ms",
             )
         };
         let acquire = format!(
-            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
-             INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
-             SELECT $1, $2{cast}, c.now + $3::bigint * interval '1 millisecond', 1{ttl_val} FROM c \
-             ON CONFLICT (resource_key) DO UPDATE \
-               SET {owner} = CASE WHEN {granted} THEN excluded.{owner} ELSE l.{owner} END, \
-                   lease_until = CASE WHEN {granted} THEN excluded.lease_until ELSE l.lease_until END, \
-                   fencing_token = CASE WHEN {granted} THEN l.fencing_token + 1 ELSE l.fencing_token END\
-                   {ttl_set} \
-             RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
-               ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us"
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now), \
+             u AS (UPDATE {table} AS l \
+               SET {owner} = CASE WHEN {g_u} THEN $2{cast} ELSE l.{owner} END, \
+                   lease_until = CASE WHEN {g_u} \
+                     THEN c.now + $3::bigint * interval '1 millisecond' ELSE l.lease_until END, \
+                   fencing_token = CASE WHEN {g_u} \
+                     THEN greatest(l.fencing_token + 1, {clock_us}) ELSE l.fencing_token END\
+                   {ttl_u} \
+               FROM c WHERE l.resource_key = $1 \
+               RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
+                 ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint AS remaining_us), \
+             i AS (INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
+               SELECT $1, $2{cast}, c.now + $3::bigint * interval '1 millisecond', 1{ttl_val} \
+               FROM c WHERE NOT EXISTS (SELECT 1 FROM u) \
+               ON CONFLICT (resource_key) DO UPDATE \
+                 SET {owner} = CASE WHEN {g_i} THEN excluded.{owner} ELSE l.{owner} END, \
+                     lease_until = CASE WHEN {g_i} THEN excluded.lease_until ELSE l.lease_until END, \
+                     fencing_token = CASE WHEN {g_i} \
+                       THEN greatest(l.fencing_token + 1, {clock_us}) ELSE l.fencing_token END\
+                     {ttl_i} \
+               RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
+                 ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us) \
+             SELECT * FROM u UNION ALL SELECT * FROM i"
         );
         let inspect = format!(
             "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
@@ -196,6 +249,16 @@ impl Statements {
                          THEN ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint \
                     END AS remaining_us \
              FROM {table} l, c WHERE l.resource_key = $1"
+        );
+        let inspect_many = format!(
+            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
+             SELECT k.ord, {owner_out}, l.fencing_token, {ttl_out}, \
+                    CASE WHEN l.lease_until > c.now \
+                         THEN ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint \
+                    END AS remaining_us \
+             FROM unnest($1::text[]) WITH ORDINALITY AS k(key, ord) CROSS JOIN c \
+             LEFT JOIN {table} l ON l.resource_key = k.key \
+             ORDER BY k.ord"
         );
         let renew_ttl = if seed { "" } else { ", ttl_ms = $4" };
         let renew = format!(
@@ -220,15 +283,33 @@ impl Statements {
                AND lease_until > clock_timestamp()"
         );
         // The channel is built from the validated table name ([a-z0-9_.:] and hex digits only),
-        // so it can be a literal. NOTIFY is sent at commit, and only if the UPDATE matched.
+        // so it can be a literal. NOTIFY is sent at commit, and only for a row the UPDATE freed.
+        // Library layout: only if an acquire was refused since the last notification (wake = 1,
+        // set under the row lock by the refusal; ADR 0011), and the mark is consumed (2: this
+        // release notified; 0: no one to notify). The seed's table has no mark: always.
         let channel = t.notify_channel();
-        let release_notify = format!(
-            "WITH r AS (UPDATE {table} SET lease_until = '-infinity' \
-             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
-               AND lease_until > clock_timestamp() \
-             RETURNING resource_key) \
-             SELECT pg_notify('{channel}', r.resource_key) FROM r"
-        );
+        let release_notify = if seed {
+            format!(
+                "UPDATE {table} SET lease_until = '-infinity' \
+                 WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+                   AND lease_until > clock_timestamp() \
+                 RETURNING pg_notify('{channel}', resource_key)::text"
+            )
+        } else {
+            format!(
+                "UPDATE {table} SET lease_until = '-infinity', \
+                   wake = CASE WHEN wake = 1 THEN 2 ELSE 0 END \
+                 WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
+                   AND lease_until > clock_timestamp() \
+                 RETURNING CASE WHEN wake = 2 THEN pg_notify('{channel}', resource_key)::text END"
+            )
+        };
+        let arm_watch = (!seed).then(|| {
+            format!(
+                "UPDATE {table} SET wake = 1 WHERE resource_key = $1 \
+                 RETURNING fencing_token, lease_until > clock_timestamp() AS held"
+            )
+        });
         let lock_row = format!(
             "SELECT 1 FROM {table} \
              WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3 \
@@ -263,10 +344,12 @@ impl Statements {
         Statements {
             acquire,
             inspect,
+            inspect_many,
             renew,
             renew_many,
             release,
             release_notify,
+            arm_watch,
             lock_row,
             lock_generation,
             still_valid,
@@ -348,16 +431,27 @@ mod tests {
     }
 
     #[test]
-    fn release_notifies_on_the_tables_channel() {
+    fn release_notifies_on_the_tables_channel_only_for_a_marked_row() {
         let s = Statements::new(&TableName::default(), TableLayout::Library);
         assert_eq!(
             s.release_notify,
-            "WITH r AS (UPDATE \"public\".\"leases\" SET lease_until = '-infinity' \
+            "UPDATE \"public\".\"leases\" SET lease_until = '-infinity', \
+             wake = CASE WHEN wake = 1 THEN 2 ELSE 0 END \
              WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3 \
-             AND lease_until > clock_timestamp() RETURNING resource_key) \
-             SELECT pg_notify('lease:public.leases', r.resource_key) FROM r"
+             AND lease_until > clock_timestamp() \
+             RETURNING CASE WHEN wake = 2 THEN pg_notify('lease:public.leases', resource_key)::text END"
         );
         assert!(!s.release.contains("pg_notify"));
+        // A refusal marks the row; a grant keeps the mark for the waiters still waiting.
+        assert!(s.acquire.contains(
+            "wake = CASE WHEN (l.lease_until <= c.now OR l.owner = $2) THEN l.wake ELSE 1 END"
+        ));
+        let seed = Statements::new(&TableName::default(), TableLayout::Seed);
+        assert!(
+            seed.release_notify
+                .ends_with("RETURNING pg_notify('lease:public.leases', resource_key)::text")
+        );
+        assert!(!seed.acquire.contains("wake"));
     }
 
     #[test]

@@ -61,7 +61,10 @@ pub(crate) async fn verify(client: &Client) -> Result<()> {
         })
         .await
         .map_err(|e| e.into_error(client.cx("verify schema")))?;
-    let trigger = format!("{trigger} ({})", protocol::FLOOR_VERSION);
+    let trigger = format!(
+        "{trigger} and {trigger}_update ({})",
+        protocol::FLOOR_VERSION
+    );
     let column = format!("column {owner} of {} ({layout:?} layout)", names[0]);
     let present: [bool; 6] = [
         row.get(0),

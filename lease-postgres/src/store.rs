@@ -29,9 +29,11 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// A [`LeaseStore`] on a PostgreSQL table, over a `sqlx` connection pool.
 ///
-/// - **acquire** is one statement: the seed's upsert (insert, or take over only when
-///   `lease_until <= clock_timestamp()`), extended so that the same owner may re-acquire. The
-///   token is drawn by a trigger, `greatest(requested, nextval(seq), server clock in µs)`, so
+/// - **acquire** is one statement: the seed's upsert semantics (insert, or take over only when
+///   `lease_until <= clock_timestamp()`), extended so that the same owner may re-acquire; an
+///   existing row is updated first, a new key inserted. A takeover writes
+///   `greatest(old + 1, server clock in µs)`; a new row's token is drawn by a trigger,
+///   `greatest(requested, nextval(seq), server clock in µs)` (and so is the seed's `+ 1`), so
 ///   tokens never go back, even after a row is deleted, when the seed's own statements share the
 ///   table, or after a failover to an asynchronous standby (assuming the promoted server's clock
 ///   does not lag the old primary's by more than the failover took; see
@@ -43,7 +45,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///   clock ends leases early (fencing still rejects the old holder; see the crate docs).
 /// - TTLs are sent in milliseconds, rounded up; the lease reports the granted TTL.
 /// - **watch** (on by default, [`PostgresOptions::with_notify`]): a release that frees a key
-///   sends `pg_notify(<channel>, <key>)` in the same statement, on the table's channel
+///   for which an acquire was refused since the last notification sends
+///   `pg_notify(<channel>, <key>)` in the same statement, on the table's channel
 ///   ([`TableName::notify_channel`]); [`watch`](LeaseStore::watch) subscribes to the key on one
 ///   shared `LISTEN` connection per store. See [Watching a key](#watching-a-key).
 ///
@@ -52,9 +55,15 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// # Watching a key
 /// The first `watch` opens a dedicated connection (`application_name =
 /// lease-postgres-listener`, the pool's other connect options, bounded by the operation timeout)
-/// and `LISTEN`s before it returns, so every release committed after that reaches the watch.
-/// Later watches share it; each [`KeyWatch`] gets hints for its own key only and unsubscribes when
-/// dropped. PostgreSQL has no expiry events: a lease that simply runs out sends nothing (the
+/// and `LISTEN`s before it returns. Later watches share it; each [`KeyWatch`] gets hints for its
+/// own key only and unsubscribes when dropped. A release notifies only if the row was marked
+/// since the last notification (`wake`, ADR 0011): a refused acquire marks it, and so does the
+/// watch itself when it is about to wait (the first time it is polled with nothing pending, and
+/// after each hint: one `UPDATE`, under the row lock). Every release that commits after a mark
+/// reaches the watch; a release that committed before it is seen by the mark, which then yields
+/// a hint at once. A watch that is never polled (the supervisor's, when its first attempt is
+/// granted) sends nothing. A key that has no row yet cannot be marked: its watch hints once and
+/// then hears releases only after someone is refused. PostgreSQL has no expiry events: a lease that simply runs out sends nothing (the
 /// [`Supervisor`](lease_core::supervisor::Supervisor) already retries at the holder's reported
 /// remaining time). [`delete_prefix`](Self::delete_prefix) sends nothing either.
 ///
@@ -358,24 +367,35 @@ impl PostgresLeaseStore {
             })
             .await
             .map_err(|e| e.into_error(c.cx("inspect")))?;
-        let Some(row) = row else {
-            return Ok((None, None));
-        };
-        let cx = c.cx("inspect");
-        let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
-        let token: i64 = row
-            .try_get("fencing_token")
-            .map_err(|e| error::map(e, cx))?;
-        let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
-        let remaining_us: Option<i64> =
-            row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
-        let token = decode_token(BACKEND, key.as_str(), token)?;
-        let holder = match remaining_us {
-            Some(_) => Some(holder_from(key, owner, token, ttl_ms, remaining_us)?),
-            None => None,
-        };
-        Ok((holder, Some(token)))
+        match row {
+            Some(row) => state_from_row(key, &row, c.cx("inspect")),
+            None => Ok((None, None)),
+        }
     }
+}
+
+/// The holder (if unexpired) and last token of `key` from a row of `inspect` or `inspect_many`
+/// (a NULL token: no row).
+fn state_from_row(
+    key: &LeaseKey,
+    row: &sqlx::postgres::PgRow,
+    cx: ErrCtx<'_>,
+) -> Result<(Option<Holder>, Option<FencingToken>)> {
+    let token: Option<i64> = row
+        .try_get("fencing_token")
+        .map_err(|e| error::map(e, cx))?;
+    let Some(token) = token else {
+        return Ok((None, None));
+    };
+    let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
+    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+    let token = decode_token(BACKEND, key.as_str(), token)?;
+    let holder = match remaining_us {
+        Some(_) => Some(holder_from(key, owner, token, ttl_ms, remaining_us)?),
+        None => None,
+    };
+    Ok((holder, Some(token)))
 }
 
 impl LeaseRowFence {
@@ -559,7 +579,8 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     /// One statement. With notifications on (the default) it also sends
-    /// `pg_notify(<channel>, <key>)` when, and only when, it released: one round trip.
+    /// `pg_notify(<channel>, <key>)` when, and only when, it released a key for which an
+    /// acquire was refused since the last notification: one round trip.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         self.check_owner(lease.owner())?;
         let c = &self.client;
@@ -670,6 +691,50 @@ impl LeaseStore for PostgresLeaseStore {
         })
     }
 
+    /// One statement for all `keys` (`unnest($1) WITH ORDINALITY` joined to the table): one
+    /// round trip, one snapshot. States in input order, duplicates kept; keys never seen are
+    /// reported free, with no last token. An empty slice sends nothing.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = keys.iter().map(LeaseKey::as_str).collect();
+        let c = &self.client;
+        let rows = c
+            .bounded("inspect", async {
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.inspect_many.as_str()))
+                    .bind(&names)
+                    .fetch_all(conn.get())
+                    .await;
+                conn.finish();
+                Ok(r?)
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("inspect")))?;
+        if rows.len() != keys.len() {
+            return Err(Error::store_fault(
+                BACKEND,
+                format!("inspect_many: {} rows for {} keys", rows.len(), keys.len()),
+                None,
+            ));
+        }
+        keys.iter()
+            .zip(&rows)
+            .map(|(key, row)| {
+                let (holder, last_token) = state_from_row(key, row, c.cx("inspect"))?;
+                Ok(KeyState {
+                    key: key.clone(),
+                    holder,
+                    last_token,
+                })
+            })
+            .collect()
+    }
+
     /// Subscribes to releases of `key` on the store's shared listener (started on first use,
     /// `LISTEN`ing before this returns). `Ok(None)` when notifications are off. The watch ends
     /// if the listener's connection breaks. See [Watching a key](#watching-a-key).
@@ -685,7 +750,7 @@ impl LeaseStore for PostgresLeaseStore {
             return Ok(None);
         }
         self.notifier
-            .watch(self.pool(), key, self.options().op_timeout())
+            .watch(&self.client, key)
             .await
             .map(Some)
             .map_err(|e| e.into_error(self.client.cx("watch")))

@@ -10,6 +10,7 @@ mod clock;
 mod deadline;
 mod failure;
 mod fenced;
+mod inspect;
 mod row_fence;
 mod schema;
 mod seed;
@@ -132,6 +133,7 @@ fn main() {
             adopt::cases(),
             seed::cases(),
             fenced::cases(),
+            inspect::cases(),
             row_fence::cases(),
             advisory::cases(),
             clock::cases(),

@@ -74,6 +74,26 @@ pub(crate) async fn migrate_handles_a_schema_named_like_the_table(_ctx: Ctx) -> 
 /// shipped it before issue 18.
 const V1: &str = include_str!("schema_v1.sql");
 
+/// The schema version 2 installed (the floor trigger on every insert and token update, no wake
+/// column), as `sql/0001_leases.sql` shipped it before issue 22.
+const V2: &str = include_str!("schema_v2.sql");
+
+/// A grant on a schema that `migrate()` has not upgraded yet, with that schema's own trigger:
+/// the library's statements need the current columns.
+async fn grant_on_old_schema(
+    store: &PostgresLeaseStore,
+    table: &TableName,
+    key: &str,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        "INSERT INTO {table} (resource_key, owner, lease_until, fencing_token) \
+         VALUES ($1, 'old', '-infinity', 1) RETURNING fencing_token"
+    )))
+    .bind(key)
+    .fetch_one(store.pool())
+    .await
+}
+
 /// The server's clock in microseconds since 1970 (the trigger's clock floor).
 async fn server_micros(store: &PostgresLeaseStore) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
@@ -124,7 +144,18 @@ async fn grant(store: &PostgresLeaseStore, key: &str) -> Result<i64, lease_testk
 /// The keep triggers lift the sequence over a deleted or truncated row's token, so a token that
 /// is above the clock (written by a tool that bypassed the trigger) is still never undercut.
 pub(crate) async fn migrate_upgrades_a_version_1_schema(_ctx: Ctx) -> CaseResult {
-    let schema = format!("lease_pg_v1_{}", fastrand::u32(..));
+    upgrade("v1", V1).await
+}
+
+/// Issue 22: `migrate()` on a schema installed by version 2 adds the wake column and the split
+/// floor triggers; `verify_schema()` refuses the version 2 schema until then; tokens still go up
+/// across the upgrade and never go back after a deletion or truncation.
+pub(crate) async fn migrate_upgrades_a_version_2_schema(_ctx: Ctx) -> CaseResult {
+    upgrade("v2", V2).await
+}
+
+async fn upgrade(version: &str, ddl: &str) -> CaseResult {
+    let schema = format!("lease_pg_{version}_{}", fastrand::u32(..));
     let table = TableName::parse(&format!("{schema}.leases"))?;
     let store = PostgresLeaseStore::connect_lazy(
         &url(),
@@ -133,14 +164,14 @@ pub(crate) async fn migrate_upgrades_a_version_1_schema(_ctx: Ctx) -> CaseResult
     let result = async {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE SCHEMA \"{schema}\"; {}",
-            V1.replace("\"public\".", &format!("\"{schema}\"."))
+            ddl.replace("\"public\".", &format!("\"{schema}\"."))
         )))
         .execute(store.pool())
         .await?;
-        let old = grant(&store, "k").await?;
+        let old = grant_on_old_schema(&store, &table, "k").await?;
         let refused = store.verify_schema().await;
         if !matches!(refused, Err(lease_core::Error::Config { .. })) {
-            return Err(format!("verify_schema accepted a version 1 schema: {refused:?}").into());
+            return Err(format!("verify_schema accepted a {version} schema: {refused:?}").into());
         }
 
         store.migrate().await?;
@@ -187,5 +218,6 @@ pub(crate) fn cases() -> Vec<Case> {
     vec![
         case!("postgres", migrate_handles_a_schema_named_like_the_table),
         case!("postgres", migrate_upgrades_a_version_1_schema),
+        case!("postgres", migrate_upgrades_a_version_2_schema),
     ]
 }

@@ -1,6 +1,7 @@
 //! `watch` over LISTEN/NOTIFY against the real server: per-key wake-ups, table isolation,
-//! unsubscribe on drop, a killed listener, notifications off, and a supervisor handoff that only
-//! the watch can make in time.
+//! unsubscribe on drop, a killed listener, notifications off, a supervisor handoff that only
+//! the watch can make in time, releases that notify only when an acquire was refused, and no
+//! lost wake-up when a refusal races the release (ADR 0011).
 //!
 //! "Nothing arrived" is never checked with a sleep. Notifications reach a listener in commit
 //! order and the store's listener handles them one at a time, so after a *later* release's hint
@@ -11,7 +12,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use lease_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
-use lease_core::{KeyWatch, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, KeyWatch, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome,
+};
 use lease_postgres::{PostgresLeaseStore, PostgresOptions, TableName};
 use lease_testkit::cases::Case;
 use lease_testkit::{CaseResult, Ctx, Failed, case};
@@ -63,8 +66,23 @@ async fn barrier(
     let lease = ctx
         .must_acquire_with(store, key, &OwnerId::with_label("barrier"), ctx.long_ttl())
         .await?;
+    refused(store, key).await?;
     assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
     hint(w, "barrier").await
+}
+
+/// An acquire of `key` by another owner, which must be refused: it marks the row, so that the
+/// next release notifies (what a waiting supervisor's attempt does).
+async fn refused(store: &PostgresLeaseStore, key: &LeaseKey) -> CaseResult {
+    let req = AcquireRequest::new(
+        key.clone(),
+        OwnerId::with_label("waiter"),
+        Duration::from_secs(5),
+    );
+    match store.acquire(&req).await? {
+        AcquireOutcome::Held(_) => Ok(()),
+        AcquireOutcome::Acquired(l) => Err(format!("{key} was free: granted {}", l.token()).into()),
+    }
 }
 
 /// A watcher of A is woken by A's release, not by B's release, not by a release of A that
@@ -83,6 +101,8 @@ pub(crate) async fn watch_wakes_only_the_released_key(ctx: Ctx) -> CaseResult {
     let mut wb = store.watch(&b).await?.ok_or("watch is on by default")?;
     let mut wc = store.watch(&c).await?.ok_or("watch is on by default")?;
 
+    refused(&store, &a).await?;
+    refused(&store, &b).await?;
     assert_eq!(store.release(&lb).await?, ReleaseOutcome::Released);
     hint(&mut wb, "B's release").await?;
     // Re-acquiring A makes `la` stale: its release frees nothing and must not notify.
@@ -97,6 +117,7 @@ pub(crate) async fn watch_wakes_only_the_released_key(ctx: Ctx) -> CaseResult {
     );
     assert!(!pending(&mut wb), "B's watch got a second hint");
 
+    // The refusal of A before the re-acquire is still pending: the grant keeps the mark.
     assert_eq!(store.release(&la2).await?, ReleaseOutcome::Released);
     hint(&mut wa, "A's release").await?;
     // The waiter can now take it.
@@ -124,6 +145,8 @@ pub(crate) async fn watches_of_different_tables_are_separate(ctx: Ctx) -> CaseRe
             .must_acquire_with(&main, &k, &owner, ctx.long_ttl())
             .await?;
 
+        refused(&other, &k).await?;
+        refused(&main, &k).await?;
         assert_eq!(other.release(&l_other).await?, ReleaseOutcome::Released);
         hint(&mut w_other, "the other table's release").await?;
         barrier(&ctx, &main, &barrier_key, &mut w_barrier).await?;
@@ -160,6 +183,7 @@ pub(crate) async fn dropped_watches_unsubscribe(ctx: Ctx) -> CaseResult {
     let lease = ctx
         .must_acquire_with(&store, &b, &OwnerId::with_label("h"), ctx.long_ttl())
         .await?;
+    refused(&store, &b).await?;
     assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
     hint(&mut w3, "b's release").await?;
     drop(w3);
@@ -216,6 +240,7 @@ pub(crate) async fn killed_listener_ends_watches_and_next_watch_reconnects(ctx: 
         let lease = ctx
             .must_acquire_with(&store, &a, &OwnerId::with_label("h"), ctx.long_ttl())
             .await?;
+        refused(&store, &a).await?;
         assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
         hint(&mut again, "release after reconnect").await?;
 
@@ -324,6 +349,296 @@ pub(crate) async fn supervisor_handoff_is_woken_by_the_watch(ctx: Ctx) -> CaseRe
     Ok(())
 }
 
+/// A release with no mark before it sends no notification (no `NOTIFY`, so no cluster-wide
+/// commit lock); after a refusal, the next release notifies once and consumes the mark. Seen
+/// with a plain `LISTEN` of the table's channel (a store's watch would mark the row itself).
+pub(crate) async fn an_uncontended_release_notifies_nothing(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let (a, c) = (ctx.key("quiet"), ctx.key("barrier"));
+    let mut listener = sqlx::postgres::PgListener::connect(&url()).await?;
+    listener.listen(store.notify_channel()).await?;
+    // The payloads received up to and including the barrier key's (notifications arrive in
+    // commit order, so every earlier one has arrived by then).
+    let until_barrier =
+        async |listener: &mut sqlx::postgres::PgListener| -> Result<Vec<String>, Failed> {
+            let lease = ctx
+                .must_acquire_with(&store, &c, &OwnerId::with_label("barrier"), ctx.long_ttl())
+                .await?;
+            refused(&store, &c).await?;
+            assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+            let mut seen = Vec::new();
+            loop {
+                let n = tokio::time::timeout(WITHIN, listener.recv())
+                    .await
+                    .map_err(|_| "no barrier notification")??;
+                if n.payload() == c.as_str() {
+                    return Ok(seen);
+                }
+                seen.push(n.payload().to_string());
+            }
+        };
+    for _ in 0..3 {
+        let lease = ctx
+            .must_acquire_with(&store, &a, &OwnerId::with_label("h"), ctx.long_ttl())
+            .await?;
+        assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    }
+    let seen = until_barrier(&mut listener).await?;
+    assert!(
+        !seen.contains(&a.to_string()),
+        "an unmarked release notified: {seen:?}"
+    );
+
+    let lease = ctx
+        .must_acquire_with(&store, &a, &OwnerId::with_label("h"), ctx.long_ttl())
+        .await?;
+    refused(&store, &a).await?;
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    let lease = ctx
+        .must_acquire_with(&store, &a, &OwnerId::with_label("h"), ctx.long_ttl())
+        .await?;
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    let seen = until_barrier(&mut listener).await?;
+    let of_a = seen.iter().filter(|p| *p == a.as_str()).count();
+    assert_eq!(
+        of_a, 1,
+        "one notification for the release after the refusal, none for the next: {seen:?}"
+    );
+    Ok(())
+}
+
+/// A watch that waits marks the row itself: a release after it notifies even though nobody was
+/// refused, and a release before it (the key already free when the watch first waits) is
+/// reported at once by the mark.
+pub(crate) async fn a_waiting_watch_marks_the_row(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let key = ctx.key("observed");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &OwnerId::with_label("h"), ctx.long_ttl())
+        .await?;
+    let mut w = store.watch(&key).await?.ok_or("watch on")?;
+    // The first wait marks the row (held: no hint), then the release notifies.
+    let waiting = tokio::spawn(async move {
+        let r = tokio::time::timeout(WITHIN, w.changed()).await;
+        (w, r)
+    });
+    eventually(WITHIN, "the watch to mark the row", || async {
+        sqlx::query_scalar::<_, i16>(AssertSqlSafe(format!(
+            "SELECT wake FROM {SCHEMA}.leases WHERE resource_key = $1"
+        )))
+        .bind(key.as_str())
+        .fetch_one(store.pool())
+        .await
+        .is_ok_and(|wake| wake == 1)
+    })
+    .await?;
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    let (mut w, r) = waiting.await.map_err(|e| format!("task: {e}"))?;
+    if !matches!(r, Ok(Some(Ok(())))) {
+        return Err(format!("the release after the watch's mark did not wake it: {r:?}").into());
+    }
+    // Released before this wait: the mark sees the key free and says so once.
+    let lease = ctx
+        .must_acquire_with(&store, &key, &OwnerId::with_label("h2"), ctx.long_ttl())
+        .await?;
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    hint(&mut w, "the mark of a key released before the wait").await
+}
+
+/// Two waiters are refused; the holder's lease expires and the first waiter takes the key over
+/// (a grant without a release). The second waiter is still waiting: the grant must keep its
+/// mark, so that the new holder's release notifies. Heard on a plain `LISTEN` (a store's watch
+/// would also mark the row itself when it waits).
+pub(crate) async fn a_takeover_keeps_the_mark_of_the_other_waiters(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let key = ctx.key("takeover");
+    let mut listener = sqlx::postgres::PgListener::connect(&url()).await?;
+    listener.listen(store.notify_channel()).await?;
+    let first = ctx
+        .must_acquire_with(
+            &store,
+            &key,
+            &OwnerId::with_label("h"),
+            Duration::from_millis(300),
+        )
+        .await?;
+    refused(&store, &key).await?; // the second waiter
+    eventually(WITHIN, "the first holder's lease to expire", || async {
+        store.inspect(&key).await.is_ok_and(|s| s.holder.is_none())
+    })
+    .await?;
+    let next = ctx
+        .must_acquire_with(&store, &key, &OwnerId::with_label("w1"), ctx.long_ttl())
+        .await?;
+    assert!(next.token() > first.token());
+    assert_eq!(store.release(&next).await?, ReleaseOutcome::Released);
+    loop {
+        let n = tokio::time::timeout(WITHIN, listener.recv())
+            .await
+            .map_err(|_| "the new holder's release did not notify the second waiter")??;
+        if n.payload() == key.as_str() {
+            return Ok(());
+        }
+    }
+}
+
+/// Waits (polling, up to [`WITHIN`]) until a backend other than those in `known` is blocked by
+/// one of `blocked_by`, and returns its pid.
+async fn queued(
+    admin: &PostgresLeaseStore,
+    blocked_by: &[i32],
+    known: &[i32],
+) -> Result<i32, Failed> {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE pg_blocking_pids(pid) && $1::int[] AND NOT pid = ANY($2::int[]) LIMIT 1",
+        )
+        .bind(blocked_by)
+        .bind(known)
+        .fetch_optional(admin.pool())
+        .await?;
+        if let Some(pid) = pid {
+            return Ok(pid);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("nothing queued behind {blocked_by:?} within {WITHIN:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Holds the row lock of `key` in a transaction of `admin`'s (so that statements on the row
+/// queue behind it in the order they arrive); returns it and its backend pid.
+async fn lock_row(
+    admin: &PostgresLeaseStore,
+    key: &LeaseKey,
+) -> Result<(sqlx::Transaction<'static, sqlx::Postgres>, i32), Failed> {
+    let mut blocker = admin.pool().begin().await?;
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *blocker)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT 1 FROM {SCHEMA}.leases WHERE resource_key = $1 FOR UPDATE"
+    )))
+    .bind(key.as_str())
+    .execute(&mut *blocker)
+    .await?;
+    Ok((blocker, pid))
+}
+
+/// The lost wake-up race, forced: the row is locked by a third transaction; the statement that
+/// marks the row (a refused acquire, or the mark a waiting watch sends) and the holder's release
+/// queue behind it in a chosen order; then the lock goes. The release's snapshot is then older
+/// than the mark's commit. Whatever the order, the waiter is woken (or granted, when the release
+/// came before its acquire). A release that decided from its snapshot, or a mark that did not
+/// mark, leaves the waiter unwoken. Refusals are heard on a plain `LISTEN` (as the benchmark's
+/// raw protocol waits), watches through the store.
+pub(crate) async fn no_wake_up_is_lost_when_a_refusal_races_the_release(ctx: Ctx) -> CaseResult {
+    let holder = store().await?;
+    let waiter = store().await?;
+    let admin = store().await?;
+    let mut listener = sqlx::postgres::PgListener::connect(&url()).await?;
+    listener.listen(holder.notify_channel()).await?;
+    let mut lost = Vec::new();
+    for round in 0..12 {
+        let key = ctx.key(&format!("race{round}"));
+        let lease = ctx
+            .must_acquire_with(
+                &holder,
+                &key,
+                &OwnerId::with_label("holder"),
+                ctx.long_ttl(),
+            )
+            .await?;
+        let (hs, hl) = (holder.clone(), lease.clone());
+        let release = async move { hs.release(&hl).await };
+        let mark_first = round % 2 == 0;
+        let by_watch = round % 4 >= 2;
+        let (blocker, blocker_pid) = lock_row(&admin, &key).await?;
+        if by_watch {
+            let mut w = waiter.watch(&key).await?.ok_or("watch on")?;
+            // The first wait sends the watch's mark.
+            let wait = async move { tokio::time::timeout(WITHIN, w.changed()).await };
+            let (waiting, releasing, first) = if mark_first {
+                let waiting = tokio::spawn(wait);
+                let first = queued(&admin, &[blocker_pid], &[]).await?;
+                (waiting, tokio::spawn(release), first)
+            } else {
+                let releasing = tokio::spawn(release);
+                let first = queued(&admin, &[blocker_pid], &[]).await?;
+                (tokio::spawn(wait), releasing, first)
+            };
+            queued(&admin, &[blocker_pid, first], &[first]).await?;
+            blocker.commit().await?;
+            let released = releasing.await.map_err(|e| format!("{e}"))??;
+            assert_eq!(released, ReleaseOutcome::Released, "round {round}");
+            let woken = waiting.await.map_err(|e| format!("{e}"))?;
+            if !matches!(woken, Ok(Some(Ok(())))) {
+                lost.push(format!(
+                    "round {round} (watch, mark first = {mark_first}): not woken: {woken:?}"
+                ));
+            }
+            continue;
+        }
+        let (wk, ws) = (key.clone(), waiter.clone());
+        let attempt = async move {
+            let req =
+                AcquireRequest::new(wk, OwnerId::with_label("waiter"), Duration::from_secs(30));
+            ws.acquire(&req).await
+        };
+        let (attempt, release) = if mark_first {
+            let a = tokio::spawn(attempt);
+            let first = queued(&admin, &[blocker_pid], &[]).await?;
+            let r = tokio::spawn(release);
+            queued(&admin, &[blocker_pid, first], &[first]).await?;
+            (a, r)
+        } else {
+            let r = tokio::spawn(release);
+            let first = queued(&admin, &[blocker_pid], &[]).await?;
+            let a = tokio::spawn(attempt);
+            queued(&admin, &[blocker_pid, first], &[first]).await?;
+            (a, r)
+        };
+        blocker.commit().await?;
+        let attempt = attempt.await.map_err(|e| format!("acquire task: {e}"))??;
+        let released = release.await.map_err(|e| format!("release task: {e}"))??;
+        assert_eq!(released, ReleaseOutcome::Released, "round {round}");
+        match (mark_first, attempt) {
+            (true, AcquireOutcome::Held(_)) => loop {
+                match tokio::time::timeout(WITHIN, listener.recv()).await {
+                    Err(_) => {
+                        lost.push(format!(
+                            "round {round} (refusal first): the release did not notify"
+                        ));
+                        break;
+                    }
+                    Ok(n) => {
+                        if n?.payload() == key.as_str() {
+                            break;
+                        }
+                    }
+                }
+            },
+            (false, AcquireOutcome::Acquired(l)) => {
+                assert_eq!(waiter.release(&l).await?, ReleaseOutcome::Released);
+            }
+            (first, other) => {
+                return Err(format!(
+                    "round {round}: refusal first = {first}, but the acquire gave {other:?}"
+                )
+                .into());
+            }
+        }
+    }
+    if lost.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("lost wake-ups: {lost:?}").into())
+    }
+}
+
 /// This file's cases, registered by `main.rs`.
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -336,5 +651,12 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         case!("postgres", notify_off_offers_no_watch),
         case!("postgres", supervisor_handoff_is_woken_by_the_watch),
+        case!("postgres", an_uncontended_release_notifies_nothing),
+        case!("postgres", a_waiting_watch_marks_the_row),
+        case!("postgres", a_takeover_keeps_the_mark_of_the_other_waiters),
+        case!(
+            "postgres",
+            no_wake_up_is_lost_when_a_refusal_races_the_release
+        ),
     ]
 }
