@@ -130,6 +130,8 @@ pub(crate) struct PgRaw {
     sql: lease_postgres::protocol::Statements,
     /// The channel the release notifies, with the key as the payload.
     channel: String,
+    /// Readings of the server's transaction counter so far (each is a transaction itself).
+    stat_reads: std::sync::atomic::AtomicU64,
 }
 
 impl PgRaw {
@@ -138,6 +140,7 @@ impl PgRaw {
             pool: store.pool().clone(),
             sql: lease_postgres::protocol::Statements::new(store.table(), store.options().layout()),
             channel: store.notify_channel().to_string(),
+            stat_reads: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -208,6 +211,24 @@ impl Raw for PgRaw {
             .await
             .map(|v| format!("PostgreSQL {v}"))
             .map_err(s)
+    }
+    async fn server_requests(&self) -> R<Option<u64>> {
+        // Transactions the server counted for this database (every statement of the store is
+        // one transaction; a batch is one statement). Backends publish their counts when they
+        // go idle, at most once a second, or 10 s later (PostgreSQL 15's shared-memory stats),
+        // so a difference over a few intervals is exact to about one renewal wave. Our own
+        // readings are transactions too: the ones before this are left out.
+        let before = self
+            .stat_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database \
+             WHERE datname = current_database()",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(s)?;
+        Ok(Some(u64::try_from(n).map_err(s)?.saturating_sub(before)))
     }
 }
 

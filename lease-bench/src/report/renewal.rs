@@ -25,7 +25,9 @@ impl Report {
              default first (etcd: `LeaseSharing::PerGrant`, one etcd lease and so one keepalive \
              per grant, and `PerTtl`, one etcd lease shared per TTL). *Server requests* are counted by the server \
              itself over the same span, where it keeps such a counter (etcd: every gRPC message \
-             received, keepalives included, from its `/metrics`; Redis: the calls in `INFO \
+             received, keepalives included, from its `/metrics`; PostgreSQL: transactions of the \
+             database in `pg_stat_database`, which backends publish up to 10 s late, so the \
+             figure is exact to about one wave; Redis: the calls in `INFO \
              commandstats` of every command but those the store's Lua scripts run, since Redis \
              counts a command a script runs like one a client sent, so a batch's `EVALSHA` counts \
              once); where present, the goal is judged on them. CPU is this \
