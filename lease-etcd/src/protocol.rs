@@ -30,8 +30,8 @@
 //! ```
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType,
-    WatchOptions,
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchFilterType, WatchOptions,
 };
 use lease_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result};
 
@@ -139,6 +139,9 @@ pub fn waiter_watch() -> WatchOptions {
 /// if the lock is free, i.e. nothing under `mutex_prefix` has a create revision. With
 /// `previous = Some((key, create_revision))` (the caller's own key, alone under the prefix) it
 /// replaces that key instead, if nothing under the prefix is newer and the key is unchanged.
+/// If the comparison fails, the transaction reads the lock's holder instead ([`holder_query`]:
+/// the lowest key by create revision, and the number of keys), so that a refused acquire learns
+/// who holds the lock in the same request.
 pub fn acquire_txn(
     mutex_prefix: &str,
     previous: Option<(&[u8], i64)>,
@@ -162,7 +165,59 @@ pub fn acquire_txn(
         encode_owner(owner),
         Some(PutOptions::new().with_lease(lease_id)),
     ));
-    Txn::new().when(compares).and_then(ops)
+    Txn::new()
+        .when(compares)
+        .and_then(ops)
+        .or_else(vec![TxnOp::get(mutex_prefix, Some(holder_query()))])
+}
+
+/// The release transaction of a lock key: delete `lock_key` if it still has `token` as its
+/// create revision, `owner`'s value and an etcd lease, returning the deleted key (whose etcd
+/// lease the caller then revokes if the key was alone on it, see [`alone_on_its_lease`]).
+pub fn release_txn(lock_key: &[u8], token: FencingToken, owner: &OwnerId) -> Txn {
+    Txn::new()
+        .when(vec![
+            Compare::create_revision(lock_key.to_vec(), CompareOp::Equal, token.to_i64()),
+            Compare::value(lock_key.to_vec(), CompareOp::Equal, encode_owner(owner)),
+            Compare::lease(lock_key.to_vec(), CompareOp::NotEqual, 0),
+        ])
+        .and_then(vec![TxnOp::delete(
+            lock_key.to_vec(),
+            Some(DeleteOptions::new().with_prev_key()),
+        )])
+}
+
+/// Whether a lock key written by this crate sits alone on an etcd lease of its own: its name
+/// has no nonce and names the etcd lease it is on. Such an etcd lease was granted for this key
+/// by one acquire, which put this key and nothing else on it ([`LeaseSharing::PerGrant`]), so
+/// revoking it deletes exactly this key. Keys on a shared etcd lease carry a nonce.
+///
+/// [`LeaseSharing::PerGrant`]: crate::LeaseSharing::PerGrant
+pub fn alone_on_its_lease(lock_key: &[u8], lease_id: i64) -> bool {
+    lease_id != 0 && nonce_of(lock_key).is_none() && named_lease_of(lock_key) == Some(lease_id)
+}
+
+/// The end of the range of keys that start with `prefix` (its last byte incremented; lock
+/// prefixes end in `/`, so there is no carry).
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// One page of a batched inspect: from the request's key up to `end` (exclusive), at most
+/// [`RANGE_PAGE`] keys, at store revision `revision` (0: the newest; later pages read the
+/// revision of the first, so that all pages show one instant).
+pub fn inspect_page_query(end: Vec<u8>, revision: i64) -> GetOptions {
+    GetOptions::new()
+        .with_range(end)
+        .with_limit(RANGE_PAGE)
+        .with_revision(revision)
 }
 
 /// The transaction that deletes a lock key if it still has `create_revision` (the token) and
