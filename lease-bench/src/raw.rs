@@ -362,7 +362,8 @@ fn redis_client_requests(info: &str, script_commands: &[String]) -> u64 {
 
 // ---------------------------------------------------------------------------------------------
 // etcd: the requests of lease-etcd/src/store.rs (LeaseSharing::PerGrant), on its client:
-// acquire = lease grant + `protocol::acquire_txn`; release = lease revoke.
+// acquire = lease grant + `protocol::acquire_txn` on `protocol::slot_key(.., 0)`; release =
+// lease revoke.
 
 /// etcd over the library store's client.
 pub(crate) struct EtcdRaw {
@@ -407,13 +408,14 @@ impl Raw for EtcdRaw {
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
         // The store's acquire (LeaseSharing::PerGrant): the etcd lease first, then one txn that
-        // creates the lock key if the prefix is empty (and reads the holder otherwise).
+        // creates the lock key, under its first slot name, if the prefix is empty (and reads the
+        // holder otherwise).
         let prefix = protocol_etcd::mutex_prefix(self.config.prefix(), key);
         let who = OwnerId::new(owner).map_err(s)?;
         let ttl_secs = ttl_secs(ttl).map_err(s)?.as_i64();
         let mut lc = self.client.lease_client();
         let lease_id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
-        let lock_key = protocol_etcd::lock_key(self.config.prefix(), key, lease_id, None);
+        let lock_key = protocol_etcd::slot_key(self.config.prefix(), key, 0);
         let txn = protocol_etcd::acquire_txn(&prefix, None, &lock_key, &who, lease_id);
         let resp = self.client.kv_client().txn(txn).await.map_err(s)?;
         if !resp.succeeded() {

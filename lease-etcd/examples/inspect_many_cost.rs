@@ -33,9 +33,7 @@ async fn requests(addr: &str) -> Res<u64> {
 
 #[tokio::main]
 async fn main() -> Res<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map_or(Ok(10_000), |a| a.parse())?;
+    let n: usize = std::env::args().nth(1).map_or(Ok(10_000), |a| a.parse())?;
     let endpoint = std::env::var("LEASE_ETCD_ENDPOINTS")
         .unwrap_or_else(|_| "http://127.0.0.1:23790".to_string());
     let addr = endpoint
@@ -58,7 +56,11 @@ async fn main() -> Res<()> {
                 let (store, owner) = (store.clone(), owner.clone());
                 async move {
                     let req = AcquireRequest::new(k, owner, Duration::from_secs(120));
-                    store.acquire(&req).await?.lease().ok_or_else(|| "held".into())
+                    store
+                        .acquire(&req)
+                        .await?
+                        .lease()
+                        .ok_or_else(|| "held".into())
                 }
             })
             .buffer_unordered(64)
@@ -77,10 +79,9 @@ async fn main() -> Res<()> {
             }
             let (took_one, r2) = (t1.elapsed(), requests(&addr).await?);
             let held = many.iter().filter(|s| s.holder.is_some()).count();
-            let agree = many
-                .iter()
-                .zip(&one)
-                .all(|(a, b)| a.holder.as_ref().map(|h| h.token) == b.holder.as_ref().map(|h| h.token));
+            let agree = many.iter().zip(&one).all(|(a, b)| {
+                a.holder.as_ref().map(|h| h.token) == b.holder.as_ref().map(|h| h.token)
+            });
             println!(
                 "{sharing:?} round {round}: {n} held keys ({held} reported held, agree: {agree}): \
                  inspect_many {:.0} ms, {} requests; {n} x inspect {:.0} ms, {} requests; \

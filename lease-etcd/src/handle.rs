@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use etcd_client::KeyValue;
 use lease_core::backend::{decode_owner, decode_token};
-use lease_core::{Error, FencingToken, OwnerId, Result};
+use lease_core::{Error, FencingToken, LeaseKey, OwnerId, Result};
 use sha2::{Digest, Sha256};
 
 use crate::error::BACKEND;
-use crate::protocol::{FOREIGN_OWNER, owner_text};
+use crate::protocol::{self, FOREIGN_OWNER, owner_text};
 
 /// Refuses owners in the stand-in form `etcd-lock:<key>`: they name holders of etcd's own lock,
 /// whom nobody may renew or release through this crate.
@@ -52,37 +52,75 @@ pub(crate) fn token_of(kv: &KeyValue) -> Result<FencingToken> {
     )
 }
 
-/// What a lease's handle records: its etcd lease, the granted TTL in seconds, the nonce of its
-/// lock key when the etcd lease is shared, the etcd lease named in the lock key (differs from
-/// `lease_id` once a renewal moved the key onto another store's etcd lease), and, for a lock key
-/// on an etcd lease of its own, the tag with which a store vouches that the etcd lease carries
-/// exactly this lock key (see [`Secret`]). Written as hex fields separated by `/`: `lease/ttl`,
-/// then `/nonce[/named]` for a key on a shared etcd lease, or `/t<tag>` for a tagged one.
+/// What a lease's handle records: its etcd lease, the granted TTL in seconds, the name of its
+/// lock key (one of the two [slot names](crate::protocol::slot_key) of a key alone on an etcd
+/// lease of its own; or, for a key on a shared etcd lease, the etcd lease named in the key and its
+/// nonce, the named lease differing from `lease_id` once a renewal moved the key onto another
+/// store's etcd lease; or, for keys of earlier versions, the etcd lease alone), and, for a key
+/// alone on its etcd lease, the tag with which a store vouches for that (see [`Secret`]).
+/// Written as hex fields separated by `/`: `lease/ttl`, then `/s<slot>` for a slot name,
+/// `/nonce[/named]` for a key on a shared etcd lease, and `/t<tag>` for a tagged handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Handle {
     pub(crate) lease_id: i64,
     pub(crate) ttl_secs: i64,
+    pub(crate) slot: Option<u8>,
     pub(crate) nonce: Option<u64>,
     pub(crate) named: i64,
     pub(crate) tag: Option<Tag>,
 }
 
 impl Handle {
-    /// The handle of a lock key on an etcd lease of its own (no nonce), untagged.
+    /// The handle of a lock key named after etcd lease `lease_id` (earlier versions' keys), on
+    /// that etcd lease, untagged.
     pub(crate) fn per_grant(lease_id: i64, ttl_secs: i64) -> Handle {
         Handle {
             lease_id,
             ttl_secs,
+            slot: None,
             nonce: None,
             named: lease_id,
             tag: None,
         }
     }
 
-    /// This handle with `tag`, if it names a lock key on an etcd lease of its own; otherwise
+    /// The handle of a lock key with slot name `slot`, on etcd lease `lease_id`, untagged.
+    pub(crate) fn in_slot(lease_id: i64, ttl_secs: i64, slot: u8) -> Handle {
+        Handle {
+            slot: Some(slot),
+            ..Handle::per_grant(lease_id, ttl_secs)
+        }
+    }
+
+    /// The handle of the lock key `lock_key` on etcd lease `lease_id`, as its name shows it.
+    pub(crate) fn of_key(lock_key: &[u8], lease_id: i64, ttl_secs: i64) -> Handle {
+        match protocol::slot_of(lock_key) {
+            Some(slot) => Handle::in_slot(lease_id, ttl_secs, slot),
+            None => Handle {
+                nonce: protocol::nonce_of(lock_key),
+                named: protocol::named_lease_of(lock_key).unwrap_or(lease_id),
+                ..Handle::per_grant(lease_id, ttl_secs)
+            },
+        }
+    }
+
+    /// Whether the handle names a lock key that sits alone on its etcd lease (no nonce).
+    pub(crate) fn alone(&self) -> bool {
+        self.nonce.is_none() && (self.slot.is_some() || self.named == self.lease_id)
+    }
+
+    /// The lock key this handle names, for lease key `key` under lock name prefix `prefix`.
+    pub(crate) fn lock_key(&self, prefix: &str, key: &LeaseKey) -> String {
+        match self.slot {
+            Some(slot) => protocol::slot_key(prefix, key, slot),
+            None => protocol::lock_key(prefix, key, self.named, self.nonce),
+        }
+    }
+
+    /// This handle with `tag`, if it names a lock key alone on its etcd lease; otherwise
     /// unchanged (a shared etcd lease is never revoked for one key).
     pub(crate) fn tagged(self, tag: Tag) -> Handle {
-        if self.nonce.is_none() && self.named == self.lease_id {
+        if self.alone() {
             Handle {
                 tag: Some(tag),
                 ..self
@@ -96,29 +134,42 @@ impl Handle {
 impl fmt::Display for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:x}/{:x}", self.lease_id, self.ttl_secs)?;
-        match (self.nonce, self.tag) {
-            (Some(n), _) if self.named != self.lease_id => write!(f, "/{n:x}/{:x}", self.named),
-            (Some(n), _) => write!(f, "/{n:x}"),
-            (None, Some(tag)) => write!(f, "/t{tag}"),
-            (None, None) => Ok(()),
+        if let Some(slot) = self.slot {
+            write!(f, "/s{slot:x}")?;
+        }
+        match self.nonce {
+            Some(n) if self.named != self.lease_id => write!(f, "/{n:x}/{:x}", self.named)?,
+            Some(n) => write!(f, "/{n:x}")?,
+            None => {}
+        }
+        match self.tag {
+            Some(tag) if self.alone() => write!(f, "/t{tag}"),
+            _ => Ok(()),
         }
     }
 }
 
 pub(crate) fn parse_handle(handle: Option<&str>) -> Option<Handle> {
-    let mut parts = handle?.split('/');
+    let mut parts = handle?.split('/').peekable();
     let lease_id = i64::from_str_radix(parts.next()?, 16).ok()?;
     let ttl_secs = i64::from_str_radix(parts.next()?, 16).ok()?;
     let mut handle = Handle::per_grant(lease_id, ttl_secs);
-    match parts.next() {
-        Some(t) if t.starts_with('t') => handle.tag = Some(Tag::parse(&t[1..])?),
-        Some(n) => {
-            handle.nonce = Some(u64::from_str_radix(n, 16).ok()?);
-            if let Some(named) = parts.next() {
-                handle.named = i64::from_str_radix(named, 16).ok()?;
-            }
+    if let Some(s) = parts.peek().and_then(|p| p.strip_prefix('s')) {
+        handle.slot = Some(u8::from_str_radix(s, 16).ok().filter(|s| *s < 2)?);
+        parts.next();
+    } else if let Some(n) = parts.peek().filter(|p| !p.starts_with('t')) {
+        handle.nonce = Some(u64::from_str_radix(n, 16).ok()?);
+        parts.next();
+        if let Some(named) = parts.peek().filter(|p| !p.starts_with('t')) {
+            handle.named = i64::from_str_radix(named, 16).ok()?;
+            parts.next();
         }
-        None => {}
+    }
+    if let Some(t) = parts.next() {
+        handle.tag = Some(Tag::parse(t.strip_prefix('t')?)?);
+        if !handle.alone() {
+            return None;
+        }
     }
     if parts.next().is_some() {
         return None;
@@ -261,6 +312,8 @@ mod tests {
         for h in [
             Handle::per_grant(0x694d_7b1a_22f3, 30),
             Handle::per_grant(0x694d_7b1a_22f3, 30).tagged(tag),
+            Handle::in_slot(0x694d_7b1a_22f3, 30, 0),
+            Handle::in_slot(0x694d_7b1a_22f3, 30, 1).tagged(tag),
             Handle {
                 nonce: Some(0x1f),
                 ..Handle::per_grant(7, 2)
@@ -271,7 +324,7 @@ mod tests {
                 ..Handle::per_grant(7, 2)
             },
         ] {
-            assert_eq!(parse_handle(Some(&h.to_string())), Some(h));
+            assert_eq!(parse_handle(Some(&h.to_string())), Some(h), "{h}");
         }
         // A shared etcd lease's key is never tagged.
         let shared = Handle {
@@ -279,13 +332,26 @@ mod tests {
             ..Handle::per_grant(7, 2)
         };
         assert_eq!(shared.tagged(tag), shared);
+        let t = "ab".repeat(TAG_LEN);
+        assert_eq!(parse_handle(Some(&format!("7/2/1/t{t}"))), None);
         assert_eq!(parse_handle(Some("nonsense")), None);
         assert_eq!(parse_handle(Some("7/2/tab")), None);
-        assert_eq!(
-            parse_handle(Some("7/2/t00000000000000000000000000000000/1")),
-            None
-        );
+        assert_eq!(parse_handle(Some("7/2/s2")), None);
+        assert_eq!(parse_handle(Some(&format!("7/2/t{t}/1"))), None);
         assert_eq!(parse_handle(None), None);
+        let key = LeaseKey::new("k").unwrap();
+        assert_eq!(
+            Handle::in_slot(7, 2, 1).lock_key("lease/", &key),
+            "lease/k/lease-rs.1"
+        );
+        assert_eq!(
+            Handle::per_grant(0x2a, 2).lock_key("lease/", &key),
+            "lease/k/2a"
+        );
+        for name in ["lease/k/lease-rs.1", "lease/k/2a", "lease/k/2a-7"] {
+            let h = Handle::of_key(name.as_bytes(), 0x2a, 2);
+            assert_eq!(h.lock_key("lease/", &key), name);
+        }
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl EtcdLeaseStore {
                 resumed.push(slot);
                 continue;
             };
-            let lock_key = self.lock_key(lease.key(), handle.named, handle.nonce);
+            let lock_key = handle.lock_key(self.options.prefix(), lease.key());
             match (&self.shared, handle.nonce) {
                 (None, Some(_)) => out[slot] = Some(Err(shared_key_without_sharing())),
                 // On another store's shared etcd lease: that store's sweeper would delete it on
@@ -386,16 +386,16 @@ impl EtcdLeaseStore {
         }
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
         let renewed = lease.renewed(secs(granted), sent);
+        let mut handle = Handle::of_key(kv.key(), lease_id, granted);
         // The handle must name this very key (with its nonce if a store sharing etcd leases
         // created it); a key this crate would not name so keeps the lease without a handle.
-        if self.lock_key(lease.key(), named, nonce).as_bytes() != kv.key() {
+        if handle
+            .lock_key(self.options.prefix(), lease.key())
+            .as_bytes()
+            != kv.key()
+        {
             return Ok(RenewOutcome::Renewed(renewed));
         }
-        let mut handle = Handle {
-            nonce,
-            named,
-            ..Handle::per_grant(lease_id, granted)
-        };
         if protocol::alone_on_its_lease(kv.key(), lease_id) {
             // Read back after the keepalive: our key, alone on an etcd lease of its own.
             let lock_key = String::from_utf8_lossy(kv.key());

@@ -176,11 +176,6 @@ impl EtcdLeaseStore {
         protocol::mutex_prefix(self.options.prefix(), key)
     }
 
-    /// See [`protocol::lock_key`].
-    pub(crate) fn lock_key(&self, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
-        protocol::lock_key(self.options.prefix(), key, lease_id, nonce)
-    }
-
     /// The current holder's key: the key under the lock prefix with the lowest create revision
     /// (the lock protocol's rule), and how many keys there are under the prefix.
     async fn holder_kv(&self, key: &LeaseKey) -> Result<(Option<KeyValue>, i64)> {
@@ -227,10 +222,10 @@ impl EtcdLeaseStore {
     fn revocable(&self, lease: &Lease) -> Option<i64> {
         let h = parse_handle(lease.handle())?;
         let tag = h.tag?;
-        if h.nonce.is_some() || h.named != h.lease_id {
+        if !h.alone() {
             return None;
         }
-        let lock_key = self.lock_key(lease.key(), h.lease_id, None);
+        let lock_key = h.lock_key(self.options.prefix(), lease.key());
         self.secret
             .verify(
                 tag,
@@ -374,9 +369,9 @@ impl EtcdLeaseStore {
     /// by an etcd lease.
     pub(crate) async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
         let kv = match parse_handle(lease.handle()) {
-            Some(Handle { named, nonce, .. }) => {
+            Some(h) => {
                 let mut resp = self
-                    .get(self.lock_key(lease.key(), named, nonce), None)
+                    .get(h.lock_key(self.options.prefix(), lease.key()), None)
                     .await?;
                 resp.take_kvs().into_iter().next()
             }
@@ -428,10 +423,25 @@ impl LeaseStore for EtcdLeaseStore {
                 (id, sent, None)
             }
         };
-        let lock_key = self.lock_key(&req.key, lease_id, nonce);
         // Our own key, alone under the prefix, seen by the previous attempt: replace it.
         let mut previous: Option<KeyValue> = None;
         for _ in 0..MAX_ATTEMPTS {
+            // With an etcd lease of its own the key takes the first slot name, or the other one
+            // when it replaces our key in that slot (one transaction cannot delete and create
+            // one key); on a shared etcd lease, a name of its own.
+            let slot = match (nonce, &previous) {
+                (Some(_), _) => None,
+                (None, Some(old)) if protocol::slot_of(old.key()) == Some(0) => Some(1),
+                (None, _) => Some(0),
+            };
+            let handle = match slot {
+                Some(slot) => Handle::in_slot(lease_id, ttl_secs, slot),
+                None => Handle {
+                    nonce,
+                    ..Handle::per_grant(lease_id, ttl_secs)
+                },
+            };
+            let lock_key = handle.lock_key(self.options.prefix(), &req.key);
             // With a shared etcd lease, the key is recorded before the put is sent: if the
             // outcome never becomes known (an error, or this future dropped), the sweeper deletes
             // it.
@@ -516,10 +526,7 @@ impl LeaseStore for EtcdLeaseStore {
                 }
             }
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
-            let mut handle = Handle {
-                nonce,
-                ..Handle::per_grant(lease_id, ttl_secs)
-            };
+            let mut handle = handle;
             if nonce.is_none() {
                 // The etcd lease was granted for this acquire and carries this key alone.
                 handle = handle.tagged(self.tag(&lock_key, &req.owner, token, lease_id, ttl_secs));
@@ -598,7 +605,7 @@ impl LeaseStore for EtcdLeaseStore {
             });
         }
         let lock_key = match parse_handle(lease.handle()) {
-            Some(h) => self.lock_key(lease.key(), h.named, h.nonce).into_bytes(),
+            Some(h) => h.lock_key(self.options.prefix(), lease.key()).into_bytes(),
             None => match self.holder_kv(lease.key()).await?.0 {
                 Some(kv) => kv.key().to_vec(),
                 None => return Ok(ReleaseOutcome::NotHeld),

@@ -259,10 +259,12 @@ pub(crate) async fn etcdctl_holders_cannot_be_impersonated(ctx: Ctx) -> CaseResu
 }
 
 /// A release through a lease whose handle was not written by this store for this very grant
-/// never revokes an etcd lease: handles naming `etcdctl lock`'s session lease (bare, with a made
-/// up tag, or with a tag copied from one of our own handles), and our own handles attached to
-/// another grant (another key, or a wrong token) are released through the checked path, which
-/// finds nothing to delete (`NotHeld`). Every key stays held, `etcdctl`'s included.
+/// never revokes an etcd lease it names: handles naming `etcdctl lock`'s session lease (bare,
+/// with a made up tag, or with a tag copied from one of our own handles) and our own handle with
+/// a wrong token go through the checked path, which finds nothing to delete (`NotHeld`);
+/// `etcdctl`'s key stays. Our first lease's handle attached to our second grant never frees the
+/// first: with one etcd lease per grant it releases the second grant (whose key, owner and token
+/// it names), with shared etcd leases it names no key (`NotHeld`).
 pub(crate) async fn forged_handles_never_revoke_other_etcd_leases(ctx: Ctx) -> CaseResult {
     let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
     let a = OwnerId::with_label("a");
@@ -297,8 +299,9 @@ pub(crate) async fn forged_handles_never_revoke_other_etcd_leases(ctx: Ctx) -> C
             .with_handle(format!("{session:x}/14/t{}", "0".repeat(32))),
         Lease::resume(k3.clone(), a.clone(), token3, ttl)
             .with_handle(format!("{session:x}/14/{tag}")),
-        // Our first lease's handle on the second grant, and on the first key with a wrong token.
-        Lease::resume(k2.clone(), a.clone(), l2.token(), ttl).with_handle(h1.clone()),
+        Lease::resume(k3.clone(), a.clone(), token3, ttl)
+            .with_handle(format!("{session:x}/14/s0/{tag}")),
+        // Our first lease's handle on the first key with a wrong token.
         Lease::resume(k1.clone(), a.clone(), l1.token().next()?, ttl).with_handle(h1.clone()),
     ];
     for lease in &forged {
@@ -310,15 +313,25 @@ pub(crate) async fn forged_handles_never_revoke_other_etcd_leases(ctx: Ctx) -> C
         Some(before),
         "etcdctl's key was changed"
     );
-    for l in [&l1, &l2] {
-        let holder = store
-            .inspect(l.key())
-            .await?
-            .holder
-            .ok_or("freed by a forgery")?;
-        assert_eq!(holder.token, l.token(), "{}", l.key());
-        assert_eq!(store.release(l).await?, ReleaseOutcome::Released);
+    // Our first lease's handle on the second grant (its key, owner and token): that grant is
+    // released, through the checked path, and the first lease's etcd lease is not revoked.
+    // With shared etcd leases the handle names a key of the first lease's etcd lease and nonce,
+    // which does not exist: `NotHeld`, and the second lease is released on its own.
+    let mixed = Lease::resume(k2.clone(), a.clone(), l2.token(), ttl).with_handle(h1.clone());
+    if super::options().lease_sharing() == LeaseSharing::PerGrant {
+        assert_eq!(store.release(&mixed).await?, ReleaseOutcome::Released);
+    } else {
+        assert_eq!(store.release(&mixed).await?, ReleaseOutcome::NotHeld);
+        assert_eq!(store.release(&l2).await?, ReleaseOutcome::Released);
     }
+    assert!(store.inspect(&k2).await?.holder.is_none(), "k2 not freed");
+    let holder = store.inspect(&k1).await?.holder.ok_or("k1 freed by a forgery")?;
+    assert_eq!(holder.token, l1.token());
+    assert!(matches!(
+        store.renew(&l1).await?,
+        lease_core::RenewOutcome::Renewed(ref l) if l.token() == l1.token()
+    ));
+    assert_eq!(store.release(&l1).await?, ReleaseOutcome::Released);
     interrupt(child).await?;
     ctx.wait_free(&k3, Duration::from_secs(10)).await
 }

@@ -23,8 +23,61 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
             "etcd",
             a_store_without_sharing_never_revokes_a_shared_etcd_lease
         ));
+    } else {
+        cases.push(case!("etcd", grants_of_one_key_reuse_two_lock_key_names));
     }
     cases
+}
+
+/// With one etcd lease per grant, every grant of a key creates its lock key under one of two
+/// names (the second one only for a same-owner re-acquire, whose transaction deletes the old key
+/// and creates the new one), whoever acquires: etcd keeps a deleted key's index entry until
+/// compaction, and every acquire's comparison over the lock prefix visits them all, so a name per
+/// grant slows every later acquire of the key (measured in ADR 0031).
+pub(crate) async fn grants_of_one_key_reuse_two_lock_key_names(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let other = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let key = ctx.key("names");
+    let prefix = format!("{}/", store.options().lock_name(&key));
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let ttl = Duration::from_secs(10);
+    let mut names = std::collections::BTreeSet::new();
+    for round in 0..12 {
+        let (s, owner) = if round % 3 == 2 {
+            (&other, &b)
+        } else {
+            (&store, &a)
+        };
+        let lease = ctx.must_acquire_with(s, &key, owner, ttl).await?;
+        let held = store
+            .client()
+            .get(
+                prefix.clone(),
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await?;
+        assert_eq!(held.kvs().len(), 1, "one lock key");
+        names.insert(String::from_utf8_lossy(held.kvs()[0].key()).into_owned());
+        assert_eq!(s.release(&lease).await?, ReleaseOutcome::Released);
+    }
+    assert_eq!(names.len(), 1, "lock key names: {names:?}");
+    // A same-owner re-acquire: the old key and the new one exist in one transaction.
+    let first = ctx.must_acquire_with(&store, &key, &a, ttl).await?;
+    let second = ctx.must_acquire_with(&store, &key, &a, ttl).await?;
+    assert!(second.token() > first.token());
+    let held = store
+        .client()
+        .get(
+            prefix.clone(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await?;
+    assert_eq!(held.kvs().len(), 1, "one lock key");
+    names.insert(String::from_utf8_lossy(held.kvs()[0].key()).into_owned());
+    assert_eq!(store.release(&first).await?, ReleaseOutcome::NotHeld);
+    assert_eq!(store.release(&second).await?, ReleaseOutcome::Released);
+    assert_eq!(names.len(), 2, "lock key names: {names:?}");
+    Ok(())
 }
 
 /// The etcd leases the member knows (one `LeaseLeases` request, read outside the counted spans).
