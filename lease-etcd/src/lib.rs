@@ -26,8 +26,10 @@
 //! ## Compatible with etcd's own lock
 //! A lease on key `k` **is** the etcd lock named `<prefix>k` ([`EtcdOptions::lock_name`], prefix
 //! `lease/` by default), in the protocol of `etcdctl lock` and Go's `concurrency.Mutex`: each
-//! contender creates `<prefix>k/<lease id in hex>` attached to its etcd lease, and the holder is the
-//! key with the lowest create revision under `<prefix>k/`. This store only ever creates its key
+//! contender creates a key under `<prefix>k/` attached to its etcd lease (`etcdctl` and Go name
+//! it after the lease id in hex; this crate `lease-rs.0` or `lease-rs.1`, or, on a shared etcd
+//! lease, `<lease id hex>-<nonce hex>`), and the holder is the key with the lowest create
+//! revision under `<prefix>k/`. This store only ever creates its key
 //! when the prefix is empty (a transaction comparing `create_revision` over the whole prefix), so
 //! its key is always the lowest; it never queues. So `etcdctl lock lease/k` blocks while this crate
 //! holds `k`, and this crate reports [`AcquireOutcome::Held`](lease_core::AcquireOutcome::Held)

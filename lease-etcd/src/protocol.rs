@@ -67,8 +67,9 @@ pub fn mutex_prefix(prefix: &str, key: &LeaseKey) -> String {
 }
 
 /// The contender key of `key` on etcd lease `lease_id`: `<prefix><key>/<lease id hex>`, as Go's
-/// mutex names its keys; with a shared etcd lease a `-<nonce hex>` suffix tells apart the keys of
-/// one lease (the lock protocol only reads revisions).
+/// mutex names its keys (and this crate named keys alone on their etcd lease before they took
+/// [slot names](SLOT_NAMES)); with a shared etcd lease a `-<nonce hex>` suffix tells apart the
+/// keys of one lease (the lock protocol only reads revisions).
 pub fn lock_key(prefix: &str, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
     match nonce {
         None => format!("{}{lease_id:x}", mutex_prefix(prefix, key)),
