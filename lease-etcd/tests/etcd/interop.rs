@@ -325,7 +325,11 @@ pub(crate) async fn forged_handles_never_revoke_other_etcd_leases(ctx: Ctx) -> C
         assert_eq!(store.release(&l2).await?, ReleaseOutcome::Released);
     }
     assert!(store.inspect(&k2).await?.holder.is_none(), "k2 not freed");
-    let holder = store.inspect(&k1).await?.holder.ok_or("k1 freed by a forgery")?;
+    let holder = store
+        .inspect(&k1)
+        .await?
+        .holder
+        .ok_or("k1 freed by a forgery")?;
     assert_eq!(holder.token, l1.token());
     assert!(matches!(
         store.renew(&l1).await?,
