@@ -384,7 +384,9 @@ fn redis_client_requests(info: &str, script_commands: &[String]) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// etcd: the requests of lease-etcd/src/store.rs (LeaseSharing::PerGrant), on its client.
+// etcd: the requests of lease-etcd/src/store.rs (LeaseSharing::PerGrant), on its client:
+// acquire = lease grant + `protocol::acquire_txn` on `protocol::slot_key(.., 0)`; release =
+// lease revoke.
 
 /// etcd over the library store's client.
 pub(crate) struct EtcdRaw {
@@ -428,22 +430,17 @@ impl Raw for EtcdRaw {
         "Status"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        // The store's acquire (LeaseSharing::PerGrant): the etcd lease first, then one txn that
+        // creates the lock key, under its first slot name, if the prefix is empty (and reads the
+        // holder otherwise).
         let prefix = protocol_etcd::mutex_prefix(self.config.prefix(), key);
-        let mut kv = self.client.kv_client();
-        let current = kv
-            .get(prefix.clone(), Some(protocol_etcd::holder_query()))
-            .await
-            .map_err(s)?;
-        if !current.kvs().is_empty() {
-            return Ok(None);
-        }
         let who = OwnerId::new(owner).map_err(s)?;
         let ttl_secs = ttl_secs(ttl).map_err(s)?.as_i64();
         let mut lc = self.client.lease_client();
         let lease_id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
-        let lock_key = protocol_etcd::lock_key(self.config.prefix(), key, lease_id, None);
+        let lock_key = protocol_etcd::slot_key(self.config.prefix(), key, 0);
         let txn = protocol_etcd::acquire_txn(&prefix, None, &lock_key, &who, lease_id);
-        let resp = kv.txn(txn).await.map_err(s)?;
+        let resp = self.client.kv_client().txn(txn).await.map_err(s)?;
         if !resp.succeeded() {
             let _ = lc.revoke(lease_id).await;
             return Ok(None);
@@ -458,17 +455,9 @@ impl Raw for EtcdRaw {
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        let (lock_key, lease_id) = g.lock.clone().ok_or("not an etcd grant")?;
-        let mut kv = self.client.kv_client();
-        let found = kv.get(lock_key.clone(), None).await.map_err(s)?;
-        let Some(cur) = found.kvs().first() else {
-            return Ok(());
-        };
-        if cur.create_revision() != g.token {
-            return Ok(());
-        }
-        let txn = protocol_etcd::delete_txn(lock_key.as_bytes(), g.token, lease_id, None);
-        kv.txn(txn).await.map_err(s)?;
+        // The store's release of a lease it granted (its handle tagged): revoke the etcd lease,
+        // which carries the lock key alone; etcd deletes the key in the same write.
+        let (_, lease_id) = g.lock.clone().ok_or("not an etcd grant")?;
         self.client
             .lease_client()
             .revoke(lease_id)

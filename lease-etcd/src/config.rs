@@ -75,8 +75,9 @@ impl Default for EtcdOptions {
 
 impl EtcdOptions {
     /// Sets the prefix of lock names (default [`DEFAULT_PREFIX`]). A lease on key `k` is the etcd
-    /// lock named `<prefix>k`, held as the key `<prefix>k/<lease id in hex>`, exactly like
-    /// `etcdctl lock <prefix>k` and Go's `concurrency.NewMutex(session, "<prefix>k")`.
+    /// lock named `<prefix>k`, held as a key under `<prefix>k/` (see
+    /// [`protocol`](crate::protocol)), the lock `etcdctl lock <prefix>k` and Go's
+    /// `concurrency.NewMutex(session, "<prefix>k")` contend for.
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self

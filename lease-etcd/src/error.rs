@@ -79,9 +79,23 @@ fn driver(op: &'static str, err: etcd_client::Error, after: Duration) -> Error {
 const CANCELLED: i32 = 1;
 const UNKNOWN: i32 = 2;
 const DEADLINE_EXCEEDED: i32 = 4;
+const NOT_FOUND: i32 = 5;
+const OUT_OF_RANGE: i32 = 11;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const ABORTED: i32 = 10;
 const UNAVAILABLE: i32 = 14;
+
+/// Whether etcd answered `NotFound`: for lease requests, "requested lease not found" (the etcd
+/// lease expired or was revoked).
+pub(crate) fn is_not_found(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(s) if i32::from(s.code()) == NOT_FOUND)
+}
+
+/// Whether etcd answered `OutOfRange`: for a range at a past revision, "required revision has
+/// been compacted".
+pub(crate) fn is_compacted(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(s) if i32::from(s.code()) == OUT_OF_RANGE)
+}
 
 /// Whether an error carries an I/O error somewhere in its source chain (a refused or reset
 /// connection that tonic reports as a status).

@@ -26,8 +26,10 @@
 //! ## Compatible with etcd's own lock
 //! A lease on key `k` **is** the etcd lock named `<prefix>k` ([`EtcdOptions::lock_name`], prefix
 //! `lease/` by default), in the protocol of `etcdctl lock` and Go's `concurrency.Mutex`: each
-//! contender creates `<prefix>k/<lease id in hex>` attached to its etcd lease, and the holder is the
-//! key with the lowest create revision under `<prefix>k/`. This store only ever creates its key
+//! contender creates a key under `<prefix>k/` attached to its etcd lease (`etcdctl` and Go name
+//! it after the lease id in hex; this crate `lease-rs.0` or `lease-rs.1`, or, on a shared etcd
+//! lease, `<lease id hex>-<nonce hex>`), and the holder is the key with the lowest create
+//! revision under `<prefix>k/`. This store only ever creates its key
 //! when the prefix is empty (a transaction comparing `create_revision` over the whole prefix), so
 //! its key is always the lowest; it never queues. So `etcdctl lock lease/k` blocks while this crate
 //! holds `k`, and this crate reports [`AcquireOutcome::Held`](lease_core::AcquireOutcome::Held)
@@ -90,6 +92,32 @@
 //! moved onto that store's etcd lease. A store with [`LeaseSharing::PerGrant`] refuses
 //! (`InvalidInput`) to renew a key that lives on a shared etcd lease. The trade-offs are in
 //! `docs/adr/0030-etcd-lease-sharing.md`.
+//!
+//! ## Requests
+//! The common path costs what the minimal etcd lease costs (a lease grant, a transaction guarded
+//! by `create_revision == 0`, a lease revoke), counted by etcd itself in `tests/etcd/release.rs`:
+//! - **acquire** of a free key: a lease grant, then one transaction that creates the lock key if
+//!   nothing is under the lock prefix and otherwise reads the holder (the lowest key by create
+//!   revision): 2 requests. Refused: the same two, plus the holder's remaining TTL and the
+//!   revocation of the unused grant (sent together): 4. The same owner re-acquiring its key: a
+//!   second transaction replaces the key, and the old etcd lease is revoked: 4.
+//! - **release** of a lease this store granted: one lease revoke, which deletes the lock key in
+//!   the same write (the etcd lease was granted for this key and carries nothing else). The
+//!   lease's handle carries a tag (HMAC-SHA-256 under a random key of the store) that vouches
+//!   for this; any other lease (resumed, forged, granted by another store, or on a shared etcd
+//!   lease) is released by one transaction comparing the key's create revision and owner (after
+//!   a read of the lock's holder if the lease has no handle), then a revoke of the key's etcd
+//!   lease only if the key sat alone on it. A shared etcd lease is never revoked by a release.
+//! - With [`LeaseSharing::PerTtl`] an acquire is one transaction (plus a keepalive of the
+//!   shared etcd lease at most once a tenth of the TTL) and a release one transaction.
+//!
+//! A release by revocation reports [`ReleaseOutcome::NotHeld`](lease_core::ReleaseOutcome::NotHeld)
+//! when etcd no longer knows the etcd lease (expired, released or replaced before). If the lock
+//! key was deleted by hand while its etcd lease lived, the revoke deletes nothing and the release
+//! reports `Released`: a wrong report, never a wrong effect.
+//!
+//! [`LeaseStore::inspect_many`] reads the holders of a whole batch of keys in range requests of
+//! 5,000 keys at one revision, then one TTL request per distinct etcd lease of a holder.
 //!
 //! ## Waiting
 //! [`LeaseStore::watch`] watches deletions under the lock prefix (release, expiry, revocation)

@@ -7,9 +7,12 @@
 //! # Keys
 //! - lock name of lease key `k`: `<prefix>k` ([`lock_name`]; prefix [`DEFAULT_PREFIX`] by
 //!   default), the name `etcdctl lock` and Go's `concurrency.Mutex` are given;
-//! - contender keys: `<prefix>k/<etcd lease id in hex>` ([`lock_key`]), as Go's mutex names its
-//!   keys; a key on a shared etcd lease carries a `-<nonce in hex>` suffix. The holder is the
-//!   key under `<prefix>k/` ([`mutex_prefix`]) with the lowest create revision ([`holder_query`]);
+//! - contender keys: with one etcd lease per grant, `<prefix>k/lease-rs.0` (or `.1` for a
+//!   same-owner re-acquire) ([`slot_key`], [`SLOT_NAMES`]); on a shared etcd lease,
+//!   `<prefix>k/<etcd lease id in hex>-<nonce in hex>` ([`lock_key`]); Go's mutex and `etcdctl
+//!   lock` name theirs `<prefix>k/<etcd lease id in hex>` (as this crate did before). The holder
+//!   is the key under `<prefix>k/` ([`mutex_prefix`]) with the lowest create revision
+//!   ([`holder_query`]); names play no part in it;
 //! - the fenced resource's state of key `k`: `<fence prefix>k` ([`state_key`]; prefix
 //!   [`DEFAULT_FENCE_PREFIX`] by default).
 //!
@@ -30,8 +33,8 @@
 //! ```
 
 use etcd_client::{
-    Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, WatchFilterType,
-    WatchOptions,
+    Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    WatchFilterType, WatchOptions,
 };
 use lease_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result};
 
@@ -64,13 +67,46 @@ pub fn mutex_prefix(prefix: &str, key: &LeaseKey) -> String {
 }
 
 /// The contender key of `key` on etcd lease `lease_id`: `<prefix><key>/<lease id hex>`, as Go's
-/// mutex names its keys; with a shared etcd lease a `-<nonce hex>` suffix tells apart the keys of
-/// one lease (the lock protocol only reads revisions).
+/// mutex names its keys (and this crate named keys alone on their etcd lease before they took
+/// [slot names](SLOT_NAMES)); with a shared etcd lease a `-<nonce hex>` suffix tells apart the
+/// keys of one lease (the lock protocol only reads revisions).
 pub fn lock_key(prefix: &str, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
     match nonce {
         None => format!("{}{lease_id:x}", mutex_prefix(prefix, key)),
         Some(n) => format!("{}{lease_id:x}-{n:x}", mutex_prefix(prefix, key)),
     }
+}
+
+/// The two names a lock key alone on an etcd lease of its own (one etcd lease per grant) takes,
+/// after the lock prefix: every grant of a key uses the first, except a same-owner re-acquire,
+/// whose transaction deletes the old key and creates the new one and so needs the other.
+/// etcd keeps a deleted key's entry in its index until compaction, and every range over the
+/// lock prefix (the acquire's comparison) visits them all: reusing two names keeps that range
+/// small, where a name per grant would grow it by one entry per grant. Neither name is
+/// hexadecimal, so neither is ever the name of an `etcdctl lock` or Go mutex contender
+/// (`<lock name>/<lease id in hex>`).
+pub const SLOT_NAMES: [&str; 2] = ["lease-rs.0", "lease-rs.1"];
+
+/// The lock key of `key` with slot name `slot` ([`SLOT_NAMES`]; 0 or 1).
+///
+/// ```
+/// use lease_core::LeaseKey;
+/// use lease_etcd::protocol;
+/// let key = LeaseKey::new("job")?;
+/// assert_eq!(protocol::slot_key(protocol::DEFAULT_PREFIX, &key, 0), "lease/job/lease-rs.0");
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+pub fn slot_key(prefix: &str, key: &LeaseKey, slot: u8) -> String {
+    let name = SLOT_NAMES[usize::from(slot.min(1))];
+    format!("{}{name}", mutex_prefix(prefix, key))
+}
+
+/// The slot of a lock key with a [slot name](SLOT_NAMES), if it has one.
+pub fn slot_of(lock_key: &[u8]) -> Option<u8> {
+    let name = std::str::from_utf8(lock_key).ok()?;
+    let (_, last) = name.rsplit_once('/')?;
+    let slot = SLOT_NAMES.iter().position(|s| *s == last)?;
+    u8::try_from(slot).ok()
 }
 
 /// The fenced resource's state key of `key` under `fence_prefix`.
@@ -139,6 +175,9 @@ pub fn waiter_watch() -> WatchOptions {
 /// if the lock is free, i.e. nothing under `mutex_prefix` has a create revision. With
 /// `previous = Some((key, create_revision))` (the caller's own key, alone under the prefix) it
 /// replaces that key instead, if nothing under the prefix is newer and the key is unchanged.
+/// If the comparison fails, the transaction reads the lock's holder instead ([`holder_query`]:
+/// the lowest key by create revision, and the number of keys), so that a refused acquire learns
+/// who holds the lock in the same request.
 pub fn acquire_txn(
     mutex_prefix: &str,
     previous: Option<(&[u8], i64)>,
@@ -162,7 +201,62 @@ pub fn acquire_txn(
         encode_owner(owner),
         Some(PutOptions::new().with_lease(lease_id)),
     ));
-    Txn::new().when(compares).and_then(ops)
+    Txn::new()
+        .when(compares)
+        .and_then(ops)
+        .or_else(vec![TxnOp::get(mutex_prefix, Some(holder_query()))])
+}
+
+/// The release transaction of a lock key: delete `lock_key` if it still has `token` as its
+/// create revision, `owner`'s value and an etcd lease, returning the deleted key (whose etcd
+/// lease the caller then revokes if the key was alone on it, see [`alone_on_its_lease`]).
+pub fn release_txn(lock_key: &[u8], token: FencingToken, owner: &OwnerId) -> Txn {
+    Txn::new()
+        .when(vec![
+            Compare::create_revision(lock_key.to_vec(), CompareOp::Equal, token.to_i64()),
+            Compare::value(lock_key.to_vec(), CompareOp::Equal, encode_owner(owner)),
+            Compare::lease(lock_key.to_vec(), CompareOp::NotEqual, 0),
+        ])
+        .and_then(vec![TxnOp::delete(
+            lock_key.to_vec(),
+            Some(DeleteOptions::new().with_prev_key()),
+        )])
+}
+
+/// Whether a lock key written by this crate sits alone on an etcd lease of its own: it has a
+/// [slot name](SLOT_NAMES), or (keys of earlier versions) its name has no nonce and names the
+/// etcd lease it is on. Such an etcd lease was granted for this key by one acquire, which put
+/// this key and nothing else on it ([`LeaseSharing::PerGrant`]), so revoking it deletes exactly
+/// this key. Keys on a shared etcd lease carry a nonce.
+///
+/// [`LeaseSharing::PerGrant`]: crate::LeaseSharing::PerGrant
+pub fn alone_on_its_lease(lock_key: &[u8], lease_id: i64) -> bool {
+    lease_id != 0
+        && (slot_of(lock_key).is_some()
+            || (nonce_of(lock_key).is_none() && named_lease_of(lock_key) == Some(lease_id)))
+}
+
+/// The end of the range of keys that start with `prefix` (its last byte incremented; lock
+/// prefixes end in `/`, so there is no carry).
+pub fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// One page of a batched inspect: from the request's key up to `end` (exclusive), at most
+/// [`RANGE_PAGE`] keys, at store revision `revision` (0: the newest; later pages read the
+/// revision of the first, so that all pages show one instant).
+pub fn inspect_page_query(end: Vec<u8>, revision: i64) -> GetOptions {
+    GetOptions::new()
+        .with_range(end)
+        .with_limit(RANGE_PAGE)
+        .with_revision(revision)
 }
 
 /// The transaction that deletes a lock key if it still has `create_revision` (the token) and
@@ -294,6 +388,17 @@ mod tests {
 
     #[test]
     fn nonces_are_read_from_lock_key_names() {
+        assert_eq!(slot_of(b"lease/k/lease-rs.0"), Some(0));
+        assert_eq!(slot_of(b"lease/k/lease-rs.1"), Some(1));
+        assert_eq!(slot_of(b"lease/k/lease-rs.2"), None);
+        assert_eq!(slot_of(b"lease/k/2a"), None);
+        assert_eq!(nonce_of(b"lease/k/lease-rs.1"), None);
+        assert_eq!(named_lease_of(b"lease/k/lease-rs.1"), None);
+        assert!(alone_on_its_lease(b"lease/k/lease-rs.1", 7));
+        assert!(!alone_on_its_lease(b"lease/k/lease-rs.1", 0));
+        assert!(alone_on_its_lease(b"lease/k/2a", 0x2a));
+        assert!(!alone_on_its_lease(b"lease/k/2a", 0x2b));
+        assert!(!alone_on_its_lease(b"lease/k/2a-1", 0x2a));
         assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-1f"), Some(0x1f));
         assert_eq!(nonce_of(b"lease/k/694d7b1a22f3"), None);
         assert_eq!(nonce_of(b"lease/k/694d7b1a22f3-zz"), None);

@@ -73,7 +73,7 @@ impl EtcdLeaseStore {
                 resumed.push(slot);
                 continue;
             };
-            let lock_key = self.lock_key(lease.key(), handle.named, handle.nonce);
+            let lock_key = handle.lock_key(self.options.prefix(), lease.key());
             match (&self.shared, handle.nonce) {
                 (None, Some(_)) => out[slot] = Some(Err(shared_key_without_sharing())),
                 // On another store's shared etcd lease: that store's sweeper would delete it on
@@ -195,10 +195,21 @@ impl EtcdLeaseStore {
                 continue;
             }
             tracing::trace!(backend = BACKEND, key = %h.lease.key(), owner = %h.lease.owner(), token = %h.lease.token(), "lease renewed");
+            let mut handle = Handle {
+                tag: None,
+                ..h.handle
+            };
+            if protocol::alone_on_its_lease(h.lock_key.as_bytes(), h.handle.lease_id) {
+                // Read back after the keepalive: our key, alone on an etcd lease of its own.
+                let (owner, token) = (h.lease.owner(), h.lease.token());
+                let ttl_secs = h.handle.ttl_secs;
+                let tag = self.tag(&h.lock_key, owner, token, h.handle.lease_id, ttl_secs);
+                handle = handle.tagged(tag);
+            }
             let renewed = h
                 .lease
                 .renewed(secs(h.handle.ttl_secs), sent)
-                .with_handle(h.handle.to_string());
+                .with_handle(handle.to_string());
             out.push((h.slot, RenewOutcome::Renewed(renewed)));
         }
         Ok((out, moved))
@@ -230,10 +241,9 @@ impl EtcdLeaseStore {
         pending.confirm(lease.token().to_i64(), sent + ttl);
         tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), lease_id = id, "lock key moved onto this store's shared etcd lease");
         let handle = Handle {
-            lease_id: id,
-            ttl_secs: m.ttl_secs,
             nonce: m.nonce,
             named: m.named,
+            ..Handle::per_grant(id, m.ttl_secs)
         };
         Ok(RenewOutcome::Renewed(
             lease.renewed(ttl, sent).with_handle(handle.to_string()),
@@ -376,17 +386,22 @@ impl EtcdLeaseStore {
         }
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
         let renewed = lease.renewed(secs(granted), sent);
+        let mut handle = Handle::of_key(kv.key(), lease_id, granted);
         // The handle must name this very key (with its nonce if a store sharing etcd leases
         // created it); a key this crate would not name so keeps the lease without a handle.
-        if self.lock_key(lease.key(), named, nonce).as_bytes() != kv.key() {
+        if handle
+            .lock_key(self.options.prefix(), lease.key())
+            .as_bytes()
+            != kv.key()
+        {
             return Ok(RenewOutcome::Renewed(renewed));
         }
-        let handle = Handle {
-            lease_id,
-            ttl_secs: granted,
-            nonce,
-            named,
-        };
+        if protocol::alone_on_its_lease(kv.key(), lease_id) {
+            // Read back after the keepalive: our key, alone on an etcd lease of its own.
+            let lock_key = String::from_utf8_lossy(kv.key());
+            let tag = self.tag(&lock_key, lease.owner(), lease.token(), lease_id, granted);
+            handle = handle.tagged(tag);
+        }
         Ok(RenewOutcome::Renewed(
             renewed.with_handle(handle.to_string()),
         ))

@@ -10,7 +10,7 @@ use etcd_client::{
 use lease_core::{AcquireRequest, Error, Result};
 use tokio::time::Instant;
 
-use crate::error::{BACKEND, map, not_sent, protocol};
+use crate::error::{BACKEND, is_not_found, map, not_sent, protocol};
 use crate::handle::secs;
 use crate::store::EtcdLeaseStore;
 
@@ -139,12 +139,24 @@ impl EtcdLeaseStore {
         .await
     }
 
-    pub(crate) async fn revoke_quietly(&self, lease_id: i64) {
-        let revoke = self.call("lease_revoke", || {
+    /// Revokes etcd lease `lease_id` (etcd deletes every key on it in the same write): `false`
+    /// if etcd answered that it does not know the lease (expired or revoked before).
+    pub(crate) async fn revoke(&self, lease_id: i64) -> Result<bool> {
+        self.call("lease_revoke", || {
             let mut lc = self.client.lease_client();
-            async move { lc.revoke(lease_id).await }
-        });
-        if let Err(e) = revoke.await {
+            async move {
+                match lc.revoke(lease_id).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if is_not_found(&e) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
+    }
+
+    pub(crate) async fn revoke_quietly(&self, lease_id: i64) {
+        if let Err(e) = self.revoke(lease_id).await {
             tracing::debug!(backend = BACKEND, lease_id, error = %e, "revoking an etcd lease failed; it will expire");
         }
     }

@@ -5,15 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, ConnectOptions, KeyValue};
+use std::collections::{HashMap, HashSet};
+
+use etcd_client::{Client, ConnectOptions, KeyValue, TxnOpResponse};
+use futures::{StreamExt, TryStreamExt};
 use lease_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, Holder, KeyState, KeyWatch,
     Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 
 use crate::config::{EtcdOptions, LeaseSharing, endpoints_of};
-use crate::error::{BACKEND, map, protocol};
-use crate::handle::{Handle, check_owner, our_owner, owner_of, parse_handle, secs, token_of};
+use crate::error::{BACKEND, is_compacted, map, protocol};
+use crate::handle::{
+    Handle, Secret, Tag, check_owner, our_owner, owner_of, parse_handle, secs, token_of,
+};
 use crate::protocol;
 use crate::shared::{PutKind, Shared};
 
@@ -58,6 +63,8 @@ pub struct EtcdLeaseStore {
     pub(crate) min_ttl: Duration,
     /// Present with [`LeaseSharing::PerTtl`].
     pub(crate) shared: Option<Arc<Shared>>,
+    /// The key of the tags this store puts in handles (see [`Secret`]).
+    pub(crate) secret: Arc<Secret>,
 }
 
 impl fmt::Debug for EtcdLeaseStore {
@@ -139,6 +146,7 @@ impl EtcdLeaseStore {
             endpoints: endpoints.into(),
             min_ttl: Duration::from_secs(1),
             shared: None,
+            secret: Arc::new(Secret::random()),
         };
         store.min_ttl = store.probe_min_ttl().await?;
         if store.options.lease_sharing() == LeaseSharing::PerTtl {
@@ -168,11 +176,6 @@ impl EtcdLeaseStore {
         protocol::mutex_prefix(self.options.prefix(), key)
     }
 
-    /// See [`protocol::lock_key`].
-    pub(crate) fn lock_key(&self, key: &LeaseKey, lease_id: i64, nonce: Option<u64>) -> String {
-        protocol::lock_key(self.options.prefix(), key, lease_id, nonce)
-    }
-
     /// The current holder's key: the key under the lock prefix with the lowest create revision
     /// (the lock protocol's rule), and how many keys there are under the prefix.
     async fn holder_kv(&self, key: &LeaseKey) -> Result<(Option<KeyValue>, i64)> {
@@ -184,31 +187,191 @@ impl EtcdLeaseStore {
 
     /// The holder as reported to callers, with the remaining TTL of its etcd lease.
     async fn holder_of(&self, kv: &KeyValue) -> Result<Holder> {
-        let token = token_of(kv)?;
-        let owner = owner_of(kv);
-        let (remaining, ttl) = if kv.lease() == 0 {
-            // A lock key without a lease (written by hand) never expires.
-            (MAX_TTL, MAX_TTL)
+        let ttl = if kv.lease() == 0 {
+            None
         } else {
             let r = self.time_to_live(kv.lease()).await?;
-            let remaining = secs(r.ttl().max(0));
-            (remaining, secs(r.granted_ttl().max(0)).max(remaining))
+            Some((r.ttl(), r.granted_ttl()))
         };
-        Ok(Holder {
-            owner,
-            token,
-            remaining,
-            ttl,
-        })
+        holder_with(kv, ttl)
+    }
+
+    /// Gives back the etcd lease an acquire granted and did not use: revoked if it is one of
+    /// its own; a shared one stays for the store's other keys.
+    async fn give_back(&self, lease_id: i64) {
+        if self.shared.is_none() {
+            self.revoke_quietly(lease_id).await;
+        }
+    }
+
+    /// The tag with which this store vouches that `lock_key` sits alone on etcd lease
+    /// `lease_id`, for `owner` and `token`.
+    pub(crate) fn tag(
+        &self,
+        lock_key: &str,
+        owner: &lease_core::OwnerId,
+        token: lease_core::FencingToken,
+        lease_id: i64,
+        ttl_secs: i64,
+    ) -> Tag {
+        self.secret.tag(lock_key, owner, token, lease_id, ttl_secs)
+    }
+
+    /// The etcd lease `lease` may be released by revoking alone: the one its handle names, if
+    /// this store tagged the handle (it then checked that the lock key sits alone on it).
+    fn revocable(&self, lease: &Lease) -> Option<i64> {
+        let h = parse_handle(lease.handle())?;
+        let tag = h.tag?;
+        if !h.alone() {
+            return None;
+        }
+        let lock_key = h.lock_key(self.options.prefix(), lease.key());
+        self.secret
+            .verify(
+                tag,
+                &lock_key,
+                lease.owner(),
+                lease.token(),
+                h.lease_id,
+                h.ttl_secs,
+            )
+            .then_some(h.lease_id)
+    }
+
+    /// Release by the lock key: one transaction deleting it if it still has the lease's token
+    /// and owner, then (if it sat alone on its etcd lease) that etcd lease revoked.
+    async fn release_key(&self, lease: &Lease, lock_key: &[u8]) -> Result<ReleaseOutcome> {
+        let txn = protocol::release_txn(lock_key, lease.token(), lease.owner());
+        let resp = self.txn(txn).await?;
+        if !resp.succeeded() {
+            return Ok(ReleaseOutcome::NotHeld);
+        }
+        let deleted = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Delete(mut d) => d.take_prev_kvs().pop(),
+            _ => None,
+        });
+        if let Some(shared) = &self.shared {
+            shared.forget(lock_key);
+        }
+        // Only an etcd lease that carried this key alone is revoked: a shared one (with a nonce
+        // in the key's name) carries other holders' keys.
+        if let Some(kv) = deleted
+            && protocol::alone_on_its_lease(kv.key(), kv.lease())
+        {
+            self.revoke_quietly(kv.lease()).await;
+        }
+        Ok(ReleaseOutcome::Released)
+    }
+
+    /// The holders of `keys`' locks, read with range requests over the span of their lock
+    /// prefixes ([`RANGE_PAGE`](protocol::RANGE_PAGE) keys a page, each page jumping to the next
+    /// prefix still wanted), all pages at the revision of the first: lock prefix -> the key with
+    /// the lowest create revision under it.
+    async fn holders_of(&self, prefixes: &[String]) -> Result<HashMap<String, KeyValue>> {
+        for attempt in 0.. {
+            match self.holders_at_one_revision(prefixes).await {
+                Err(Retry::Compacted) if attempt < 3 => continue,
+                Err(Retry::Compacted) => {
+                    return Err(protocol(
+                        "etcd compacted every revision a batched inspect started from",
+                    ));
+                }
+                Err(Retry::Failed(e)) => return Err(e),
+                Ok(holders) => return Ok(holders),
+            }
+        }
+        unreachable!("the loop returns")
+    }
+
+    async fn holders_at_one_revision(
+        &self,
+        prefixes: &[String],
+    ) -> std::result::Result<HashMap<String, KeyValue>, Retry> {
+        // `prefixes` is sorted and free of duplicates; no lock prefix is a prefix of another
+        // (keys contain no `/`), so their ranges are disjoint and in the same order.
+        let mut holders: HashMap<String, KeyValue> = HashMap::with_capacity(prefixes.len());
+        let (Some(first), Some(last)) = (prefixes.first(), prefixes.last()) else {
+            return Ok(holders);
+        };
+        let end = protocol::prefix_end(last);
+        let mut start = first.as_bytes().to_vec();
+        let mut revision = 0;
+        loop {
+            let opts = protocol::inspect_page_query(end.clone(), revision);
+            let (start_key, o) = (start.clone(), opts);
+            let resp = self
+                .call("get", || {
+                    let (mut kv, key, opts) =
+                        (self.client.kv_client(), start_key.clone(), o.clone());
+                    async move {
+                        match kv.get(key, Some(opts)).await {
+                            Err(e) if is_compacted(&e) => Ok(None),
+                            r => r.map(Some),
+                        }
+                    }
+                })
+                .await
+                .map_err(Retry::Failed)?;
+            let Some(mut resp) = resp else {
+                return Err(Retry::Compacted);
+            };
+            if revision == 0 {
+                revision = resp
+                    .header()
+                    .map(|h| h.revision())
+                    .ok_or_else(|| Retry::Failed(protocol("range without header")))?;
+            }
+            let more = resp.more();
+            let kvs = resp.take_kvs();
+            let Some(seen) = kvs.last().map(|kv| kv.key().to_vec()) else {
+                break;
+            };
+            for kv in kvs {
+                // The wanted prefix this key falls under, if any: the last prefix <= the key.
+                let i = prefixes.partition_point(|p| p.as_bytes() <= kv.key());
+                let Some(prefix) = i.checked_sub(1).map(|i| &prefixes[i]) else {
+                    continue;
+                };
+                if !kv.key().starts_with(prefix.as_bytes()) {
+                    continue;
+                }
+                match holders.get(prefix) {
+                    Some(h) if h.create_revision() <= kv.create_revision() => {}
+                    _ => {
+                        holders.insert(prefix.clone(), kv);
+                    }
+                }
+            }
+            if !more {
+                break;
+            }
+            // Go on right after the last key returned if it lies under a wanted prefix (the
+            // rest of that prefix), else at the next wanted prefix after it.
+            let i = prefixes.partition_point(|p| p.as_bytes() <= seen.as_slice());
+            let inside = i
+                .checked_sub(1)
+                .is_some_and(|i| seen.starts_with(prefixes[i].as_bytes()));
+            start = if inside {
+                let mut next = seen;
+                next.push(0);
+                next
+            } else {
+                match prefixes.get(i) {
+                    Some(p) => p.as_bytes().to_vec(),
+                    None => break,
+                }
+            };
+        }
+        Ok(holders)
     }
 
     /// The lock key of `lease` if it still exists with the lease's token and owner, and is backed
     /// by an etcd lease.
     pub(crate) async fn held_kv(&self, lease: &Lease) -> Result<Option<KeyValue>> {
         let kv = match parse_handle(lease.handle()) {
-            Some(Handle { named, nonce, .. }) => {
+            Some(h) => {
                 let mut resp = self
-                    .get(self.lock_key(lease.key(), named, nonce), None)
+                    .get(h.lock_key(self.options.prefix(), lease.key()), None)
                     .await?;
                 resp.take_kvs().into_iter().next()
             }
@@ -235,34 +398,53 @@ impl LeaseStore for EtcdLeaseStore {
             .with_ttl_granularity(Duration::from_secs(1))
     }
 
+    /// Grants (or, with [`LeaseSharing::PerTtl`], reuses) the etcd lease first, then sends one
+    /// transaction that creates the lock key if the lock is free and otherwise reads its holder:
+    /// two requests for a grant, as the minimal etcd lease takes. A refused acquire then asks
+    /// the holder's etcd lease for its remaining TTL and revokes the etcd lease it granted for
+    /// itself (concurrently). The same owner re-acquiring its own key replaces it in a second
+    /// transaction and revokes the old key's etcd lease.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped acquire may have granted the key (it then expires after its
+    /// TTL, or with [`LeaseSharing::PerTtl`] is deleted by the sweeper within about 100 ms).
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         lease_core::backend::validate_ttl(req.ttl, self.min_ttl)?;
         check_owner(&req.owner)?;
         let ttl_secs = lease_core::backend::ttl_secs(req.ttl)?.as_i64();
         let prefix = self.mutex_prefix(&req.key);
+        let (lease_id, sent, nonce) = match &self.shared {
+            Some(shared) => {
+                let (id, sent) = shared.lease_or_grant(self, req, ttl_secs).await?;
+                (id, sent, Some(shared.next_nonce()))
+            }
+            None => {
+                let (id, sent) = self.grant_exactly(req, ttl_secs).await?;
+                (id, sent, None)
+            }
+        };
+        // Our own key, alone under the prefix, seen by the previous attempt: replace it.
+        let mut previous: Option<KeyValue> = None;
         for _ in 0..MAX_ATTEMPTS {
-            let (current, count) = self.holder_kv(&req.key).await?;
-            let previous = match current {
-                None => None,
-                // Our own key, alone under the prefix: replace it (a new grant, a greater token).
-                Some(kv) if count == 1 && our_owner(&kv).as_ref() == Some(&req.owner) => Some(kv),
-                // Held by someone else, or by us with `etcdctl lock` waiters queued behind (they
-                // come first: replacing our key would hand the lock to the oldest waiter).
-                Some(kv) => return Ok(AcquireOutcome::Held(self.holder_of(&kv).await?)),
+            // With an etcd lease of its own the key takes the first slot name, or the other one
+            // when it replaces our key in that slot (one transaction cannot delete and create
+            // one key); on a shared etcd lease, a name of its own.
+            let slot = match (nonce, &previous) {
+                (Some(_), _) => None,
+                (None, Some(old)) if protocol::slot_of(old.key()) == Some(0) => Some(1),
+                (None, _) => Some(0),
             };
-            let (lease_id, sent, nonce) = match &self.shared {
-                Some(shared) => {
-                    let (id, sent) = shared.lease_or_grant(self, req, ttl_secs).await?;
-                    (id, sent, Some(shared.next_nonce()))
-                }
-                None => {
-                    let (id, sent) = self.grant_exactly(req, ttl_secs).await?;
-                    (id, sent, None)
-                }
+            let handle = match slot {
+                Some(slot) => Handle::in_slot(lease_id, ttl_secs, slot),
+                None => Handle {
+                    nonce,
+                    ..Handle::per_grant(lease_id, ttl_secs)
+                },
             };
-            let lock_key = self.lock_key(&req.key, lease_id, nonce);
-            // With a shared etcd lease, the key is recorded before the put is sent: if the outcome
-            // never becomes known (an error, or this future dropped), the sweeper deletes it.
+            let lock_key = handle.lock_key(self.options.prefix(), &req.key);
+            // With a shared etcd lease, the key is recorded before the put is sent: if the
+            // outcome never becomes known (an error, or this future dropped), the sweeper deletes
+            // it.
             let pending = self.shared.as_ref().map(|shared| {
                 shared.pending(
                     lock_key.as_bytes(),
@@ -291,10 +473,39 @@ impl LeaseStore for EtcdLeaseStore {
                 }
             };
             if !resp.succeeded() {
-                match pending {
-                    Some(pending) => pending.cancel(),
-                    None => self.revoke_quietly(lease_id).await,
+                if let Some(pending) = pending {
+                    pending.cancel();
                 }
+                // The holder, read by the same transaction: the key with the lowest create
+                // revision under the prefix, and how many keys there are.
+                let read = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Get(mut g) => {
+                        let count = g.count();
+                        Some((g.take_kvs().into_iter().next(), count))
+                    }
+                    _ => None,
+                });
+                let Some((current, count)) = read else {
+                    self.give_back(lease_id).await;
+                    return Err(protocol("acquire txn failed without its holder read"));
+                };
+                previous = match current {
+                    // Freed since the comparison of a replacement failed: try again.
+                    None => None,
+                    // Our own key, alone under the prefix: replace it (a new grant, a greater
+                    // token).
+                    Some(kv) if count == 1 && our_owner(&kv).as_ref() == Some(&req.owner) => {
+                        Some(kv)
+                    }
+                    // Held by someone else, or by us with `etcdctl lock` waiters queued behind
+                    // (they come first: replacing our key would hand the lock to the oldest
+                    // waiter). The etcd lease granted for this acquire is not needed.
+                    Some(kv) => {
+                        let (holder, ()) =
+                            futures::join!(self.holder_of(&kv), self.give_back(lease_id));
+                        return Ok(AcquireOutcome::Held(holder?));
+                    }
+                };
                 continue;
             }
             let revision = resp
@@ -302,17 +513,24 @@ impl LeaseStore for EtcdLeaseStore {
                 .map(|h| h.revision())
                 .ok_or_else(|| protocol("txn without header"))?;
             let token = lease_core::backend::decode_token(BACKEND, req.key.as_str(), revision)?;
-            match (&self.shared, pending, previous) {
-                (Some(shared), Some(pending), previous) => {
-                    if let Some(old) = previous {
-                        shared.forget(old.key());
-                    }
-                    pending.confirm(revision, sent + secs(ttl_secs));
+            if let Some(pending) = pending {
+                pending.confirm(revision, sent + secs(ttl_secs));
+            }
+            if let Some(old) = previous {
+                if let Some(shared) = &self.shared {
+                    shared.forget(old.key());
                 }
-                (None, _, Some(old)) => self.revoke_quietly(old.lease()).await,
-                _ => {}
+                // The replaced key's etcd lease, if it carried that key alone.
+                if protocol::alone_on_its_lease(old.key(), old.lease()) {
+                    self.revoke_quietly(old.lease()).await;
+                }
             }
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, lease_id, "lease acquired");
+            let mut handle = handle;
+            if nonce.is_none() {
+                // The etcd lease was granted for this acquire and carries this key alone.
+                handle = handle.tagged(self.tag(&lock_key, &req.owner, token, lease_id, ttl_secs));
+            }
             let lease = lease_core::backend::granted_lease(
                 req.key.clone(),
                 req.owner.clone(),
@@ -321,18 +539,11 @@ impl LeaseStore for EtcdLeaseStore {
                 req.drift_margin(),
                 sent,
             )
-            .with_handle(
-                Handle {
-                    lease_id,
-                    ttl_secs,
-                    nonce,
-                    named: lease_id,
-                }
-                .to_string(),
-            );
+            .with_handle(handle.to_string());
             return Ok(AcquireOutcome::Acquired(lease));
         }
         // Every attempt's transaction failed its comparison: nothing was granted.
+        self.give_back(lease_id).await;
         Err(Error::refused(
             BACKEND,
             format!(
@@ -366,22 +577,43 @@ impl LeaseStore for EtcdLeaseStore {
         self.renew_batch(leases).await
     }
 
+    /// A lease whose handle this store tagged (its lock key sits alone on an etcd lease granted
+    /// for it, [`LeaseSharing::PerGrant`]) is released by revoking that etcd lease: one request,
+    /// which deletes the key in the same write. `NotHeld` if etcd no longer knows the etcd lease
+    /// (it expired, or the lease was released or replaced before). Any other lease is released
+    /// by one transaction that deletes its lock key if the key still has the lease's token and
+    /// owner (found through the handle, or, for a resumed lease, by reading the lock's holder
+    /// first), followed by a revoke of the key's etcd lease if the key sat alone on it.
+    ///
+    /// One report can be wrong, never an effect: if the lock key of a tagged lease was deleted
+    /// by hand (or by a same-owner re-acquire whose revoke of the old etcd lease failed) while
+    /// its etcd lease lives, the revoke finds the etcd lease without keys, deletes nothing, and
+    /// the release reports `Released`. See `docs/adr/0031-etcd-lock-protocol-and-revision-tokens.md`.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped release may or may not have freed the key; the lease then
+    /// expires on its own.
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         check_owner(lease.owner())?;
-        let Some(kv) = self.held_kv(lease).await? else {
-            return Ok(ReleaseOutcome::NotHeld);
+        if let Some(lease_id) = self.revocable(lease) {
+            let revoked = self.revoke(lease_id).await?;
+            tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), revoked, "lease released by revoking its etcd lease");
+            return Ok(if revoked {
+                ReleaseOutcome::Released
+            } else {
+                ReleaseOutcome::NotHeld
+            });
+        }
+        let lock_key = match parse_handle(lease.handle()) {
+            Some(h) => h.lock_key(self.options.prefix(), lease.key()).into_bytes(),
+            None => match self.holder_kv(lease.key()).await?.0 {
+                Some(kv) => kv.key().to_vec(),
+                None => return Ok(ReleaseOutcome::NotHeld),
+            },
         };
-        let txn = protocol::delete_txn(kv.key(), kv.create_revision(), kv.lease(), None);
-        if !self.txn(txn).await?.succeeded() {
-            return Ok(ReleaseOutcome::NotHeld);
-        }
-        match &self.shared {
-            // Other keys may live on the shared etcd lease; unused, it simply expires.
-            Some(shared) => shared.forget(kv.key()),
-            None => self.revoke_quietly(kv.lease()).await,
-        }
-        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
-        Ok(ReleaseOutcome::Released)
+        let out = self.release_key(lease, &lock_key).await?;
+        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), outcome = ?out, "lease released");
+        Ok(out)
     }
 
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
@@ -395,6 +627,54 @@ impl LeaseStore for EtcdLeaseStore {
             holder,
             last_token,
         })
+    }
+
+    /// Reads the holders of all `keys` with range requests over the span of their lock prefixes
+    /// (5,000 keys a page, each page jumping to the next prefix still wanted, all pages at the
+    /// revision of the first, so every state is of one instant), then asks each distinct etcd
+    /// lease of a holder for its remaining TTL (at most 64 requests in flight). With
+    /// [`LeaseSharing::PerTtl`] the holders of one store share few etcd leases; with one etcd
+    /// lease per grant, the TTL requests are one per held key.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        let mut prefixes: Vec<String> = keys.iter().map(|k| self.mutex_prefix(k)).collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let holders = self.holders_of(&prefixes).await?;
+        let leases: HashSet<i64> = holders
+            .values()
+            .map(KeyValue::lease)
+            .filter(|l| *l != 0)
+            .collect();
+        let ttls: HashMap<i64, (i64, i64)> = futures::stream::iter(leases)
+            .map(|id| async move {
+                let r = self.time_to_live(id).await?;
+                Ok::<_, Error>((id, (r.ttl(), r.granted_ttl())))
+            })
+            .buffer_unordered(BATCH_CONCURRENCY)
+            .try_collect()
+            .await?;
+        keys.iter()
+            .map(|key| {
+                let holder = match holders.get(&self.mutex_prefix(key)) {
+                    Some(kv) if kv.lease() == 0 => Some(holder_with(kv, None)?),
+                    Some(kv) => {
+                        let ttl = ttls
+                            .get(&kv.lease())
+                            .ok_or_else(|| protocol("a holder's etcd lease was not asked"))?;
+                        Some(holder_with(kv, Some(*ttl))?)
+                    }
+                    None => None,
+                };
+                Ok(KeyState {
+                    key: key.clone(),
+                    last_token: holder.as_ref().map(|h| h.token),
+                    holder,
+                })
+            })
+            .collect()
     }
 
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
@@ -443,4 +723,32 @@ impl LeaseStore for EtcdLeaseStore {
         });
         Ok(Some(KeyWatch::new(Box::pin(hints))))
     }
+}
+
+/// Why a batched inspect's read starts over.
+enum Retry {
+    /// etcd compacted the revision the read started from.
+    Compacted,
+    Failed(Error),
+}
+
+/// The holder as reported to callers, from its lock key and (for a key with an etcd lease) that
+/// etcd lease's remaining and granted TTL in seconds as etcd reported them (-1: not found).
+fn holder_with(kv: &KeyValue, ttl: Option<(i64, i64)>) -> Result<Holder> {
+    let token = token_of(kv)?;
+    let owner = owner_of(kv);
+    let (remaining, ttl) = match ttl {
+        // A lock key without a lease (written by hand) never expires.
+        None => (MAX_TTL, MAX_TTL),
+        Some((left, granted)) => {
+            let remaining = secs(left.max(0));
+            (remaining, secs(granted.max(0)).max(remaining))
+        }
+    };
+    Ok(Holder {
+        owner,
+        token,
+        remaining,
+        ttl,
+    })
 }

@@ -19,6 +19,7 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
     match sharing {
         LeaseSharing::PerTtl => vec![
             case!("etcd", renew_many_reads_keys_back_in_few_range_requests),
+            case!("etcd", inspect_many_reads_holders_in_few_requests),
             case!("etcd", renew_many_reports_exactly_the_leases_that_were_lost),
         ],
         _ => vec![case!(
@@ -31,9 +32,9 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
 /// Request messages etcd received (`grpc_server_msg_received_total` on `/metrics`): all of them,
 /// and those of the range method.
 #[derive(Debug, Clone, Copy)]
-struct Requests {
-    all: u64,
-    ranges: u64,
+pub(crate) struct Requests {
+    pub(crate) all: u64,
+    pub(crate) ranges: u64,
 }
 
 impl std::ops::Sub for Requests {
@@ -46,7 +47,7 @@ impl std::ops::Sub for Requests {
     }
 }
 
-async fn requests(endpoint: &str) -> Result<Requests, Failed> {
+pub(crate) async fn requests(endpoint: &str) -> Result<Requests, Failed> {
     let addr = endpoint.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await?;
     conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
@@ -327,5 +328,80 @@ pub(crate) async fn renew_many_reports_exactly_the_leases_that_were_lost(ctx: Ct
         let _ = store.release(l).await;
     }
     let _ = other.release(&taken).await;
+    Ok(())
+}
+
+/// On our own member, counted by etcd: `inspect_many` of 2,000 keys held on one shared etcd lease,
+/// one key whose lock has 6,000 contenders (its holder, the oldest, sorts last, so it is found
+/// on the second page) and 10 free keys costs two range requests and one TTL request, and
+/// reports what `inspect` reports; with one etcd lease per grant, 100 held keys cost one range
+/// and one TTL request per key.
+pub(crate) async fn inspect_many_reads_holders_in_few_requests(ctx: Ctx) -> CaseResult {
+    let cluster = Cluster::start(1, Timing::FAST).await?;
+    let endpoint = cluster.endpoints()[0].clone();
+    let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect_with(&cluster.url(), options).await?;
+    let ttl = Duration::from_secs(60);
+    let leases = acquire_many(&ctx, &store, "i", 2_000, ttl).await?;
+    let crowded = ctx.key("x");
+    let name = store.options().lock_name(&crowded);
+    let mut client = store.client();
+    // The oldest contender (the holder) has the largest name.
+    client.put(format!("{name}/05999"), "", None).await?;
+    for chunk in (0..5_999).rev().collect::<Vec<u32>>().chunks(100) {
+        let puts: Vec<TxnOp> = chunk
+            .iter()
+            .map(|i| TxnOp::put(format!("{name}/{i:05}"), "", None))
+            .collect();
+        client.txn(Txn::new().and_then(puts)).await?;
+    }
+    let mut keys: Vec<_> = leases.iter().map(|l| l.key().clone()).collect();
+    keys.push(crowded.clone());
+    keys.extend((0..10).map(|i| ctx.key(&format!("free{i}"))));
+    let before = requests(&endpoint).await?;
+    let states = store.inspect_many(&keys).await?;
+    let sent = requests(&endpoint).await? - before;
+    println!("inspect_many of 2,011 keys (8,000 lock keys in their span): {sent:?}");
+    assert_eq!(sent.ranges, 2, "{sent:?}");
+    assert_eq!(sent.all, 3, "{sent:?}");
+    assert_eq!(states.len(), keys.len());
+    for (l, s) in leases.iter().zip(&states) {
+        let h = s.holder.as_ref().ok_or("a held key reported free")?;
+        assert_eq!((&h.owner, h.token), (l.owner(), l.token()), "{}", l.key());
+    }
+    for i in [0, 999, 1_999, 2_000, 2_001, 2_010] {
+        let one = store.inspect(&keys[i]).await?;
+        let many = &states[i];
+        assert_eq!(
+            (
+                many.holder.as_ref().map(|h| (h.owner.clone(), h.token)),
+                many.last_token
+            ),
+            (
+                one.holder.as_ref().map(|h| (h.owner.clone(), h.token)),
+                one.last_token
+            ),
+            "{}",
+            keys[i]
+        );
+    }
+    let crowded_holder = states[2_000].holder.as_ref().ok_or("x reported free")?;
+    assert!(
+        crowded_holder.owner.as_str().ends_with("05999"),
+        "{crowded_holder:?}"
+    );
+
+    let per_grant = EtcdLeaseStore::connect(&cluster.url()).await?;
+    let own = acquire_many(&ctx, &per_grant, "g", 100, ttl).await?;
+    let keys: Vec<_> = own.iter().map(|l| l.key().clone()).collect();
+    let before = requests(&endpoint).await?;
+    let states = per_grant.inspect_many(&keys).await?;
+    let sent = requests(&endpoint).await? - before;
+    println!("inspect_many of 100 keys with one etcd lease each: {sent:?}");
+    assert_eq!(sent.ranges, 1, "{sent:?}");
+    assert_eq!(sent.all, 101, "{sent:?}");
+    for (l, s) in own.iter().zip(&states) {
+        assert_eq!(s.holder.as_ref().map(|h| h.token), Some(l.token()));
+    }
     Ok(())
 }

@@ -21,11 +21,13 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
             case!("etcd", etcdctl_holds_and_the_store_is_refused),
             case!("etcd", etcdctl_holders_cannot_be_impersonated),
             case!("etcd", store_holds_and_etcdctl_waits),
+            case!("etcd", forged_handles_never_revoke_other_etcd_leases),
         ],
         _ => vec![
             case!("etcd", etcdctl_holds_and_the_store_is_refused),
             case!("etcd", etcdctl_holders_cannot_be_impersonated),
             case!("etcd", store_holds_and_etcdctl_waits),
+            case!("etcd", forged_handles_never_revoke_other_etcd_leases),
         ],
     }
 }
@@ -254,4 +256,86 @@ pub(crate) async fn etcdctl_holders_cannot_be_impersonated(ctx: Ctx) -> CaseResu
     assert_eq!(after, Some(before), "etcdctl's key was changed");
     interrupt(child).await?;
     ctx.wait_free(&key, Duration::from_secs(10)).await
+}
+
+/// A release through a lease whose handle was not written by this store for this very grant
+/// never revokes an etcd lease it names: handles naming `etcdctl lock`'s session lease (bare,
+/// with a made up tag, or with a tag copied from one of our own handles) and our own handle with
+/// a wrong token go through the checked path, which finds nothing to delete (`NotHeld`);
+/// `etcdctl`'s key stays. Our first lease's handle attached to our second grant never frees the
+/// first: with one etcd lease per grant it releases the second grant (whose key, owner and token
+/// it names), with shared etcd leases it names no key (`NotHeld`).
+pub(crate) async fn forged_handles_never_revoke_other_etcd_leases(ctx: Ctx) -> CaseResult {
+    let store = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let a = OwnerId::with_label("a");
+    let ttl = Duration::from_secs(20);
+    let (k1, k2, k3) = (
+        ctx.key("forged-1"),
+        ctx.key("forged-2"),
+        ctx.key("forged-3"),
+    );
+    let l1 = ctx.must_acquire_with(&store, &k1, &a, ttl).await?;
+    let l2 = ctx.must_acquire_with(&store, &k2, &a, ttl).await?;
+    let h1 = l1.handle().ok_or("no handle")?.to_string();
+    let tag = h1.rsplit('/').next().unwrap_or_default().to_string();
+
+    let name = store.options().lock_name(&k3);
+    let (child, mut lines) = spawn_lock(&name)?;
+    let held_key = locked_key(&mut lines, Duration::from_secs(10))
+        .await?
+        .ok_or("etcdctl did not lock a free name")?;
+    let before = lock_key_state(&store, &held_key)
+        .await?
+        .ok_or("etcdctl's key is missing")?;
+    let (token3, session) = (
+        lease_core::FencingToken::new(u64::try_from(before.0)?)?,
+        before.2,
+    );
+
+    let forged = [
+        // etcdctl's session lease, for its key and token, as a legal owner.
+        Lease::resume(k3.clone(), a.clone(), token3, ttl).with_handle(format!("{session:x}/14")),
+        Lease::resume(k3.clone(), a.clone(), token3, ttl)
+            .with_handle(format!("{session:x}/14/t{}", "0".repeat(32))),
+        Lease::resume(k3.clone(), a.clone(), token3, ttl)
+            .with_handle(format!("{session:x}/14/{tag}")),
+        Lease::resume(k3.clone(), a.clone(), token3, ttl)
+            .with_handle(format!("{session:x}/14/s0/{tag}")),
+        // Our first lease's handle on the first key with a wrong token.
+        Lease::resume(k1.clone(), a.clone(), l1.token().next()?, ttl).with_handle(h1.clone()),
+    ];
+    for lease in &forged {
+        let out = store.release(lease).await?;
+        assert_eq!(out, ReleaseOutcome::NotHeld, "{lease:?}");
+    }
+    assert_eq!(
+        lock_key_state(&store, &held_key).await?,
+        Some(before),
+        "etcdctl's key was changed"
+    );
+    // Our first lease's handle on the second grant (its key, owner and token): that grant is
+    // released, through the checked path, and the first lease's etcd lease is not revoked.
+    // With shared etcd leases the handle names a key of the first lease's etcd lease and nonce,
+    // which does not exist: `NotHeld`, and the second lease is released on its own.
+    let mixed = Lease::resume(k2.clone(), a.clone(), l2.token(), ttl).with_handle(h1.clone());
+    if super::options().lease_sharing() == LeaseSharing::PerGrant {
+        assert_eq!(store.release(&mixed).await?, ReleaseOutcome::Released);
+    } else {
+        assert_eq!(store.release(&mixed).await?, ReleaseOutcome::NotHeld);
+        assert_eq!(store.release(&l2).await?, ReleaseOutcome::Released);
+    }
+    assert!(store.inspect(&k2).await?.holder.is_none(), "k2 not freed");
+    let holder = store
+        .inspect(&k1)
+        .await?
+        .holder
+        .ok_or("k1 freed by a forgery")?;
+    assert_eq!(holder.token, l1.token());
+    assert!(matches!(
+        store.renew(&l1).await?,
+        lease_core::RenewOutcome::Renewed(ref l) if l.token() == l1.token()
+    ));
+    assert_eq!(store.release(&l1).await?, ReleaseOutcome::Released);
+    interrupt(child).await?;
+    ctx.wait_free(&k3, Duration::from_secs(10)).await
 }
