@@ -14,9 +14,9 @@ impl Report {
             "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire `INSERT .. ON CONFLICT` \
              and release `UPDATE` on its own pool. Redis: the store's acquire and release Lua \
              scripts (`EVALSHA`) on its connection manager. etcd: the store's request sequence \
-             (acquire: range of the lock prefix, lease grant, txn on the prefix's create revision; \
-             release: range of the lock key, txn on its create revision and lease, lease revoke) \
-             on its client. SQLite: the store's acquire upsert `RETURNING token` \
+             (acquire: lease grant, then one txn on the prefix's create revision that puts the \
+             lock key under its slot name or reads the holder; release: lease revoke of the \
+             tagged per-grant etcd lease) on its client. SQLite: the store's acquire upsert `RETURNING token` \
              (when refused, a read of the holder) on one write connection and its release \
              `UPDATE`, with the store's settings; the library adds its in-process write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
              the Lease, then a resourceVersion-guarded REPLACE with the holder and token \
