@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use lease_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, KeyState, KeyWatch, Lease, LeaseKey, LeaseStore,
-    OwnerId, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Capabilities, HeldBy, KeyState, KeyWatch, Lease, LeaseKey,
+    LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::time::Instant;
@@ -132,6 +132,10 @@ impl LeaseStore for Wrapped {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
         self.calls.inspect_many.fetch_add(1, Ordering::Relaxed);
         self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
+        self.calls.inspect_many.fetch_add(1, Ordering::Relaxed);
+        self.inner.holders_many(keys).await
     }
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
         let t = Instant::now();

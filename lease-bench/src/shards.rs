@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, KeyState, KeyWatch, Lease, LeaseKey,
-    LeaseStore, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, HeldBy, KeyState, KeyWatch, Lease,
+    LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
 };
 use lease_shard::{RevokeReason, ShardHook, ShardSet, ShardSetConfig, Snapshot, Worker};
 use tokio::time::Instant;
@@ -138,6 +138,10 @@ impl LeaseStore for Link {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
         self.check("inspect_many")?;
         self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
+        self.check("holders_many")?;
+        self.inner.holders_many(keys).await
     }
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         self.check("watch")?;

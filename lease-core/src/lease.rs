@@ -525,6 +525,25 @@ pub struct Holder {
     pub ttl: Duration,
 }
 
+/// Who holds a key and with which token, without the time left: what
+/// [`LeaseStore::holders_many`](crate::LeaseStore::holders_many) reports for a held key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBy {
+    /// Who holds it.
+    pub owner: OwnerId,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+}
+
+impl From<Holder> for HeldBy {
+    fn from(h: Holder) -> Self {
+        HeldBy {
+            owner: h.owner,
+            token: h.token,
+        }
+    }
+}
+
 /// What [`LeaseStore::inspect`](crate::LeaseStore::inspect) reports for a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyState {

@@ -110,8 +110,8 @@ pub use fencing::{
     WriteOutcome,
 };
 pub use lease::{
-    AcquireOutcome, AcquireRequest, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN, MAX_OWNER_LEN,
-    MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome,
+    AcquireOutcome, AcquireRequest, HeldBy, Holder, KeyState, Lease, LeaseKey, MAX_KEY_LEN,
+    MAX_OWNER_LEN, MAX_TTL, OwnerId, ReleaseOutcome, RenewOutcome,
 };
 pub use memory::MemoryLeaseStore;
 pub use store::{KeyWatch, LeaseStore};

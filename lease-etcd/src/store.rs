@@ -10,8 +10,9 @@ use std::collections::{HashMap, HashSet};
 use etcd_client::{Client, ConnectOptions, KeyValue, TxnOpResponse};
 use futures::{StreamExt, TryStreamExt};
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, Holder, KeyState, KeyWatch,
-    Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, HeldBy, Holder, KeyState,
+    KeyWatch, Lease, LeaseKey, LeaseStore, MAX_TTL, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability,
 };
 
 use crate::config::{EtcdOptions, LeaseSharing, endpoints_of};
@@ -673,6 +674,25 @@ impl LeaseStore for EtcdLeaseStore {
                     last_token: holder.as_ref().map(|h| h.token),
                     holder,
                 })
+            })
+            .collect()
+    }
+
+    /// The range reads of [`inspect_many`](LeaseStore::inspect_many) without its TTL requests
+    /// (one per distinct etcd lease): a lock key exists exactly while its holder holds it (its
+    /// etcd lease deletes it when it ends), so who holds what needs only the ranges.
+    async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
+        let mut prefixes: Vec<String> = keys.iter().map(|k| self.mutex_prefix(k)).collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let holders = self.holders_of(&prefixes).await?;
+        keys.iter()
+            .map(|key| match holders.get(&self.mutex_prefix(key)) {
+                Some(kv) => Ok(Some(HeldBy {
+                    owner: owner_of(kv),
+                    token: token_of(kv)?,
+                })),
+                None => Ok(None),
             })
             .collect()
     }

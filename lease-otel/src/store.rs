@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, KeyState, KeyWatch, Lease, LeaseKey, LeaseStore,
-    ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Capabilities, HeldBy, KeyState, KeyWatch, Lease, LeaseKey,
+    LeaseStore, ReleaseOutcome, RenewOutcome, Result,
 };
 use opentelemetry::KeyValue;
 use tokio::time::Instant;
@@ -82,6 +82,7 @@ enum Op {
     Release,
     Inspect,
     InspectMany,
+    HoldersMany,
     Watch,
 }
 
@@ -94,6 +95,7 @@ impl Op {
             Op::Release => "release",
             Op::Inspect => "inspect",
             Op::InspectMany => "inspect_many",
+            Op::HoldersMany => "holders_many",
             Op::Watch => "watch",
         }
     }
@@ -338,6 +340,28 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
             Ok(states) => {
                 let held = states.iter().filter(|s| s.holder.is_some()).count();
                 span.record("held", held);
+                span.record("outcome", "completed");
+                call.finish("completed", None);
+            }
+            Err(e) => failed(call, &span, e),
+        }
+        result
+    }
+
+    async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
+        let backend = self.inner.backend();
+        let span = tracing::debug_span!(
+            "lease.holders_many",
+            backend,
+            count = keys.len(),
+            held = Empty,
+            outcome = Empty
+        );
+        let call = Call::start(&self.metrics.inner, backend, Op::HoldersMany, None);
+        let result = self.inner.holders_many(keys).instrument(span.clone()).await;
+        match &result {
+            Ok(holders) => {
+                span.record("held", holders.iter().filter(|h| h.is_some()).count());
                 span.record("outcome", "completed");
                 call.finish("completed", None);
             }

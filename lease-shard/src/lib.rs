@@ -9,7 +9,7 @@
 //!   lease** (one of [`ShardSetConfig::with_max_workers`] slot keys) and computes its **fair
 //!   share** from the live members: `K / N`, plus one for the first `K % N` members in id order.
 //! - Each interval it reads every slot and shard in one batched read
-//!   ([`LeaseStore::inspect_many`]: one statement, script, range read or list on the real
+//!   ([`LeaseStore::holders_many`]: one statement, script, range read or list on the real
 //!   backends), takes **free or expired** shards first (up to its share; a shard seen free on two
 //!   scans in a row is taken by anyone, one share per interval at most, so ownership never waits
 //!   for balance), then **steals** from the members most above their share, at most
@@ -636,8 +636,9 @@ struct View {
     mailbox: Option<(String, FencingToken)>,
 }
 
-/// Reads every slot and shard (and `mailbox`, if given) in one [`LeaseStore::inspect_many`],
-/// bounded by the rebalance interval (or the op timeout, if longer).
+/// Reads the holders of every slot and shard (and `mailbox`, if given) in one
+/// [`LeaseStore::holders_many`], bounded by the rebalance interval (or the op timeout, if
+/// longer).
 async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
     let keys: Vec<LeaseKey> = set
         .slots
@@ -650,12 +651,12 @@ async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
         .config
         .rebalance_interval()
         .max(set.config.supervisor.op_timeout());
-    let states = match timeout(bound, set.store.inspect_many(&keys)).await {
+    let states = match timeout(bound, set.store.holders_many(&keys)).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
                 backend: set.store.backend(),
-                operation: "inspect_many",
+                operation: "holders_many",
                 after: bound,
             });
         }
@@ -664,7 +665,7 @@ async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
         return Err(Error::store_fault(
             set.store.backend(),
             format!(
-                "inspect_many answered {} states for {} keys",
+                "holders_many answered {} holders for {} keys",
                 states.len(),
                 keys.len()
             ),
@@ -674,21 +675,19 @@ async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
     let mut states = states.into_iter();
     let mut members = BTreeSet::new();
     for _ in &set.slots {
-        let st = states.next().expect("one state per key");
-        if let Some(h) = st.holder {
+        if let Some(h) = states.next().expect("one holder per key") {
             members.insert(h.owner.as_str().to_string());
         }
     }
     let mut owners = Vec::with_capacity(set.shards.len());
     for _ in &set.shards {
-        let st = states.next().expect("one state per key");
-        owners.push(st.holder.map(|h| (h.owner.as_str().to_string(), h.token)));
+        let h = states.next().expect("one holder per key");
+        owners.push(h.map(|h| (h.owner.as_str().to_string(), h.token)));
     }
     let mailbox = match mailbox {
         Some(_) => states
             .next()
-            .expect("one state per key")
-            .holder
+            .expect("one holder per key")
             .map(|h| (h.owner.as_str().to_string(), h.token)),
         None => None,
     };
@@ -1015,11 +1014,11 @@ impl Run {
     async fn join_slot(&self, st: &mut State) -> bool {
         let slots = &self.set.slots;
         let op = self.set.config.supervisor.op_timeout();
-        let free: Vec<usize> = match timeout(op, self.set.store.inspect_many(slots)).await {
+        let free: Vec<usize> = match timeout(op, self.set.store.holders_many(slots)).await {
             Ok(Ok(states)) if states.len() == slots.len() => states
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.holder.is_none())
+                .filter(|(_, s)| s.is_none())
                 .map(|(i, _)| i)
                 .collect(),
             _ => return false,

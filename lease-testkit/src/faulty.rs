@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, KeyState, KeyWatch, Lease, LeaseKey,
-    LeaseStore, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, HeldBy, KeyState, KeyWatch, Lease,
+    LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
 };
 
 /// The operations that can be faulted.
@@ -192,6 +192,10 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     }
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
         self.run(Operation::Inspect, self.inner.inspect_many(keys))
+            .await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
+        self.run(Operation::Inspect, self.inner.holders_many(keys))
             .await
     }
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {

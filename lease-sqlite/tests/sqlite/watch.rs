@@ -242,6 +242,13 @@ impl LeaseStore for Reporting {
         self.inner.inspect_many(keys).await
     }
 
+    async fn holders_many(
+        &self,
+        keys: &[LeaseKey],
+    ) -> lease_core::Result<Vec<Option<lease_core::HeldBy>>> {
+        self.inner.holders_many(keys).await
+    }
+
     async fn renew_many(
         &self,
         leases: &[Lease],

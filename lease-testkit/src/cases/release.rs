@@ -119,7 +119,7 @@ fn stable(s: &KeyState) -> (LeaseKey, Option<(OwnerId, u64)>, Option<u64>) {
 
 /// Batched inspect: `inspect_many` reports, key by key and in input order, what `inspect` does
 /// (held, released, expired and never-used keys, a key given twice, an empty batch, and a batch
-/// larger than a page of the backends that read in pages).
+/// larger than a page of the backends that read in pages), and `holders_many` the same holders.
 pub async fn inspect_many_matches_inspect(ctx: Ctx) -> CaseResult {
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
     let ttl = ctx.long_ttl();
@@ -175,5 +175,16 @@ pub async fn inspect_many_matches_inspect(ctx: Ctx) -> CaseResult {
         60 + 2,
         "30 keys of each owner, two of them asked twice"
     );
+    // holders_many: the same holders, without the time left.
+    let holders = ctx.store().holders_many(&keys).await?;
+    assert_eq!(holders.len(), keys.len(), "one holder per key");
+    for ((key, state), h) in keys.iter().zip(&many).zip(&holders) {
+        assert_eq!(
+            h.as_ref().map(|h| (h.owner.clone(), h.token)),
+            state.holder.as_ref().map(|s| (s.owner.clone(), s.token)),
+            "holders_many and inspect_many disagree on {key}"
+        );
+    }
+    assert!(ctx.store().holders_many(&[]).await?.is_empty());
     Ok(())
 }
