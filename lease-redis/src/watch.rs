@@ -37,7 +37,7 @@ async fn expiry_notifications(store: &RedisLeaseStore) -> bool {
 }
 
 /// Subscribes (on a dedicated pub/sub connection) to the key's release channel and, when the
-/// server publishes them, to the keyspace events of the lease hash (only expiry and deletion wake
+/// server publishes them, to the keyspace events of the lease record (only expiry and deletion wake
 /// the watcher). Without keyspace events the watch also signals every poll interval, so a waiter
 /// still notices an expiry within that bound.
 ///
@@ -119,7 +119,7 @@ struct Live {
     next_tick: Option<Instant>,
 }
 
-/// Renewals (`hset`, `pexpire`) are not worth waking a waiter for; a release, a deletion and an
+/// Renewals (`set`, `expire`) are not worth waking a waiter for; a release, a deletion and an
 /// expiry are.
 fn wakes(msg: &Msg) -> bool {
     !msg.get_channel_name().starts_with("__keyspace@")
