@@ -45,7 +45,7 @@
 //!   one script per hash slot, all at once, so the scripts for one master share a round trip on
 //!   that master's multiplexed connection.
 //!   [`inspect_many`](lease_core::LeaseStore::inspect_many) reads any number of keys the same
-//!   way: one script per 512 keys (per hash slot on a cluster), all sent at once.
+//!   way: one script per 256 keys (per hash slot on a cluster), all sent at once.
 //! - **Key layout** (see [`KeyLayout`](protocol::KeyLayout)): `prefix:{key}:lease`, `prefix:{key}:gen`,
 //!   `prefix:{key}:fence` and the channel `prefix:{key}:released`. The `{key}` hash tag keeps a
 //!   lease, its counter and its fenced resource in one Redis Cluster slot; a prefix containing `{`

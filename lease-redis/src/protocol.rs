@@ -134,21 +134,22 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEA
 /// unknown), the record (`""` when free) and its remaining ms (`""` when free). On Redis
 /// Cluster all keys of one call must share a hash slot (the store sends one call per slot).
 pub const INSPECT_LUA: &str = r"
-local out = {}
+local out, n = {}, 0
 for i = 1, #KEYS, 2 do
   local cur = redis.pcall('GET', KEYS[i])
   if type(cur) == 'table' then
     local h = redis.call('HMGET', KEYS[i], 'token', 'owner', 'ttl')
     cur = h[2] and (tostring(h[1]) .. ' ' .. h[2] .. ' ' .. tostring(h[3]))
   end
-  out[#out + 1] = redis.call('GET', KEYS[i + 1]) or ''
+  out[n + 1] = redis.call('GET', KEYS[i + 1]) or ''
   if cur then
-    out[#out + 1] = cur
-    out[#out + 1] = tostring(redis.call('PTTL', KEYS[i]))
+    out[n + 2] = cur
+    out[n + 3] = tostring(redis.call('PTTL', KEYS[i]))
   else
-    out[#out + 1] = ''
-    out[#out + 1] = ''
+    out[n + 2] = ''
+    out[n + 3] = ''
   end
+  n = n + 3
 end
 return out
 ";

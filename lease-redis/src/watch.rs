@@ -76,17 +76,21 @@ async fn pubsub(store: &RedisLeaseStore) -> Result<redis::aio::PubSub> {
 
 async fn subscribe(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Live> {
     let inner = &store.inner;
-    let notify = expiry_notifications(store).await;
-    let pubsub = pubsub(store).await?;
-    let (mut sink, messages) = pubsub.split();
-    let map = |e| map_redis("watch", inner.response_timeout, e);
-    sink.subscribe(inner.layout.released_channel(key))
-        .await
-        .map_err(map)?;
+    // Asking whether the server publishes expiry and opening the pub/sub connection are
+    // independent: both at once, then one SUBSCRIBE for every channel (one round trip).
+    let (notify, pubsub) = tokio::join!(expiry_notifications(store), pubsub(store));
+    let (mut sink, messages) = pubsub?.split();
+    let mut channels = vec![inner.layout.released_channel(key)];
     if notify {
-        let channel = format!("__keyspace@{}__:{}", inner.db, inner.layout.lease(key));
-        sink.subscribe(channel).await.map_err(map)?;
+        channels.push(format!(
+            "__keyspace@{}__:{}",
+            inner.db,
+            inner.layout.lease(key)
+        ));
     }
+    sink.subscribe(channels)
+        .await
+        .map_err(|e| map_redis("watch", inner.response_timeout, e))?;
     let now = Instant::now();
     let keepalive = inner.response_timeout;
     // Without keyspace events, an expiry is only noticed by looking again every poll interval.

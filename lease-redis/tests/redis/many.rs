@@ -1,4 +1,4 @@
-//! `inspect_many` over more keys than one script carries (the store cuts batches of 512 keys per
+//! `inspect_many` over more keys than one script carries (the store cuts batches of 256 keys per
 //! script and, on a cluster, one script per hash slot): shared by the single-server and the
 //! cluster targets.
 
@@ -36,7 +36,7 @@ pub(crate) async fn inspect_many_in_batches_matches_inspect(ctx: Ctx) -> CaseRes
         }
         keys.push(key);
     }
-    for i in [1099, 0, 513, 0, 511, 512] {
+    for i in [1099, 0, 257, 0, 255, 256] {
         keys.push(keys[i].clone());
     }
     let many = ctx.store().inspect_many(&keys).await?;
@@ -47,7 +47,7 @@ pub(crate) async fn inspect_many_in_batches_matches_inspect(ctx: Ctx) -> CaseRes
     }
     let held = many.iter().filter(|s| s.holder.is_some()).count();
     // 550 held keys, plus the repeated ones that are held (i % 4 is 0 or 1).
-    let repeated_held = [1099, 0, 513, 0, 511, 512]
+    let repeated_held = [1099, 0, 257, 0, 255, 256]
         .iter()
         .filter(|&&i| i % 4 < 2)
         .count();
