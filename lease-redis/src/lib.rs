@@ -31,16 +31,21 @@
 //! ```
 //!
 //! ## How it works
-//! - **One script per operation.** Acquire sets the holder with a server-side TTL (`PEXPIRE`)
-//!   only if the key is free, expired or held by the same owner, and issues the next token;
-//!   renew extends only for the same owner *and* token; release deletes only for the same owner
-//!   and token (a plain `DEL` would remove a successor's lease) and publishes on the key's
-//!   release channel. Expiry is judged by the Redis server's clock, never the client's.
+//! - **One script per operation, with the fewest commands.** Acquire sets the holder's record
+//!   (one string, `"<token> <owner> <ttl>"`) with a server-side TTL (`PX`) only if the key is
+//!   free, expired or held by the same owner, and issues the next token: on the common path
+//!   `TIME`, `SET .. NX GET PX` and `SET counter .. GET`, three commands, where the minimal
+//!   `SET NX PX` + `INCR` lease runs two. Renew extends only for the same owner *and* token
+//!   (`GET`, `SET .. PX`); release deletes only for the same owner and token (a plain `DEL`
+//!   would remove a successor's lease) and publishes on the key's release channel (`GET`, `DEL`,
+//!   `PUBLISH`). Expiry is judged by the Redis server's clock, never the client's.
 //!   [`renew_many`](lease_core::LeaseStore::renew_many) renews any number of leases in **one**
 //!   script (one round trip), with the same per-lease check, so a supervisor with renewal
 //!   batching renews thousands of leases in a handful of round trips. On Redis Cluster it sends
 //!   one script per hash slot, all at once, so the scripts for one master share a round trip on
 //!   that master's multiplexed connection.
+//!   [`inspect_many`](lease_core::LeaseStore::inspect_many) reads any number of keys the same
+//!   way: one script per 256 keys (per hash slot on a cluster), all sent at once.
 //! - **Key layout** (see [`KeyLayout`](protocol::KeyLayout)): `prefix:{key}:lease`, `prefix:{key}:gen`,
 //!   `prefix:{key}:fence` and the channel `prefix:{key}:released`. The `{key}` hash tag keeps a
 //!   lease, its counter and its fenced resource in one Redis Cluster slot; a prefix containing `{`
@@ -60,7 +65,7 @@
 //!   primary and its replica (below): replication is asynchronous in a cluster too.
 //! - **Waiting.** [`watch`](lease_core::LeaseStore::watch) opens a dedicated pub/sub connection and
 //!   subscribes to the release channel (always available) and, if the server publishes keyspace
-//!   notifications (`notify-keyspace-events` with `K` and `x` or `A`), to the lease hash's
+//!   notifications (`notify-keyspace-events` with `K` and `x` or `A`), to the lease record's
 //!   keyspace events, which also report expiry. Without them the watch also signals every
 //!   [poll interval](RedisOptions::with_watch_poll_interval), so an expiry is noticed within
 //!   that bound. An open watch pings its connection every response timeout; an unanswered ping
@@ -88,7 +93,7 @@
 //! Tokens are therefore large numbers (about 1.8 × 10^15 in 2026) and stay below 2^53, which the
 //! scripts' Lua numbers represent exactly, until the year 2255.
 //!
-//! **Expiry is judged by the server's wall clock.** `PEXPIRE` deadlines are absolute times on the
+//! **Expiry is judged by the server's wall clock.** `PX` deadlines are absolute times on the
 //! Redis server's `CLOCK_REALTIME`, so **a forward step of the server clock expires leases
 //! early**: the store grants the key to the next owner while the holder, which measures its
 //! lease on its own monotonic clock, still believes it holds it (for up to the size of the step).

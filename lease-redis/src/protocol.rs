@@ -10,46 +10,80 @@
 
 use std::sync::LazyLock;
 
-use lease_core::{Error, LeaseKey, Result};
+use lease_core::{Error, FencingToken, LeaseKey, OwnerId, Result};
 use redis::Script;
 
 use crate::error::BACKEND;
 
-/// Acquire. `KEYS[1]` lease hash, `KEYS[2]` generation counter; `ARGV[1]` owner, `ARGV[2]` TTL ms.
+/// Acquire. `KEYS[1]` lease record, `KEYS[2]` generation counter; `ARGV[1]` owner, `ARGV[2]` TTL
+/// ms.
 ///
-/// Held by another owner: `{"held", owner, token, pttl, ttl}`, nothing written. Otherwise the next
-/// token is `max(counter + 1, server TIME in unix microseconds)`, stored in the counter (which is
-/// never deleted and has no TTL), and the hash is replaced and given `PEXPIRE ttl`:
-/// `{"granted", token}`. `TIME` is allowed before writes because Redis 7 replicates script
-/// effects, not scripts.
+/// Held by another owner: `{record, pttl}` (the record as stored, see [`KeyLayout`]; `pttl` its
+/// remaining ms), nothing written. Otherwise the token is `max(counter + 1, server TIME in unix
+/// microseconds)`; it is stored in the counter (which is never deleted and has no TTL), the
+/// record `"<token> <owner> <ttl>"` is set with `PX ttl`, and the reply is the token.
+///
+/// Three commands on the common path (a free key whose counter is below the clock): `TIME`,
+/// `SET record NX GET PX` (takes a free key and reads a held one in one command), and
+/// `SET counter GET` (stores the clock floor and reads the previous counter). The clock's
+/// microseconds are used as the decimal string `TIME` gives, and compared with the previous
+/// counter as digit strings (length, then bytes), so the common path does no number formatting.
+/// Only when the counter is not below the clock (grants within one microsecond, a clock stepped
+/// back) are the counter and the record written again with `counter + 1`; the script is atomic,
+/// so nobody sees the first values. Before anything is written for a held key, the script has returned.
+/// `TIME` is allowed before writes because Redis 7 replicates script effects, not scripts.
+///
+/// A record left by an earlier version of this crate (a hash with `owner`, `token`, `ttl`) is
+/// read as a record, so a mixed deployment never grants a key the other version holds. A counter
+/// that is not an integer below 2^53 - 1 (Lua numbers are doubles) fails the script after
+/// restoring the counter and removing the record it set: nothing changes.
 pub const ACQUIRE_LUA: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
-if cur[1] and cur[1] ~= ARGV[1] then
-  return {'held', cur[1], cur[2], tostring(redis.call('PTTL', KEYS[1])), cur[3]}
-end
-local gen = redis.call('INCR', KEYS[2])
 local t = redis.call('TIME')
-local floor = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tok = string.format('%.0f', gen)
-if floor > gen then
-  tok = string.format('%.0f', floor)
-  redis.call('SET', KEYS[2], tok)
+local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+local rec = ' ' .. ARGV[1] .. ' ' .. ARGV[2]
+local cur = redis.pcall('SET', KEYS[1], s .. rec, 'NX', 'GET', 'PX', ARGV[2])
+local written = not cur
+if cur then
+  if type(cur) == 'table' then
+    if not string.find(tostring(cur.err), 'WRONGTYPE', 1, true) then return cur end
+    local h = redis.call('HMGET', KEYS[1], 'token', 'owner', 'ttl')
+    cur = h[2] and (tostring(h[1]) .. ' ' .. h[2] .. ' ' .. tostring(h[3])) or ''
+  end
+  if cur ~= '' and not string.find(cur, ' ' .. ARGV[1] .. ' ', 1, true) then
+    return {cur, tostring(redis.call('PTTL', KEYS[1]))}
+  end
 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', tok, 'ttl', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {'granted', tok}
+local old = redis.pcall('SET', KEYS[2], s, 'GET')
+if old then
+  local function refuse()
+    if type(old) == 'string' then redis.call('SET', KEYS[2], old) end
+    if written then redis.call('DEL', KEYS[1]) end
+    return redis.error_reply('ERR lease: the counter ' .. KEYS[2] .. ' is not an integer below 2^53 - 1')
+  end
+  if type(old) ~= 'string' or not string.find(old, '^%d+$') then return refuse() end
+  if #old > #s or (#old == #s and old >= s) then
+    local g = tonumber(old)
+    if g >= 9007199254740991 then return refuse() end
+    s = string.format('%.0f', math.max(g + 1, tonumber(s)))
+    redis.call('SET', KEYS[2], s)
+    written = false
+  end
+end
+if not written then
+  redis.call('SET', KEYS[1], s .. rec, 'PX', ARGV[2])
+end
+return s
 ";
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
 
-/// Renew. `KEYS[1]` lease hash; `ARGV[1]` owner, `ARGV[2]` token, `ARGV[3]` TTL ms. Extends only
-/// a live hash with the same owner and token (an expired hash is gone, so it is never revived).
+/// Renew. `KEYS[1]` lease record; `ARGV[1]` the grant's [`record_prefix`] (token and owner),
+/// `ARGV[2]` TTL ms. Extends only a live record of the same token and owner, with one `SET .. PX`
+/// (an expired record is gone, so it is never revived). Replies `1` (renewed) or `0` (lost).
 pub const RENEW_LUA: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
-  redis.call('HSET', KEYS[1], 'ttl', ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'string' and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2], 'PX', ARGV[2])
   return 1
 end
 return 0
@@ -57,19 +91,18 @@ return 0
 
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
 
-/// Renew many. `KEYS[i]` lease hash of the i-th lease; `ARGV[3i-2..3i]` its owner, token and
-/// TTL ms. The same check as [`RENEW_LUA`] for each key, in one script (one round trip, atomic):
-/// returns one `1` (renewed) or `0` (lost) per key, in order. On Redis Cluster all keys of one
-/// call must share a hash slot: the store sends one call per slot (see
+/// Renew many. `KEYS[i]` lease record of the i-th lease; `ARGV[2i-1]`, `ARGV[2i]` its
+/// [`record_prefix`] and TTL ms. The same check as [`RENEW_LUA`] for each key, in one script (one
+/// round trip, atomic): returns one `1` (renewed) or `0` (lost) per key, in order. On Redis
+/// Cluster all keys of one call must share a hash slot: the store sends one call per slot (see
 /// [`LeaseStore::renew_many`](lease_core::LeaseStore::renew_many) on the store).
 pub const RENEW_MANY_LUA: &str = r"
 local out = {}
 for i, key in ipairs(KEYS) do
-  local a = (i - 1) * 3
-  local cur = redis.call('HMGET', key, 'owner', 'token')
-  if cur[1] == ARGV[a + 1] and cur[2] == ARGV[a + 2] then
-    redis.call('HSET', key, 'ttl', ARGV[a + 3])
-    redis.call('PEXPIRE', key, ARGV[a + 3])
+  local p, ttl = ARGV[2 * i - 1], ARGV[2 * i]
+  local cur = redis.pcall('GET', key)
+  if type(cur) == 'string' and string.sub(cur, 1, #p) == p then
+    redis.call('SET', key, p .. ttl, 'PX', ttl)
     out[i] = 1
   else
     out[i] = 0
@@ -80,14 +113,15 @@ return out
 
 pub(crate) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_MANY_LUA));
 
-/// Release. `KEYS[1]` lease hash; `ARGV[1]` owner, `ARGV[2]` token, `ARGV[3]` release channel.
-/// Deletes only the same owner's and token's hash (never a successor's), keeps the counter, and
-/// publishes the token on the release channel to wake waiters.
+/// Release. `KEYS[1]` lease record; `ARGV[1]` the grant's [`record_prefix`], `ARGV[2]` release
+/// channel, `ARGV[3]` token. Deletes only the same token's and owner's record (never a
+/// successor's), keeps the counter, and publishes the token on the release channel to wake
+/// waiters. Replies `1` (released) or `0` (not held).
 pub const RELEASE_LUA: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if cur[1] == ARGV[1] and cur[2] == ARGV[2] then
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'string' and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], ARGV[2])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
 end
 return 0
@@ -95,18 +129,47 @@ return 0
 
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
 
-/// Inspect. `KEYS[1]` lease hash, `KEYS[2]` counter. `{gen}` or `{gen, owner, token, pttl, ttl}`
-/// (`gen` is `""` when the counter is unknown), read atomically.
+/// Inspect any number of keys. `KEYS[2i-1]` lease record and `KEYS[2i]` counter of the i-th
+/// key. Three strings per key, in order, each key read atomically: the counter (`""` when
+/// unknown), the record (`""` when free) and its remaining ms (`""` when free). On Redis
+/// Cluster all keys of one call must share a hash slot (the store sends one call per slot).
 pub const INSPECT_LUA: &str = r"
-local cur = redis.call('HMGET', KEYS[1], 'owner', 'token', 'ttl')
-local gen = redis.call('GET', KEYS[2]) or ''
-if cur[1] then
-  return {gen, cur[1], cur[2], tostring(redis.call('PTTL', KEYS[1])), cur[3]}
+local out, n = {}, 0
+for i = 1, #KEYS, 2 do
+  local cur = redis.pcall('GET', KEYS[i])
+  if type(cur) == 'table' then
+    local h = redis.call('HMGET', KEYS[i], 'token', 'owner', 'ttl')
+    cur = h[2] and (tostring(h[1]) .. ' ' .. h[2] .. ' ' .. tostring(h[3]))
+  end
+  out[n + 1] = redis.call('GET', KEYS[i + 1]) or ''
+  if cur then
+    out[n + 2] = cur
+    out[n + 3] = tostring(redis.call('PTTL', KEYS[i]))
+  else
+    out[n + 2] = ''
+    out[n + 3] = ''
+  end
+  n = n + 3
 end
-return {gen}
+return out
 ";
 
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_LUA));
+
+/// The start of the record a grant of `token` to `owner` wrote: `"<token> <owner> "`. Renew and
+/// release compare it with the stored record. Owner ids have no spaces and tokens are digits, so
+/// the prefix matches only the record of that very grant.
+///
+/// ```
+/// use lease_core::{FencingToken, OwnerId};
+/// use lease_redis::protocol::record_prefix;
+/// let p = record_prefix(FencingToken::new(7)?, &OwnerId::new("worker-1")?);
+/// assert_eq!(p, "7 worker-1 ");
+/// # Ok::<(), lease_core::Error>(())
+/// ```
+pub fn record_prefix(token: FencingToken, owner: &OwnerId) -> String {
+    format!("{} {} ", token.get(), owner.as_str())
+}
 
 /// Fenced write or install. `KEYS[1]` fence hash; `ARGV[1]` token, `ARGV[2]` op (`put`, `add`,
 /// `install`), `ARGV[3]` operand. A token below the high-water mark `hw` is rejected
@@ -146,7 +209,7 @@ pub const MAX_PREFIX_LEN: usize = 64;
 ///
 /// | Redis name            | type    | what                                                        |
 /// |-----------------------|---------|-------------------------------------------------------------|
-/// | `p:{k}:lease`         | hash    | `owner`, `token`, `ttl` (ms) of the holder; expires by `PX`  |
+/// | `p:{k}:lease`         | string  | `"<token> <owner> <ttl ms>"` of the holder; expires by `PX`  |
 /// | `p:{k}:gen`           | string  | the last token issued; **never deleted, never expires**      |
 /// | `p:{k}:fence`         | hash    | the fenced resource: `hw`, `value`, `counter`, `accepted`    |
 /// | `p:{k}:released`      | channel | pub/sub channel the release script publishes the token to   |
@@ -208,7 +271,7 @@ impl KeyLayout {
         format!("{}:{{{}}}:{suffix}", self.prefix, key.as_str())
     }
 
-    /// The hash holding the current holder.
+    /// The record of the current holder (a string, see the table above).
     pub fn lease(&self, key: &LeaseKey) -> String {
         self.name(key, "lease")
     }

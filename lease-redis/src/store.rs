@@ -18,7 +18,7 @@ use crate::connection::{Conn, RedisConnection};
 use crate::error::{BACKEND, RedisStoreError, map_redis, unexpected};
 use crate::protocol::{self, KeyLayout};
 
-/// The shortest TTL granted: 1 ms (`PEXPIRE` resolution).
+/// The shortest TTL granted: 1 ms (`PX` resolution).
 pub const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// A [`LeaseStore`] on Redis; [`fenced_resource`](Self::fenced_resource) gives the
@@ -26,7 +26,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///
 /// A cheap-to-clone handle over one multiplexed, automatically reconnecting connection
 /// ([`RedisConnection`]). Acquire, renew and release are each one Lua script; expiry is the
-/// server's `PEXPIRE`. See the [crate docs](crate) for what Redis can and cannot promise.
+/// server's `PX` expiry. See the [crate docs](crate) for what Redis can and cannot promise.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -302,23 +302,58 @@ pub(crate) async fn bounded<F: Future>(
         })
 }
 
-/// The holder a script reported for `key`: owner, token, remaining and granted TTL in ms.
-fn parse_holder(key: &LeaseKey, owner: &str, token: &str, pttl: &str, ttl: &str) -> Result<Holder> {
+/// Keys per inspect script in [`LeaseStore::inspect_many`]. A script holds the server while it
+/// runs: 256 keys took 0.6 to 1.7 ms of server time on a loaded 2-core machine (512 keys twice
+/// that), while the total for 10,000 keys did not depend on the batch size within the noise.
+const INSPECT_BATCH: usize = 256;
+
+/// The holder a script reported for `key`: its record (`"<token> <owner> <ttl ms>"`, see
+/// [`KeyLayout`]) and remaining ms.
+fn parse_holder(key: &LeaseKey, record: &[u8], pttl: &[u8]) -> Result<Holder> {
     let name = key.as_str();
-    let owner = decode_owner(BACKEND, name, owner)?;
+    let corrupt = |what: &dyn fmt::Debug| {
+        lease_core::backend::corrupt(BACKEND, name, format_args!("record {what:?}"))
+    };
+    let text = std::str::from_utf8(record).map_err(|_| corrupt(&record))?;
+    let mut fields = text.split(' ');
+    let (Some(token), Some(owner), Some(ttl), None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return Err(corrupt(&text));
+    };
     let token = decode_token(BACKEND, name, token)?;
-    let pttl: i64 = pttl
-        .parse()
-        .map_err(|_| lease_core::backend::corrupt(BACKEND, name, format_args!("pttl {pttl:?}")))?;
-    let ttl: u64 = ttl
-        .parse()
-        .map_err(|_| lease_core::backend::corrupt(BACKEND, name, format_args!("ttl {ttl:?}")))?;
-    let remaining = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+    let owner = decode_owner(BACKEND, name, owner)?;
+    let ttl: u64 = ttl.parse().map_err(|_| corrupt(&text))?;
+    let pttl: i64 = std::str::from_utf8(pttl)
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| {
+            lease_core::backend::corrupt(BACKEND, name, format_args!("pttl {pttl:?}"))
+        })?;
     Ok(Holder {
         owner,
         token,
-        remaining,
+        remaining: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
         ttl: Duration::from_millis(ttl),
+    })
+}
+
+/// The state of `key` from the three strings [`protocol::INSPECT_LUA`] returns for it.
+fn key_state(key: &LeaseKey, generation: &str, record: &str, pttl: &str) -> Result<KeyState> {
+    let holder = if record.is_empty() {
+        None
+    } else {
+        Some(parse_holder(key, record.as_bytes(), pttl.as_bytes())?)
+    };
+    let last_token = if generation.is_empty() {
+        None
+    } else {
+        Some(decode_token(BACKEND, key.as_str(), generation)?)
+    };
+    Ok(KeyState {
+        key: key.clone(),
+        holder,
+        last_token,
     })
 }
 
@@ -356,6 +391,11 @@ impl LeaseStore for RedisLeaseStore {
         self.bounded("inspect", self.inspect_unbounded(key)).await
     }
 
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        self.bounded("inspect_many", self.inspect_many_unbounded(keys))
+            .await
+    }
+
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         crate::watch::watch(self, key).await.map(Some)
     }
@@ -369,7 +409,7 @@ impl RedisLeaseStore {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
-        let (reply, acked): (Vec<String>, Option<i64>) = match self.inner.replica_wait {
+        let (reply, acked): (redis::Value, Option<i64>) = match self.inner.replica_wait {
             None => {
                 let reply = protocol::ACQUIRE
                     .key(layout.lease(&req.key))
@@ -384,7 +424,7 @@ impl RedisLeaseStore {
             // One pipeline, so that `WAIT` runs on the connection that made the grant, right
             // after it (on a connection without writes `WAIT` would succeed vacuously).
             Some(wait) => {
-                let (reply, acked): (Vec<String>, i64) = redis::pipe()
+                let (reply, acked): (redis::Value, i64) = redis::pipe()
                     .cmd("EVAL")
                     .arg(protocol::ACQUIRE_LUA)
                     .arg(2)
@@ -405,14 +445,22 @@ impl RedisLeaseStore {
                 (reply, Some(acked))
             }
         };
-        match reply.as_slice() {
-            [tag, owner, token, pttl, ttl] if tag == "held" => {
-                let holder = parse_holder(&req.key, owner, token, pttl, ttl)?;
-                tracing::trace!(backend = BACKEND, key = %req.key, owner = %req.owner, holder = %holder.owner, token = %holder.token, "lease held by another owner");
-                Ok(AcquireOutcome::Held(holder))
-            }
-            [tag, token] if tag == "granted" => {
-                let token = decode_token(BACKEND, req.key.as_str(), token.as_str())?;
+        match &reply {
+            redis::Value::Array(held) => match held.as_slice() {
+                [
+                    redis::Value::BulkString(record),
+                    redis::Value::BulkString(pttl),
+                ] => {
+                    let holder = parse_holder(&req.key, record, pttl)?;
+                    tracing::trace!(backend = BACKEND, key = %req.key, owner = %req.owner, holder = %holder.owner, token = %holder.token, "lease held by another owner");
+                    Ok(AcquireOutcome::Held(holder))
+                }
+                _ => Err(unexpected("acquire", &reply)),
+            },
+            redis::Value::BulkString(token) => {
+                let token = std::str::from_utf8(token)
+                    .map_err(|_| unexpected("acquire", &reply))
+                    .and_then(|t| decode_token(BACKEND, req.key.as_str(), t))?;
                 tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
                 let lease = granted_lease(
                     req.key.clone(),
@@ -438,8 +486,7 @@ impl RedisLeaseStore {
         let sent = Instant::now();
         let renewed: i64 = protocol::RENEW
             .key(self.inner.layout.lease(lease.key()))
-            .arg(lease.owner().as_str())
-            .arg(lease.token().get())
+            .arg(protocol::record_prefix(lease.token(), lease.owner()))
             .arg(ttl.as_u64())
             .invoke_async(&mut con)
             .await
@@ -476,8 +523,7 @@ impl RedisLeaseStore {
                 let lease = &leases[i];
                 invocation
                     .key(self.inner.layout.lease(lease.key()))
-                    .arg(lease.owner().as_str())
-                    .arg(lease.token().get())
+                    .arg(protocol::record_prefix(lease.token(), lease.owner()))
                     .arg(ms);
             }
             let mut con = self.inner.con.clone();
@@ -514,9 +560,9 @@ impl RedisLeaseStore {
         let mut con = self.inner.con.clone();
         let released: i64 = protocol::RELEASE
             .key(layout.lease(lease.key()))
-            .arg(lease.owner().as_str())
-            .arg(lease.token().get())
+            .arg(protocol::record_prefix(lease.token(), lease.owner()))
             .arg(layout.released_channel(lease.key()))
+            .arg(lease.token().get())
             .invoke_async(&mut con)
             .await
             .map_err(self.map("release"))?;
@@ -529,32 +575,68 @@ impl RedisLeaseStore {
     }
 
     async fn inspect_unbounded(&self, key: &LeaseKey) -> Result<KeyState> {
+        let mut states = self.inspect_group(std::slice::from_ref(key)).await?;
+        states
+            .pop()
+            .ok_or_else(|| unexpected("inspect", &"no state"))
+    }
+
+    /// One [`INSPECT`](protocol::INSPECT_LUA) script for `keys`, which must share a hash slot on
+    /// a cluster: their states in order.
+    async fn inspect_group(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
         let layout = &self.inner.layout;
+        let mut invocation = protocol::INSPECT.prepare_invoke();
+        for key in keys {
+            invocation
+                .key(layout.lease(key))
+                .key(layout.generation(key));
+        }
         let mut con = self.inner.con.clone();
-        let reply: Vec<String> = protocol::INSPECT
-            .key(layout.lease(key))
-            .key(layout.generation(key))
+        let reply: Vec<String> = invocation
             .invoke_async(&mut con)
             .await
             .map_err(self.map("inspect"))?;
-        let (generation, holder) = match reply.as_slice() {
-            [generation] => (generation, None),
-            [generation, owner, token, pttl, ttl] => (
-                generation,
-                Some(parse_holder(key, owner, token, pttl, ttl)?),
-            ),
-            _ => return Err(unexpected("inspect", &reply)),
-        };
-        let last_token = if generation.is_empty() {
-            None
-        } else {
-            Some(decode_token(BACKEND, key.as_str(), generation.as_str())?)
-        };
-        Ok(KeyState {
-            key: key.clone(),
-            holder,
-            last_token,
-        })
+        if reply.len() != keys.len() * 3 {
+            return Err(unexpected("inspect", &reply));
+        }
+        keys.iter()
+            .zip(reply.chunks_exact(3))
+            .map(|(key, fields)| key_state(key, &fields[0], &fields[1], &fields[2]))
+            .collect()
+    }
+
+    async fn inspect_many_unbounded(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        // One script per hash slot (one group on a single server), cut into scripts of at most
+        // INSPECT_BATCH keys so that no script holds the server for long; all sent at once (the
+        // multiplexed connections pipeline them).
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of = std::collections::HashMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = self.inner.con.group(&self.inner.layout.lease(key));
+            let g = *group_of.entry(slot).or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+            groups[g].push(i);
+        }
+        let batches: Vec<Vec<usize>> = groups
+            .iter()
+            .flat_map(|g| g.chunks(INSPECT_BATCH).map(<[usize]>::to_vec))
+            .collect();
+        let replies = futures::future::join_all(batches.iter().map(|batch| {
+            let keys: Vec<LeaseKey> = batch.iter().map(|&i| keys[i].clone()).collect();
+            async move { self.inspect_group(&keys).await }
+        }))
+        .await;
+        let mut out: Vec<Option<KeyState>> = (0..keys.len()).map(|_| None).collect();
+        for (batch, reply) in batches.iter().zip(replies) {
+            for (&i, state) in batch.iter().zip(reply?) {
+                out[i] = Some(state);
+            }
+        }
+        out.into_iter()
+            .map(|s| s.ok_or_else(|| unexpected("inspect_many", &"a key without a state")))
+            .collect()
     }
 
     /// Fails the acquire (after releasing the grant, best effort) unless `WAIT` saw enough

@@ -37,7 +37,7 @@ async fn expiry_notifications(store: &RedisLeaseStore) -> bool {
 }
 
 /// Subscribes (on a dedicated pub/sub connection) to the key's release channel and, when the
-/// server publishes them, to the keyspace events of the lease hash (only expiry and deletion wake
+/// server publishes them, to the keyspace events of the lease record (only expiry and deletion wake
 /// the watcher). Without keyspace events the watch also signals every poll interval, so a waiter
 /// still notices an expiry within that bound.
 ///
@@ -76,17 +76,21 @@ async fn pubsub(store: &RedisLeaseStore) -> Result<redis::aio::PubSub> {
 
 async fn subscribe(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Live> {
     let inner = &store.inner;
-    let notify = expiry_notifications(store).await;
-    let pubsub = pubsub(store).await?;
-    let (mut sink, messages) = pubsub.split();
-    let map = |e| map_redis("watch", inner.response_timeout, e);
-    sink.subscribe(inner.layout.released_channel(key))
-        .await
-        .map_err(map)?;
+    // Asking whether the server publishes expiry and opening the pub/sub connection are
+    // independent: both at once, then one SUBSCRIBE for every channel (one round trip).
+    let (notify, pubsub) = tokio::join!(expiry_notifications(store), pubsub(store));
+    let (mut sink, messages) = pubsub?.split();
+    let mut channels = vec![inner.layout.released_channel(key)];
     if notify {
-        let channel = format!("__keyspace@{}__:{}", inner.db, inner.layout.lease(key));
-        sink.subscribe(channel).await.map_err(map)?;
+        channels.push(format!(
+            "__keyspace@{}__:{}",
+            inner.db,
+            inner.layout.lease(key)
+        ));
     }
+    sink.subscribe(channels)
+        .await
+        .map_err(|e| map_redis("watch", inner.response_timeout, e))?;
     let now = Instant::now();
     let keepalive = inner.response_timeout;
     // Without keyspace events, an expiry is only noticed by looking again every poll interval.
@@ -119,7 +123,7 @@ struct Live {
     next_tick: Option<Instant>,
 }
 
-/// Renewals (`hset`, `pexpire`) are not worth waking a waiter for; a release, a deletion and an
+/// Renewals (`set`, `expire`) are not worth waking a waiter for; a release, a deletion and an
 /// expiry are.
 fn wakes(msg: &Msg) -> bool {
     !msg.get_channel_name().starts_with("__keyspace@")

@@ -3,6 +3,7 @@
 //! `renew_many` across many hash slots (and so across every master).
 
 mod cluster_common;
+mod many;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +75,12 @@ async fn renew_many_spans_every_master(ctx: Ctx) -> CaseResult {
 fn main() {
     lease_testkit::run_with(
         Cluster,
-        vec![case!("redis_cluster", renew_many_spans_every_master)],
+        vec![
+            case!("redis_cluster", renew_many_spans_every_master),
+            case!(
+                "redis_cluster",
+                many::inspect_many_in_batches_matches_inspect
+            ),
+        ],
     );
 }

@@ -6,6 +6,8 @@ mod cases;
 mod clock;
 mod failover;
 mod input;
+mod many;
+mod protocol;
 mod restart;
 mod server;
 mod watch;
@@ -64,6 +66,7 @@ fn main() {
         failover::cases(),
         clock::cases(),
         watch::cases(),
+        protocol::cases(),
     ]
     .concat();
     lease_testkit::run_with(Redis { url: url() }, extra);

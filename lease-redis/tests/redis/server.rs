@@ -256,6 +256,12 @@ impl FakeClock {
         self.write(offset)
     }
 
+    /// Sets the server's wall clock to `at` (`2030-01-01 00:00:00`) and stops it there: every
+    /// clock read returns that instant until the next step or set.
+    pub(crate) fn freeze(&self, at: &str) -> Result<(), Failed> {
+        self.write(at)
+    }
+
     fn write(&self, offset: &str) -> Result<(), Failed> {
         let aside = self.file.with_extension("next");
         std::fs::write(&aside, format!("{offset}\n"))
