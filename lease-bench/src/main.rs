@@ -131,7 +131,7 @@ impl Plan {
             latency_samples: 8000,
             rtt_samples: 50,
             takeover_reps: 9,
-            handoff_reps: 5,
+            handoff_reps: 20,
             renewal_leases: 10_000,
             renewal_leases_k8s: 10_000,
             renewal_ttl: Duration::from_secs(30),
