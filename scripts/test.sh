@@ -36,6 +36,12 @@ for s in $SERVICES; do
 done
 
 export LEASE_TEST_REQUIRE=1
+# A full run builds some 10 GB under target/: say up front when the disk cannot hold it (one CI
+# run died linking, out of space), instead of failing in the middle of a link.
+mkdir -p "${CARGO_TARGET_DIR:-target}"
+free_kb=$(df -Pk "${CARGO_TARGET_DIR:-target}" | awk 'NR==2 {print $4}')
+log "free disk where target/ lives: $((free_kb / 1024 / 1024)) GiB"
+[ "$free_kb" -ge $((12 * 1024 * 1024)) ] || die "less than 12 GiB free for target/: free space or set CARGO_TARGET_DIR"
 export RUST_BACKTRACE=1
 # Hygiene first: formatting, lints and docs fail the run before any test does.
 log "cargo fmt --all --check"
