@@ -81,12 +81,13 @@ impl Calls {
     }
 }
 
-/// How many single renewals run at once where a store has no batch (Kubernetes).
-pub(crate) const RENEW_CONCURRENCY: usize = 32;
+/// How many single renewals the Kubernetes store's `renew_many` runs at once (it has no batch).
+pub(crate) const RENEW_CONCURRENCY: usize = lease_k8s::RENEW_MANY_IN_FLIGHT;
 
 /// A forwarding store that counts calls, and can hide its watch (the supervisor then waits by
-/// bounded polling) and its batched renewal (`renew_many` then renews one by one through
-/// [`LeaseStore::renew`], at most [`RENEW_CONCURRENCY`] at once, each counted as one request).
+/// bounded polling) and count a store's `renew_many` per lease (`batch: false`: it still goes through
+/// the store, each lease counted as one request: Kubernetes, whose `renew_many` sends one
+/// request per lease, [`RENEW_CONCURRENCY`] at once).
 #[derive(Debug)]
 pub(crate) struct Wrapped {
     pub(crate) inner: Arc<dyn LeaseStore>,
@@ -145,20 +146,7 @@ impl LeaseStore for Wrapped {
         } else {
             let n = u64::try_from(leases.len()).unwrap_or(u64::MAX);
             self.calls.renew.fetch_add(n, Ordering::Relaxed);
-            let renewals: Vec<_> = leases.iter().map(|l| self.inner.renew(l)).collect();
-            let results: Vec<Result<RenewOutcome>> = futures::stream::iter(renewals)
-                .buffered(RENEW_CONCURRENCY)
-                .collect()
-                .await;
-            let mut out = Vec::with_capacity(results.len());
-            let mut failed = None;
-            for r in results {
-                match r {
-                    Err(e) if !e.is_invalid_input() => failed = failed.or(Some(e)),
-                    r => out.push(r),
-                }
-            }
-            failed.map_or(Ok(out), Err)
+            self.inner.renew_many(leases).await
         };
         let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.calls.renew_wall_ns.fetch_add(ns, Ordering::Relaxed);

@@ -170,4 +170,4 @@ pub use config::{
 #[doc(hidden)]
 pub use config::{TestHook, TestPoint};
 pub use fenced::K8sFencedResource;
-pub use store::K8sLeaseStore;
+pub use store::{K8sLeaseStore, RENEW_MANY_IN_FLIGHT};

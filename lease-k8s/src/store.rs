@@ -26,8 +26,14 @@ use crate::protocol::{self, Record};
 const MAX_RACES: usize = 16;
 /// How many renewals of unknown outcome are remembered per Lease (see `adopt_pending`).
 const MAX_PENDING: usize = 64;
-/// Renewals (and reads) of one `renew_many` (`inspect_many`) in flight at once.
-const RENEW_CONCURRENCY: usize = 64;
+/// How many requests one [`renew_many`](LeaseStore::renew_many) (or a small
+/// [`inspect_many`](LeaseStore::inspect_many)) of a [`K8sLeaseStore`] keeps in flight at once:
+/// the Kubernetes API has no batch write, so N leases cost N conditional replaces.
+///
+/// ```
+/// assert_eq!(lease_k8s::RENEW_MANY_IN_FLIGHT, 64);
+/// ```
+pub const RENEW_MANY_IN_FLIGHT: usize = 64;
 /// Above this many keys, `inspect_many` lists the namespace instead of reading key by key.
 const LIST_THRESHOLD: usize = 16;
 /// Objects per page of that LIST.
@@ -698,7 +704,7 @@ impl LeaseStore for K8sLeaseStore {
         // Collected first: a lazy `map` closure in the stream trips async-trait's Send check.
         let calls: Vec<_> = leases.iter().map(|l| self.renew(l)).collect();
         Ok(stream::iter(calls)
-            .buffered(RENEW_CONCURRENCY)
+            .buffered(RENEW_MANY_IN_FLIGHT)
             .collect()
             .await)
     }
@@ -711,7 +717,7 @@ impl LeaseStore for K8sLeaseStore {
         if keys.len() <= LIST_THRESHOLD {
             let reads: Vec<_> = keys.iter().map(|k| self.inspect(k)).collect();
             return stream::iter(reads)
-                .buffered(RENEW_CONCURRENCY)
+                .buffered(RENEW_MANY_IN_FLIGHT)
                 .try_collect()
                 .await;
         }

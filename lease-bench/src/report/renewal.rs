@@ -30,7 +30,8 @@ impl Report {
              figure is exact to about one wave; Redis: the calls in `INFO \
              commandstats` of every command but those the store's Lua scripts run, since Redis \
              counts a command a script runs like one a client sent, so a batch's `EVALSHA` counts \
-             once); where present, the goal is judged on them. CPU is this \
+             once; Kubernetes: `apiserver_request_total` on Leases from the kube-apiserver's \
+             `/metrics`); where present, the goal is judged on them. CPU is this \
              process's user+system time (`/proc/self/stat`) per interval; memory is the RSS \
              growth while acquiring, per lease. The server's counters include other clients of \
              the same server during the span.\n"

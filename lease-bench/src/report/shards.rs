@@ -19,7 +19,8 @@ impl Report {
              statement, script or batch where the store batches; Kubernetes sends one request per \
              lease inside it), `inspect_many` calls (one scan per worker and interval), and the \
              server's own request count where it keeps one (etcd `/metrics`, PostgreSQL's \
-             transactions in `pg_stat_database`, Redis `INFO commandstats`). Then one more worker joins, and later the first worker dies (its \
+             transactions in `pg_stat_database`, Redis `INFO commandstats`, the kube-apiserver's \
+             `apiserver_request_total` on Leases, LISTs and watches included). Then one more worker joins, and later the first worker dies (its \
              link is cut: no renewal, no release). *Moved / minimum* compares the shards whose \
              owner changed between the settled assignments before and after with the least that \
              must move (the joiner's share; the dead worker's shards); *grants* counts every \
