@@ -52,6 +52,16 @@
 //! renewal recognises that write as its own by its exact content and continues.)
 //! Our writes keep every field they do not own (labels, other annotations, newer spec fields).
 //!
+//! ## Many leases at once
+//! The Kubernetes API has no batch write: [`renew_many`](lease_core::LeaseStore::renew_many)
+//! sends one conditional replace per lease, [`RENEW_MANY_IN_FLIGHT`] at once (kube-client speaks
+//! HTTP/1.1, so each request in flight holds one pooled connection), and reports each lease's
+//! outcome or error in its own slot. One process holding N leases therefore sends N requests per
+//! renewal interval. [`inspect_many`](lease_core::LeaseStore::inspect_many) (and so
+//! `holders_many`, the shard set's scan) reads up to 16 keys with one GET each, concurrently, and
+//! more with one paged LIST of the namespace (500 objects a page); every object listed counts as
+//! an observation for expiry, exactly as a GET.
+//!
 //! ## The client-go rules (LeaseLock interoperability)
 //! | field | meaning (client-go and this crate) |
 //! |---|---|
