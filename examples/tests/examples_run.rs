@@ -204,11 +204,14 @@ fn field(line: &str, key: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{key} in {line}: {e}"))
 }
 
-/// 16 shards over 3 worker processes on SQLite with a 1 s TTL and `lease-otel` shard metrics:
+/// 16 shards over 3 worker processes on SQLite with a 2 s TTL and `lease-otel` shard metrics:
 /// the example itself waits (bounded by 30 TTLs per phase) until every shard is owned by a live
 /// worker within one of its fair share, after the start, after killing `w2` and after adding
 /// `w4`, and fails otherwise. Here: it succeeded, the new worker took shards, and the metrics
-/// printed by each worker that left (not the killed one) are consistent with that.
+/// printed by each worker that left (not the killed one) are consistent with that, with no lease
+/// lost by a live worker. (At a 1 s TTL one run lost 11 leases to renewals starved while a
+/// release benchmark and a build shared the 2 cores: the renewal runs every 333 ms and gives up
+/// 100 ms before the deadline. 2 s keeps the check for lost leases without testing the host.)
 #[test]
 fn shards_survive_a_kill_and_share_with_a_new_worker_on_sqlite() {
     let dir = std::env::temp_dir().join(format!("lease-examples-shards-{}", std::process::id()));
@@ -224,7 +227,7 @@ fn shards_survive_a_kill_and_share_with_a_new_worker_on_sqlite() {
             "--workers",
             "3",
             "--ttl-ms",
-            "1000",
+            "2000",
             "--metrics",
         ],
         std::time::Duration::from_secs(150),
