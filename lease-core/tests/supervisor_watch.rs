@@ -23,6 +23,9 @@ struct Counting {
     mem: MemoryLeaseStore,
     watches: Arc<AtomicU32>,
     release_on_watch: Arc<Mutex<Option<Lease>>>,
+    /// How long opening a watch takes (a new connection and a LISTEN on PostgreSQL, a LIST on
+    /// Kubernetes).
+    watch_delay: Duration,
 }
 
 #[async_trait]
@@ -47,6 +50,7 @@ impl LeaseStore for Counting {
     }
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
         self.watches.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.watch_delay).await;
         // The holder lets go while the watch is being set up: after the waiter's refusal,
         // before its watch exists, so the watch never reports it.
         let pending = self.release_on_watch.lock().unwrap().take();
@@ -85,4 +89,43 @@ async fn a_release_between_the_refusal_and_the_watch_is_not_missed() {
     assert_eq!(store.watches.load(Ordering::SeqCst), 1);
     // Granted at once (paused time: no backoff slept), not after a poll.
     assert_eq!(started.elapsed(), Duration::ZERO);
+}
+
+/// A watch that takes longer to open than the first backoff (50 ms against 10 ms) still opens:
+/// its bound is the op timeout within the acquire's own wait, not the backoff. Once open, the
+/// holder's release wakes the waiter at once (paused time: no backoff slept); a waiter left
+/// polling would be let in by its next retry instead. Failed before the fix: the watch was
+/// bounded by the backoff (the shadowed `wait`), timed out, and the waiter polled (the
+/// PostgreSQL and Kubernetes handoff regression of 2026-12-04).
+#[tokio::test(start_paused = true)]
+async fn a_watch_slower_than_the_backoff_still_opens_and_wakes_the_waiter() {
+    let store = Counting {
+        watch_delay: Duration::from_millis(50),
+        ..Counting::default()
+    };
+    let key = LeaseKey::new("slow-watch").unwrap();
+    let req = AcquireRequest::new(key.clone(), OwnerId::random(), TTL);
+    let held = store.mem.acquire(&req).await.unwrap().lease().unwrap();
+    let sup = Supervisor::new(store.clone(), config());
+    let waiter = {
+        let key = key.clone();
+        tokio::spawn(async move {
+            let got = sup.acquire(&key).await.unwrap();
+            (got, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let released_at = Instant::now();
+    assert_eq!(
+        store.mem.release(&held).await.unwrap(),
+        ReleaseOutcome::Released
+    );
+    let (got, granted_at) = waiter.await.unwrap();
+    assert!(matches!(got, Acquisition::Acquired(_)), "{got:?}");
+    assert_eq!(store.watches.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        granted_at - released_at,
+        Duration::ZERO,
+        "the waiter was let in by a retry, not by its watch"
+    );
 }

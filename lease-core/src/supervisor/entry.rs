@@ -241,7 +241,7 @@ impl Supervisor {
                     after: op,
                 }),
             };
-            let wait = match result {
+            let pause = match result {
                 Ok(AcquireOutcome::Acquired(lease)) => {
                     if cancel.is_cancelled() {
                         let _ = timeout(op, self.store.release(&lease)).await;
@@ -282,12 +282,17 @@ impl Supervisor {
             }
             if !watch_opened {
                 watch_opened = true;
-                watch = self.open_watch(key, wait).await;
+                // Bounded by the op timeout within what is left of the acquire's wait, not by
+                // the backoff (`pause`): opening a watch can take a connection and a LISTEN
+                // (PostgreSQL) or a LIST (Kubernetes), longer than a first backoff of 10 ms.
+                watch = self
+                    .open_watch(key, deadline.saturating_duration_since(now))
+                    .await;
                 if watch.is_some() && !cancel.is_cancelled() {
                     continue;
                 }
             }
-            let wake = saturating_add(now, wait).min(deadline);
+            let wake = saturating_add(now, pause).min(deadline);
             tokio::select! {
                 _ = cancel.cancelled() => {
                     self.hook.not_acquired(key, started.elapsed());
