@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::Case;
 use crate::faulty::{Fault, FaultyStore, Operation};
 use crate::{CaseResult, Ctx};
+use lease_core::supervisor::Acquisition;
 
 /// This file's cases, with the capabilities each needs.
 pub fn cases() -> Vec<Case> {
@@ -22,6 +23,8 @@ pub fn cases() -> Vec<Case> {
             supervisor_hanging_store_is_lost_before_the_deadline
         ),
         crate::case!("supervisor", supervisor_drop_releases_in_the_background),
+        crate::case!("supervisor", supervisor_waiter_is_woken_by_the_release)
+            .needs(&[super::Need::Watch]),
         crate::case!(
             "election",
             election_one_leader_at_a_time_with_increasing_terms
@@ -151,6 +154,75 @@ pub async fn supervisor_drop_releases_in_the_background(ctx: Ctx) -> CaseResult 
         .acquire_within(&*other, &key, &b, ctx.long_ttl(), Duration::from_secs(10))
         .await?;
     assert!(next.token() > token);
+    Ok(())
+}
+
+/// A supervisor waiting for a held key (needs [`Need::Watch`](super::Need::Watch)) is let in
+/// by the holder's release through the store's watch, not by its own retry timer: its backoff
+/// here is longer than the holder's TTL, so without a wake-up it would retry only when the
+/// holder's lease expires (30 s). It must be granted within 10 s of the release, after at most
+/// one attempt per hint (the first refusal, the retry after opening the watch, the grant, and
+/// one spare for a watch that reports the holder's own state once).
+pub async fn supervisor_waiter_is_woken_by_the_release(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("sup-wake");
+    let ttl = ctx.long_ttl();
+    let holder = ctx
+        .must_acquire(&key, &OwnerId::with_label("holder"), ttl)
+        .await?;
+    let counted = Arc::new(FaultyStore::new(ctx.other_client().await?));
+    let sup = Supervisor::from_arc(
+        counted.clone(),
+        SupervisorConfig::new(ttl)
+            .with_acquire_wait(ttl * 2)
+            .with_backoff(ttl * 4, ttl * 4),
+    );
+    let waiter = {
+        let key = key.clone();
+        tokio::spawn(async move { sup.acquire(&key).await })
+    };
+    // The waiter has settled once it was refused twice (before and after opening its watch).
+    let settle = Instant::now() + Duration::from_secs(10);
+    while counted.calls(Operation::Acquire) < 2 {
+        if Instant::now() >= settle {
+            return Err("the waiter did not make its first two attempts within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if waiter.is_finished() {
+        return Err("the waiter finished while the key was held".into());
+    }
+    let before = counted.calls(Operation::Acquire);
+    assert_eq!(
+        ctx.store().release(&holder).await?,
+        lease_core::ReleaseOutcome::Released
+    );
+    let guard = match tokio::time::timeout(Duration::from_secs(10), waiter).await {
+        Err(_) => {
+            return Err(format!(
+                "the waiter was not woken by the release: no grant within 10 s \
+                 ({} acquire attempts; its own retry would come at the holder's expiry)",
+                counted.calls(Operation::Acquire)
+            )
+            .into());
+        }
+        Ok(joined) => match joined.map_err(|e| e.to_string())?? {
+            Acquisition::Acquired(g) => g,
+            other => return Err(format!("the waiter was not granted: {other:?}").into()),
+        },
+    };
+    let attempts = counted.calls(Operation::Acquire);
+    if attempts > 4 {
+        return Err(format!(
+            "the waiter made {attempts} acquire attempts ({before} before the release): \
+             more than one per hint"
+        )
+        .into());
+    }
+    assert!(
+        guard.token() > holder.token(),
+        "the waiter's token did not increase"
+    );
+    let _ = guard.release().await?;
     Ok(())
 }
 
