@@ -69,6 +69,8 @@ pub(crate) struct BackendRun {
     pub(crate) renewal: Vec<(&'static str, M<RenewalLoad>)>,
     /// Shard ownership at scale, if run.
     pub(crate) shards: Option<M<crate::shards::ShardRun>>,
+    /// The store configuration of the shard run, where it is not the default.
+    pub(crate) shards_config: Option<&'static str>,
 }
 
 impl BackendRun {
@@ -94,6 +96,7 @@ impl BackendRun {
             expiry_floor: Vec::new(),
             renewal: Vec::new(),
             shards: None,
+            shards_config: None,
         }
     }
 }
