@@ -11,8 +11,10 @@ impl Report {
         let _ = writeln!(s, "## Notes\n");
         let _ = writeln!(
             s,
-            "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire `INSERT .. ON CONFLICT` \
-             and release `UPDATE` on its own pool. Redis: the store's acquire and release Lua \
+            "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire (one \
+             statement: an `UPDATE` of an existing row that computes the token, or an `INSERT .. \
+             ON CONFLICT` for a new key) and its release `UPDATE` (with `pg_notify` when a refused \
+             acquire marked the row) on its own pool. Redis: the store's acquire and release Lua \
              scripts (`EVALSHA`) on its connection manager. etcd: the store's request sequence \
              (acquire: lease grant, then one txn on the prefix's create revision that puts the \
              lock key under its slot name or reads the holder; release: lease revoke of the \
@@ -58,7 +60,7 @@ impl Report {
                          overhead {:.2} (library over its own protocol issued directly) x \
                          protocol cost {:.2} (its own protocol over the minimal one). A protocol \
                          cost below 1 is what the library's extra guarantees cost in statements, \
-                         commands or requests (see *What the raw side sends*).",
+                         commands or requests (see *What the same-protocol side sends*).",
                         r.name,
                         row.clients,
                         l / m,
