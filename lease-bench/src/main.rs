@@ -589,30 +589,15 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         run.handoff_watch, run.handoff_poll
     );
 
-    // 6. shard ownership at scale (lease-shard), before the renewal load: on Kubernetes a
-    // shard scan is a paged LIST of the namespace, which the renewal load's 10,000 Leases
-    // (kept until the cleanup) would otherwise make twice as long.
-    if plan.sections.has("shards") {
-        let shard_plan = if name == "k8s" {
-            plan.shard_plan_k8s
-        } else {
-            plan.shard_plan
-        };
-        // etcd: 10,000 shards with one etcd lease (and keepalive) each would measure the
-        // default's keepalive load, already in table 5; a fleet holding thousands of leases
-        // shares etcd leases per TTL (lease-etcd's docs say so), and the row says which.
-        let (shard_store, config) = match target
-            .renewal_stores
-            .iter()
-            .find(|(config, _)| config.contains("PerTtl"))
-        {
-            Some((config, s)) => (s.clone(), Some(*config)),
-            None => (store.clone(), None),
-        };
-        run.shards_config = config;
-        let r = shards::shard_run(&shard_store, raw, &ns, shard_plan).await;
-        eprintln!("[{name}] shards {r:?}");
-        run.shards = Some(r);
+    // 6. shard ownership at scale (lease-shard): after the renewal load, whose releases land
+    // (and PostgreSQL's delayed statistics flush) long before the shard run counts the
+    // server's requests; on Kubernetes before it, since a shard scan is a paged LIST of the
+    // namespace, which the renewal load's 10,000 Leases (kept until the cleanup) would make
+    // twice as long (the apiserver counts requests at once, and the shard run waits for its
+    // own releases before it returns).
+    let shards_first = name == "k8s";
+    if shards_first {
+        shard_section(&mut run, &target, &ns, plan, name).await;
     }
     // 5. renewal load, in every configuration the backend has (the default first).
     let n = if name == "k8s" {
@@ -639,8 +624,38 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         eprintln!("[{name}] renewal ({config}) {load:?}");
         run.renewal.push((config, load));
     }
+    if !shards_first {
+        shard_section(&mut run, &target, &ns, plan, name).await;
+    }
     cleanup(target.cleanup, &ns).await;
     run
+}
+
+/// Section 6 on `target`: the shard run, on etcd with `LeaseSharing::PerTtl`.
+async fn shard_section(run: &mut BackendRun, target: &Target, ns: &str, plan: Plan, name: &str) {
+    if !plan.sections.has("shards") {
+        return;
+    }
+    let shard_plan = if name == "k8s" {
+        plan.shard_plan_k8s
+    } else {
+        plan.shard_plan
+    };
+    // etcd: 10,000 shards with one etcd lease (and keepalive) each would measure the
+    // default's keepalive load, already in table 5; a fleet holding thousands of leases
+    // shares etcd leases per TTL (lease-etcd's docs say so), and the row says which.
+    let (shard_store, config) = match target
+        .renewal_stores
+        .iter()
+        .find(|(config, _)| config.contains("PerTtl"))
+    {
+        Some((config, s)) => (s.clone(), Some(*config)),
+        None => (target.store.clone(), None),
+    };
+    run.shards_config = config;
+    let r = shards::shard_run(&shard_store, Some(&target.raw), ns, shard_plan).await;
+    eprintln!("[{name}] shards {r:?}");
+    run.shards = Some(r);
 }
 
 struct Args {

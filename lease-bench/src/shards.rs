@@ -356,7 +356,15 @@ pub(crate) async fn shard_run(
     for c in consumers {
         c.abort();
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Until their releases have landed (bounded): the next section counts the server's
+    // requests, and 10,000 releases still in flight would be counted as its own.
+    if let Err(e) = until(&observer, poll, settle, "leave", |s| {
+        s.counts().values().all(|n| *n == 0)
+    })
+    .await
+    {
+        eprintln!("  shards: {e}");
+    }
     Ok(ShardRun {
         shards: plan.shards,
         workers: plan.workers,
