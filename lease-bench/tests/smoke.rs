@@ -65,10 +65,12 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
     for heading in SECTIONS {
         let rows = section(&report, heading);
         for b in &measured {
-            let prefix = format!("| {b} |");
+            // A row names its backend, followed by its store configuration where that is not
+            // the default (etcd's shard row: `| etcd (LeaseSharing::PerTtl) |`).
+            let (plain, configured) = (format!("| {b} |"), format!("| {b} ("));
             let row = rows
                 .lines()
-                .find(|l| l.starts_with(&prefix))
+                .find(|l| l.starts_with(&plain) || l.starts_with(&configured))
                 .unwrap_or_else(|| panic!("no row for {b} in {heading:?}:\n{rows}"));
             assert!(
                 !row.contains("error:"),
