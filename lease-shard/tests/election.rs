@@ -11,7 +11,8 @@
 //! - in every case, at most one candidate believes it leads at any instant: lease-testkit's
 //!   history checker over every candidate's recorded beliefs. A belief starts at the `Elected`
 //!   event (with the lease's local deadline, extended by confirmed renewals) and ends when the
-//!   term's leader-only work is cancelled or the lease is reported lost.
+//!   term's leader-only work is cancelled (seen synchronously when another candidate is granted
+//!   the key, not only when a task awaiting the token runs) or the lease is reported lost.
 //!
 //! Backends: memory, PostgreSQL (`LEASE_POSTGRES_URL`), Redis (`LEASE_REDIS_URL`), etcd
 //! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, default `/tmp/lease-test/k8s/kubeconfig`,
@@ -32,6 +33,7 @@ use lease_testkit::history::{Attempt, History, Op};
 use libtest_mimic::{Arguments, Failed, Trial};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Real time is not paused time: store calls take milliseconds, and a loaded 2-core machine
 /// adds scheduling delay. Every time bound below is the property's bound plus this.
@@ -51,6 +53,9 @@ fn unique(case: &str) -> String {
 
 /// (owner, token) -> (request sent, local deadline).
 type Grants = HashMap<(String, FencingToken), (Instant, Instant)>;
+
+/// (owner, term) -> the term's work token, or `None` once its end is recorded.
+type Terms = HashMap<(String, FencingToken), Option<CancellationToken>>;
 
 /// What happened to the candidates, in the order it was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +77,8 @@ struct Recorder {
     history: History,
     /// (owner, token) -> (request sent, local deadline) of every grant of the key.
     grants: Arc<Mutex<Grants>>,
+    /// Every followed term: its work token, or `None` once its end is recorded.
+    terms: Arc<Mutex<Terms>>,
     log: Arc<Mutex<Vec<(Instant, String, Seen)>>>,
 }
 
@@ -81,6 +88,7 @@ impl Recorder {
             key,
             history: History::new(),
             grants: Arc::default(),
+            terms: Arc::default(),
             log: Arc::default(),
         }
     }
@@ -111,7 +119,44 @@ impl Recorder {
         Ok(())
     }
 
+    /// Follows the term's leader-only work: its belief ends when `work` is cancelled.
+    fn follow(&self, who: &str, term: FencingToken, work: CancellationToken) {
+        self.terms
+            .lock()
+            .unwrap()
+            .insert((who.to_string(), term), Some(work.clone()));
+        let (rec, who) = (self.clone(), who.to_string());
+        tokio::spawn(async move {
+            work.cancelled().await;
+            rec.work_ended(&who, term);
+        });
+    }
+
+    /// Records the end of every followed term whose work is cancelled by now. Called when any
+    /// candidate is granted the key, before its grant is recorded: the library cancels a term's
+    /// work before it releases, so an ended term is seen ended here, without depending on when
+    /// the task awaiting its token is scheduled. A term whose work is still running when another
+    /// candidate is granted stays believed, and the checker reports the overlap.
+    fn end_cancelled(&self) {
+        let ended: Vec<(String, FencingToken)> = self
+            .terms
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, w)| w.as_ref().is_some_and(|w| w.is_cancelled()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (who, term) in ended {
+            self.work_ended(&who, term);
+        }
+    }
+
+    /// Ends `who`'s belief in `term` (once).
     fn work_ended(&self, who: &str, term: FencingToken) {
+        let mut terms = self.terms.lock().unwrap();
+        if terms.insert((who.to_string(), term), None) == Some(None) {
+            return; // already recorded
+        }
         let s = self.history.begin();
         self.history
             .end(who, &self.key, s, Op::Release { token: term });
@@ -159,6 +204,7 @@ impl Hook for Recorder {
         if *lease.key() != self.key {
             return;
         }
+        self.end_cancelled();
         // The request was sent at deadline - ttl + drift margin.
         let sent = lease
             .deadline()
@@ -230,11 +276,7 @@ impl Driven {
                                 eprintln!("{e}");
                                 rec.seen(&who, Seen::SteppedDown(term, StepDownReason::Resigned));
                             }
-                            let (rec, who) = (rec.clone(), who.clone());
-                            tokio::spawn(async move {
-                                work.cancelled().await;
-                                rec.work_ended(&who, term);
-                            });
+                            rec.follow(&who, term, work);
                         }
                         Some(ElectionEvent::SteppedDown { term, reason }) => {
                             rec.seen(&who, Seen::SteppedDown(term, reason));
@@ -545,7 +587,8 @@ async fn preferred(b: Backend) -> Result<(), Failed> {
 }
 
 /// The recorder feeds the checker: two candidates elected with overlapping beliefs (no work
-/// ended in between) must be reported.
+/// ended in between) must be reported, and so must a grant while the old term's work token is
+/// still live.
 fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
     let rt = runtime();
     rt.block_on(async {
@@ -575,6 +618,34 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
             rec2.work_ended(who, t);
         }
         rec2.check()?;
+        // A term followed by its work token: when b is granted, a's belief ends only if a's
+        // work is already cancelled (the library cancels before it releases).
+        for cancel_first in [false, true] {
+            let rec = Recorder::new(LeaseKey::new("el-known-work")?);
+            let work = CancellationToken::new();
+            for (who, t) in [("a", 1u64), ("b", 2)] {
+                let t = FencingToken::new(t)?;
+                rec.grants
+                    .lock()
+                    .unwrap()
+                    .insert((who.to_string(), t), (Instant::now(), far));
+                if who == "a" {
+                    rec.elected(who, t)?;
+                    rec.follow(who, t, work.clone());
+                    if cancel_first {
+                        work.cancel();
+                    }
+                } else {
+                    rec.end_cancelled(); // what the grant's hook does
+                    rec.elected(who, t)?;
+                }
+            }
+            match (cancel_first, rec.check()) {
+                (false, Err(e)) if e.contains("OverlappingBelief") => {}
+                (true, Ok(())) => {}
+                other => return Err(format!("work-token recording wrong: {other:?}").into()),
+            }
+        }
         Ok(())
     })
 }
