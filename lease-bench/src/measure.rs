@@ -727,6 +727,11 @@ pub(crate) async fn renewal_load(
             .with_renewal_batching(window)
             .with_acquire_wait(Duration::from_secs(5)),
     );
+    if let Some(r) = raw
+        && let Some(waited) = r.settle().await?
+    {
+        eprintln!("  renewal load: waited {waited} before counting");
+    }
     let rss0 = sys::rss_bytes();
     let start = Instant::now();
     let keys: Vec<LeaseKey> = (0..n).map(|i| key(ns, &format!("rn{i}"))).collect();
@@ -749,8 +754,9 @@ pub(crate) async fn renewal_load(
         release_all(guards).await;
         return Err(format!("acquiring {n} leases: {e}"));
     }
-    // Warm up one interval (the first renewals), then count.
-    tokio::time::sleep(interval + window * 2).await;
+    // Warm up one interval (the first renewals), or as many whole intervals as the server's
+    // counter needs to have counted every acquisition, then count.
+    tokio::time::sleep(interval * warm_up_intervals(raw, interval) + window * 2).await;
     let calls0 = calls.renews();
     let wall0 = calls.renew_wall();
     let server0 = match raw {
@@ -807,6 +813,15 @@ async fn release_all(guards: Vec<lease_core::supervisor::LeaseGuard>) {
         .buffer_unordered(64)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// Whole intervals of warm-up before a server count starts: one, or enough for the server's
+/// counter to have counted everything sent before the warm-up ([`Raw::counter_delay`]), so that
+/// a burst of acquisitions is not counted as steady-state traffic.
+pub(crate) fn warm_up_intervals(raw: Option<&Arc<dyn Raw>>, interval: Duration) -> u32 {
+    let delay = raw.map_or(Duration::ZERO, |r| r.counter_delay());
+    let n = delay.as_nanos().div_ceil(interval.as_nanos().max(1));
+    u32::try_from(n).unwrap_or(u32::MAX).max(1)
 }
 
 /// Requests per interval between two readings of [`Raw::server_requests`], which leaves out its

@@ -87,6 +87,18 @@ pub(crate) trait Raw: Send + Sync {
     async fn server_requests(&self) -> R<Option<u64>> {
         Ok(None)
     }
+    /// How late [`Raw::server_requests`] may count a request: a reading includes every request
+    /// answered at least this long before it. Counting should start this long after a burst
+    /// that is not to be counted.
+    fn counter_delay(&self) -> Duration {
+        Duration::ZERO
+    }
+    /// Waits (bounded) until the server holds nothing of an earlier section that would reach
+    /// [`Raw::server_requests`] later, so that a count started after it holds only what is
+    /// sent after it. Returns what it waited for, if anything.
+    async fn settle(&self) -> R<Option<String>> {
+        Ok(None)
+    }
 }
 
 /// Forwards each item of a notification stream as one hint until the stream ends or the
@@ -211,6 +223,49 @@ impl Raw for PgRaw {
             .await
             .map(|v| format!("PostgreSQL {v}"))
             .map_err(s)
+    }
+    async fn settle(&self) -> R<Option<String>> {
+        // A listening backend reads every notification in a transaction of its own
+        // (ProcessIncomingNotify), but publishes its counts only when it next runs a command or
+        // exits: a store's listener, lingering 30 s after its last watch, published the 102
+        // wake-ups of the handoff section when it closed inside the renewal count (found with
+        // the statement log, which showed 2 statements per interval there). Wait for it to go.
+        let started = tokio::time::Instant::now();
+        let bound = Duration::from_secs(90);
+        loop {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'lease-postgres-listener'",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(s)?;
+            self.stat_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n == 0 {
+                let waited = started.elapsed();
+                return Ok((waited > Duration::from_millis(500)).then(|| {
+                    format!(
+                        "{:.1} s for the store's listener connection to close",
+                        waited.as_secs_f64()
+                    )
+                }));
+            }
+            if started.elapsed() >= bound {
+                return Err(format!(
+                    "{n} listener connection(s) still open after {bound:?}: the server count would include their wake-ups"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    fn counter_delay(&self) -> Duration {
+        // PostgreSQL 15 (pgstat.c): a backend flushes its counts when it goes idle, but at most
+        // once per PGSTAT_MIN_INTERVAL (1 s); what is left is flushed by a timer
+        // PGSTAT_IDLE_INTERVAL (10 s) later, or retried after PGSTAT_RETRY_INTERVAL (1 s) when
+        // the shared entry was locked. So the last second of a burst (10,000 acquisitions) can
+        // reach the counter 10-11 s after it.
+        Duration::from_secs(12)
     }
     async fn server_requests(&self) -> R<Option<u64>> {
         // Transactions the server counted for this database (every statement of the store is

@@ -16,7 +16,7 @@ use lease_core::{
 use lease_shard::{RevokeReason, ShardHook, ShardSet, ShardSetConfig, Snapshot, Worker};
 use tokio::time::Instant;
 
-use crate::measure::{Calls, Wrapped, legal_ttl, requests_per_interval};
+use crate::measure::{Calls, Wrapped, legal_ttl, requests_per_interval, warm_up_intervals};
 use crate::raw::Raw;
 
 /// What one shard run measured.
@@ -286,8 +286,9 @@ pub(crate) async fn shard_run(
     let initial = started.elapsed();
     let initial_acquires = calls.acquires();
 
-    // 2. Steady state: two intervals after one of warm-up.
-    tokio::time::sleep(interval).await;
+    // 2. Steady state: two intervals after one of warm-up (or as many as the server's counter
+    // needs to have counted the initial split).
+    tokio::time::sleep(interval * warm_up_intervals(raw, interval)).await;
     let intervals = 2u32;
     let (r0, s0) = (calls.renews(), calls.inspect_manys());
     let server0 = match raw {

@@ -17,7 +17,7 @@ impl Report {
              whatever the spread of their acquisitions. Round trips are \
              `renew_many` calls counted by the bench's own forwarding store (one call is one \
              statement, script or batch), averaged over the measured intervals after one warm-up \
-             interval (a renewal wave that straddles the end of the measured span is counted \
+             interval, or more where the server's counter is late (a renewal wave that straddles the end of the measured span is counted \
              or not, so the figure is exact to about one wave). Kubernetes has no batch write: its \
              figure counts one request per lease, sent at most {RENEW_CONCURRENCY} at once, and \
              *renew wall ms / interval* is the time spent in those batches (summed over \
@@ -26,8 +26,13 @@ impl Report {
              per grant, and `PerTtl`, one etcd lease shared per TTL). *Server requests* are counted by the server \
              itself over the same span, where it keeps such a counter (etcd: every gRPC message \
              received, keepalives included, from its `/metrics`; PostgreSQL: transactions of the \
-             database in `pg_stat_database`, which backends publish up to 10 s late, so the \
-             figure is exact to about one wave; Redis: the calls in `INFO \
+             database in `pg_stat_database`, which backends publish up to 10 s late, so counting \
+             starts after as many warm-up intervals as take 12 s, none of the acquisitions is \
+             counted, and the figure is exact to about one wave (a pool connection's first use of \
+             the renewal statement adds one transaction, its prepare); the load starts only once no \
+             store listener connection is left from earlier sections, since a listening backend \
+             reads each notification in a transaction of its own and publishes them only when it \
+             closes; Redis: the calls in `INFO \
              commandstats` of every command but those the store's Lua scripts run, since Redis \
              counts a command a script runs like one a client sent, so a batch's `EVALSHA` counts \
              once; Kubernetes: `apiserver_request_total` on Leases from the kube-apiserver's \
