@@ -119,6 +119,15 @@ impl Recorder {
         Ok(())
     }
 
+    /// Notes a grant of the key to `who` with `term`: the request's send time and its local
+    /// deadline, for [`Recorder::elected`].
+    fn granted(&self, who: &str, term: FencingToken, sent: Instant, deadline: Instant) {
+        self.grants
+            .lock()
+            .unwrap()
+            .insert((who.to_string(), term), (sent, deadline));
+    }
+
     /// Follows the term's leader-only work: its belief ends when `work` is cancelled.
     fn follow(&self, who: &str, term: FencingToken, work: CancellationToken) {
         self.terms
@@ -212,9 +221,11 @@ impl Hook for Recorder {
             .map(|t| t + lease.drift_margin())
             .unwrap_or_else(Instant::now)
             .min(Instant::now());
-        self.grants.lock().unwrap().insert(
-            (lease.owner().as_str().to_string(), lease.token()),
-            (sent, lease.deadline()),
+        self.granted(
+            lease.owner().as_str(),
+            lease.token(),
+            sent,
+            lease.deadline(),
         );
     }
 
@@ -596,10 +607,7 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
         let far = Instant::now() + Duration::from_secs(60);
         for (who, t) in [("a", 1u64), ("b", 2)] {
             let t = FencingToken::new(t)?;
-            rec.grants
-                .lock()
-                .unwrap()
-                .insert((who.to_string(), t), (Instant::now(), far));
+            rec.granted(who, t, Instant::now(), far);
             rec.elected(who, t)?;
         }
         match rec.check() {
@@ -610,10 +618,7 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
         let rec2 = Recorder::new(LeaseKey::new("el-known-good")?);
         for (who, t) in [("a", 1u64), ("b", 2)] {
             let t = FencingToken::new(t)?;
-            rec2.grants
-                .lock()
-                .unwrap()
-                .insert((who.to_string(), t), (Instant::now(), far));
+            rec2.granted(who, t, Instant::now(), far);
             rec2.elected(who, t)?;
             rec2.work_ended(who, t);
         }
@@ -625,10 +630,7 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
             let work = CancellationToken::new();
             for (who, t) in [("a", 1u64), ("b", 2)] {
                 let t = FencingToken::new(t)?;
-                rec.grants
-                    .lock()
-                    .unwrap()
-                    .insert((who.to_string(), t), (Instant::now(), far));
+                rec.granted(who, t, Instant::now(), far);
                 if who == "a" {
                     rec.elected(who, t)?;
                     rec.follow(who, t, work.clone());

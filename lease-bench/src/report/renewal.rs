@@ -17,8 +17,9 @@ impl Report {
              whatever the spread of their acquisitions. Round trips are \
              `renew_many` calls counted by the bench's own forwarding store (one call is one \
              statement, script or batch), averaged over the measured intervals after one warm-up \
-             interval, or more where the server's counter is late (a renewal wave that straddles the end of the measured span is counted \
-             or not, so the figure is exact to about one wave). Kubernetes has no batch write: its \
+             interval, or more where the server's counter is late (a renewal wave that \
+             straddles the end of the measured span is counted or not, so the figure is exact \
+             to about one wave). Kubernetes has no batch write: its \
              figure counts one request per lease, sent at most {RENEW_CONCURRENCY} at once, and \
              *renew wall ms / interval* is the time spent in those batches (summed over \
              overlapping calls). Backends with several configurations get one row each, the \
