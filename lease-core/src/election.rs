@@ -11,6 +11,13 @@
 //! ending early (a panicking hook). Store calls of campaigns and observers are bounded by the op
 //! timeout.
 //!
+//! A **planned** end of a term ([`Candidate::handover`], a yield to a
+//! [preferred](Election::with_preferred) candidate, [`Candidate::resign`], dropping the
+//! candidate) drains before it releases: the term's work token is cancelled, then the leader
+//! waits until every [`DrainGuard`] of the term is dropped, up to the
+//! [drain timeout](Election::with_drain_timeout), still holding (and renewing) the lease, and
+//! only then releases it. A lost lease is never drained: nothing is left to hold.
+//!
 //! # A leader flag is never authority
 //! A leader can be paused past its lease and resume believing it still leads. Carry the term into
 //! every downstream write and let the resource reject older terms:
@@ -26,7 +33,7 @@
 //!     SupervisorConfig::new(Duration::from_secs(5)).with_acquire_wait(Duration::from_secs(5)));
 //! let resource = MemoryFencedResource::new();
 //! let mut me = election.join(OwnerId::with_label("node-1"));
-//! if let Some(ElectionEvent::Elected { term, work }) = me.next_event().await {
+//! if let Some(ElectionEvent::Elected { term, work, .. }) = me.next_event().await {
 //!     // WRONG: `if me.is_leader() { write(..) }` -- a stale leader would still write.
 //!     // RIGHT: every write carries the term; the resource rejects older terms.
 //!     let out = resource.write(&LeaseKey::new("scheduler")?, term, WriteOp::Put(b"tick".to_vec())).await?;
@@ -84,6 +91,10 @@ pub enum ElectionEvent {
         term: FencingToken,
         /// Cancelled when this term ends: hand it to leader-only work.
         work: CancellationToken,
+        /// Held by leader-only work until it has stopped: a planned end of the term waits for
+        /// every clone to be dropped (bounded by the drain timeout) before it releases the
+        /// lease. Dropping it at once (`Elected { term, work, .. }`) opts out of draining.
+        drain: DrainGuard,
     },
     /// This candidate no longer leads (its leader-only work has been cancelled).
     SteppedDown {
@@ -106,6 +117,47 @@ pub enum Role {
     },
 }
 
+/// Keeps a term's lease held while leader-only work drains.
+///
+/// Sent with [`ElectionEvent::Elected`]. When the term ends by plan (handover, a yield to a
+/// preferred candidate, resign, drop), the leader first cancels the term's `work` token, then
+/// waits until every clone of this guard is dropped, or the election's
+/// [drain timeout](Election::with_drain_timeout) has passed, or the lease is lost, and only then
+/// releases the lease. A successor therefore acquires after the work stopped, not while it still
+/// runs. A lost lease is not waited for. An `Elected` event left unread holds its guard: a
+/// candidate whose events nobody reads waits the full drain timeout.
+///
+/// Draining is a courtesy, not the safety mechanism: the term (fencing token) still has to go
+/// with every write, since a paused process can outlive any wait.
+///
+/// ```
+/// use std::time::Duration;
+/// use lease_core::election::{Election, ElectionEvent};
+/// use lease_core::supervisor::SupervisorConfig;
+/// use lease_core::{LeaseKey, MemoryLeaseStore, OwnerId};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+/// let ttl = Duration::from_secs(5);
+/// let election = Election::new(MemoryLeaseStore::new(), LeaseKey::new("indexer")?,
+///     SupervisorConfig::new(ttl).with_acquire_wait(ttl))
+///     .with_drain_timeout(Duration::from_secs(2));
+/// let mut me = election.join(OwnerId::with_label("node-1"));
+/// if let Some(ElectionEvent::Elected { term, work, drain }) = me.next_event().await {
+///     let job = tokio::spawn(async move {
+///         let _drain = drain; // the lease stays held until this task ends (or 2 s pass)
+///         work.cancelled().await;
+///         // ... finish the batch in flight, writing with `term` ...
+///         let _ = term;
+///     });
+///     me.resign().await; // cancels `work`, waits for `job` to drop its guard, releases
+///     assert!(job.is_finished());
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct DrainGuard {
+    _held: watch::Receiver<()>,
+}
+
 /// Who leads, as an observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Leadership {
@@ -123,6 +175,7 @@ pub struct Election {
     config: SupervisorConfig,
     hook: Option<Arc<dyn Hook>>,
     preferred: Vec<OwnerId>,
+    drain: Option<Duration>,
 }
 
 impl Election {
@@ -148,7 +201,21 @@ impl Election {
             config,
             hook: None,
             preferred: Vec::new(),
+            drain: None,
         }
+    }
+
+    /// How long a planned end of a term (handover, yield, resign, drop) waits for the term's
+    /// [`DrainGuard`]s to be dropped before it releases the lease anyway (default: one renewal
+    /// interval). The lease is held and renewed meanwhile; a lost lease ends the wait.
+    pub fn with_drain_timeout(mut self, wait: Duration) -> Self {
+        self.drain = Some(wait);
+        self
+    }
+
+    /// The drain timeout (see [`Election::with_drain_timeout`]).
+    pub fn drain_timeout(&self) -> Duration {
+        self.drain.unwrap_or_else(|| self.config.renew_interval())
     }
 
     /// Preferred candidates, best first. A joined preferred candidate announces itself with a
@@ -197,6 +264,7 @@ impl Election {
             preferred: self.preferred.clone(),
             rank,
             commands: cmd_rx,
+            drain: self.drain_timeout(),
         };
         let task = tokio::spawn(campaign(
             sup,
@@ -237,7 +305,8 @@ impl Election {
     }
 }
 
-/// One candidate in an election. Dropping it leaves the election (releasing in the background).
+/// One candidate in an election. Dropping it leaves the election (draining and releasing in the
+/// background, as [`Candidate::resign`] does).
 #[derive(Debug)]
 pub struct Candidate {
     id: OwnerId,
@@ -258,18 +327,23 @@ struct Plan {
     preferred: Vec<OwnerId>,
     rank: Option<usize>,
     commands: mpsc::UnboundedReceiver<Handover>,
+    /// How long a planned end of a term waits for its drain guards.
+    drain: Duration,
 }
 
 impl Candidate {
     /// Planned handover to `successor`: if this candidate leads, it leaves a reservation
-    /// (`KEY.handover`, held for `successor` for `within`), ends its term (leader-only work is
-    /// cancelled first: drain it on [`ElectionEvent::Elected`]'s `work` token), and releases. Only
-    /// `successor` may then take the lead: another candidate that acquires the key while the
+    /// (`KEY.handover`, held for `successor`), ends its term and drains: it cancels the term's
+    /// `work` token and waits until every [`DrainGuard`] of the term is dropped (up to the
+    /// [drain timeout](Election::with_drain_timeout), still holding the lease), then releases.
+    /// Only `successor` may then take the lead: another candidate that acquires the key while the
     /// reservation stands gives it back at once without announcing a term. If the successor
-    /// does not claim within `within`, the reservation expires and anyone may.
+    /// does not claim within `within` after the release, the reservation expires and anyone may
+    /// (it is written for `within` plus the drain timeout, before the drain starts).
     ///
-    /// Returns `true` if this candidate was leading and handed over, `false` if it was not
-    /// leading (nothing changes) or the reservation could not be written (it keeps leading).
+    /// Returns once the lease is released: `true` if this candidate was leading and handed over,
+    /// `false` if it was not leading (nothing changes) or the reservation could not be written
+    /// (it keeps leading; its work is not cancelled).
     ///
     /// # Cancellation safety
     /// Cancel safe: the handover, once started, completes in the campaign task.
@@ -312,8 +386,9 @@ impl Candidate {
         self.role.clone()
     }
 
-    /// Leaves the election: cancels leader-only work, releases the lease if leading (so another
-    /// candidate takes over at once, without waiting for the TTL), and waits for that to finish.
+    /// Leaves the election: cancels leader-only work, waits for it to drain (see [`DrainGuard`];
+    /// bounded by the drain timeout), releases the lease if leading (so another candidate takes
+    /// over at once, without waiting for the TTL), and waits for that to finish.
     ///
     /// # Cancellation safety
     /// Cancel safe: the resignation completes in the background.
@@ -444,10 +519,18 @@ async fn campaign(
                 out.role.send_replace(Role::Leader { term });
                 tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, "elected leader");
                 sup.hook().leadership(&key, sup.owner(), Some(term));
+                let work = guard.cancellation();
+                let (drained, held) = watch::channel(());
                 let _ = out.events.send(ElectionEvent::Elected {
                     term,
-                    work: guard.cancellation(),
+                    work: work.clone(),
+                    drain: DrainGuard { _held: held },
                 });
+                let end = TermEnd {
+                    work,
+                    drained,
+                    wait: plan.drain,
+                };
                 let mut guard = Some(guard);
                 let reason = loop {
                     let g = guard.as_ref().expect("held while leading");
@@ -457,18 +540,19 @@ async fn campaign(
                             _ => StepDownReason::Resigned,
                         },
                         _ = stop.cancelled() => {
-                            // Not a leader from the moment the release starts.
+                            // Not a leader from the moment the drain starts.
                             out.role.send_replace(Role::Follower);
                             if let Some(g) = guard.take() {
+                                end.drain(&g).await;
                                 let _ = g.release().await;
                             }
                             break StepDownReason::Resigned;
                         }
                         Some((successor, within, reply)) = plan.commands.recv() => {
-                            if reserve(&*store, plan.reservation.as_ref(), &successor, within, op).await {
+                            if reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(within), op).await {
                                 out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
-                                    let _ = g.release().await;
+                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), &successor, within, op).await;
                                 }
                                 let _ = reply.send(true);
                                 break StepDownReason::HandedOver;
@@ -478,12 +562,12 @@ async fn campaign(
                         _ = sleep(tick), if better > 0 => {
                             if let Some(successor) = better_present(&*store, &plan.presence[..better], op).await
                                 && successor != *sup.owner()
-                                && reserve(&*store, plan.reservation.as_ref(), &successor, ttl, op).await
+                                && reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(ttl), op).await
                             {
                                 tracing::info!(key = %key, owner = %sup.owner(), successor = %successor, "yielding to a preferred candidate");
                                 out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
-                                    let _ = g.release().await;
+                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), &successor, ttl, op).await;
                                 }
                                 break StepDownReason::HandedOver;
                             }
@@ -516,6 +600,63 @@ async fn campaign(
     }
     if let Some(p) = presence {
         let _ = p.release().await;
+    }
+}
+
+/// How a term ends by plan.
+struct TermEnd {
+    /// The term's work token (the one sent with `Elected`).
+    work: CancellationToken,
+    /// Closed once every [`DrainGuard`] of the term is dropped.
+    drained: watch::Sender<()>,
+    /// The drain timeout.
+    wait: Duration,
+}
+
+impl TermEnd {
+    /// Whether some work still holds a drain guard of the term.
+    fn draining(&self) -> bool {
+        !self.drained.is_closed()
+    }
+
+    /// How long to reserve the lead for a successor that may claim `within` after the release:
+    /// the drain timeout longer while work holds a drain guard (the reservation is written
+    /// before the drain starts, and cut back to `within` once it ended).
+    fn reserve_for(&self, within: Duration) -> Duration {
+        if self.draining() {
+            within.saturating_add(self.wait)
+        } else {
+            within
+        }
+    }
+
+    /// Cancels the term's work and waits until it has drained (every guard dropped), the drain
+    /// timeout has passed or the lease is lost.
+    async fn drain(&self, guard: &crate::supervisor::LeaseGuard) {
+        self.work.cancel();
+        tokio::select! {
+            _ = timeout(self.wait, self.drained.closed()) => {}
+            _ = guard.lost() => {}
+        }
+    }
+
+    /// A handover's end of term: drains, cuts the reservation for `successor` back to `within`
+    /// from now if it was lengthened for the drain ([`TermEnd::reserve_for`]), and releases.
+    async fn drain_and_release(
+        &self,
+        guard: crate::supervisor::LeaseGuard,
+        store: &dyn LeaseStore,
+        reservation: Option<&LeaseKey>,
+        successor: &OwnerId,
+        within: Duration,
+        op: Duration,
+    ) {
+        let lengthened = self.draining();
+        self.drain(&guard).await;
+        if lengthened {
+            reserve(store, reservation, successor, within, op).await;
+        }
+        let _ = guard.release().await;
     }
 }
 
@@ -722,6 +863,104 @@ mod handover_tests {
             other => panic!("{other:?}"),
         };
         assert!(term > t1);
+    }
+
+    /// Elected with the event's drain guard; work that stops `stops_after` after its token is
+    /// cancelled keeps the guard until then. Returns the term and when the work stopped.
+    async fn elected_with_work(
+        c: &mut Candidate,
+        stops_after: Duration,
+    ) -> (FencingToken, oneshot::Receiver<Instant>) {
+        loop {
+            if let ElectionEvent::Elected { term, work, drain } = c.next_event().await.unwrap() {
+                let (tx, rx) = oneshot::channel();
+                tokio::spawn(async move {
+                    work.cancelled().await;
+                    sleep(stops_after).await;
+                    drop(drain);
+                    let _ = tx.send(Instant::now());
+                });
+                return (term, rx);
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handover_waits_for_the_term_s_work_to_drain() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store).with_drain_timeout(TTL * 3);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        let (t1, stopped) = elected_with_work(&mut a, Duration::from_secs(2)).await;
+        let mut c = e.join(OwnerId::new("c").unwrap());
+        tokio::time::sleep(TTL).await;
+        let at = Instant::now();
+        assert!(a.handover(&OwnerId::new("c").unwrap(), TTL).await);
+        let returned = Instant::now();
+        let t2 = tokio::time::timeout(TTL * 3, elected(&mut c))
+            .await
+            .expect("c leads");
+        let c_led = Instant::now();
+        let stopped = stopped.await.unwrap();
+        assert!(t2 > t1);
+        // The lease was held (and renewed, past a TTL) while the work drained; the handover
+        // returned once released, and c took over on the release, not on expiry.
+        assert!(
+            c_led >= stopped,
+            "c led {:?} before the work stopped",
+            stopped - c_led
+        );
+        assert_eq!(stopped - at, Duration::from_secs(2));
+        assert!(returned >= stopped);
+        assert!(c_led - stopped < TTL / 2, "{:?}", c_led - stopped);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_is_bounded_by_the_drain_timeout() {
+        let store = MemoryLeaseStore::new();
+        let drain = Duration::from_secs(1);
+        let e = election(&store).with_drain_timeout(drain);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        // Work that never gives its guard back.
+        let (t1, _never) = elected_with_work(&mut a, Duration::MAX).await;
+        let mut c = e.join(OwnerId::new("c").unwrap());
+        tokio::time::sleep(TTL).await;
+        let at = Instant::now();
+        assert!(a.handover(&OwnerId::new("c").unwrap(), TTL).await);
+        assert_eq!(at.elapsed(), drain);
+        let t2 = tokio::time::timeout(TTL, elected(&mut c))
+            .await
+            .expect("c leads");
+        assert!(t2 > t1);
+        assert!(at.elapsed() < drain + TTL / 2, "{:?}", at.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resigning_drains_and_an_ignored_guard_costs_nothing() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store).with_drain_timeout(TTL * 3);
+        let mut a = e.join(OwnerId::new("a").unwrap());
+        let (_, stopped) = elected_with_work(&mut a, Duration::from_secs(2)).await;
+        let at = Instant::now();
+        a.resign().await;
+        let returned = Instant::now();
+        assert!(store.inspect(e.key()).await.unwrap().holder.is_none());
+        let stopped = stopped.await.unwrap();
+        assert_eq!(stopped - at, Duration::from_secs(2));
+        assert!(
+            returned >= stopped,
+            "resigned {:?} early",
+            stopped - returned
+        );
+        // A candidate that drops the guard with the event releases at once.
+        let mut b = e.join(OwnerId::new("b").unwrap());
+        elected(&mut b).await;
+        let at = Instant::now();
+        b.resign().await;
+        assert!(
+            at.elapsed() < Duration::from_millis(10),
+            "{:?}",
+            at.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]

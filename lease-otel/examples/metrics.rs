@@ -162,7 +162,7 @@ async fn campaign(
             }
         };
         match event {
-            Some(ElectionEvent::Elected { term, work }) => {
+            Some(ElectionEvent::Elected { term, work, .. }) => {
                 *leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(me);
                 let (res, key) = (resource.clone(), key.clone());
                 tokio::spawn(async move {

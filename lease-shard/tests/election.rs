@@ -8,6 +8,9 @@
 //!   bound, someone leads within the bound + TTL after;
 //! - `preferred`: a leader yields to a preferred candidate that joins, within about one renewal
 //!   interval (reported), and does not take the lead back;
+//! - every candidate's leader-only work takes [`DRAIN`] to finish after its token is cancelled,
+//!   holding the term's drain guard meanwhile: a successor (named or preferred) must be elected
+//!   only after the old leader's work has drained (the election drains, then releases);
 //! - in every case, at most one candidate believes it leads at any instant: lease-testkit's
 //!   history checker over every candidate's recorded beliefs. A belief starts at the `Elected`
 //!   event (with the lease's local deadline, extended by confirmed renewals) and ends when the
@@ -25,7 +28,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::election::{Candidate, Election, ElectionEvent, StepDownReason};
+use lease_core::election::{Candidate, DrainGuard, Election, ElectionEvent, StepDownReason};
 use lease_core::hook::{Hook, RenewalResult};
 use lease_core::supervisor::{Health, SupervisorConfig};
 use lease_core::{FencingToken, Lease, LeaseKey, OwnerId};
@@ -38,6 +41,10 @@ use tokio_util::sync::CancellationToken;
 /// Real time is not paused time: store calls take milliseconds, and a loaded 2-core machine
 /// adds scheduling delay. Every time bound below is the property's bound plus this.
 const SLACK: Duration = Duration::from_secs(1);
+
+/// How long leader-only work takes to finish once its token is cancelled (it holds the term's
+/// drain guard until then).
+const DRAIN: Duration = Duration::from_millis(300);
 
 #[path = "support/backends.rs"]
 mod backends;
@@ -64,6 +71,9 @@ enum Seen {
     Elected(FencingToken),
     /// The term's leader-only work was cancelled: the belief ends here.
     WorkEnded(FencingToken),
+    /// The term's leader-only work finished (its drain guard dropped), [`DRAIN`] after it was
+    /// cancelled.
+    Drained(FencingToken),
     /// `SteppedDown`.
     SteppedDown(FencingToken, StepDownReason),
 }
@@ -128,8 +138,15 @@ impl Recorder {
             .insert((who.to_string(), term), (sent, deadline));
     }
 
-    /// Follows the term's leader-only work: its belief ends when `work` is cancelled.
-    fn follow(&self, who: &str, term: FencingToken, work: CancellationToken) {
+    /// Follows the term's leader-only work: its belief ends when `work` is cancelled; the work
+    /// finishes [`DRAIN`] later, holding `drain` (if any) until then.
+    fn follow(
+        &self,
+        who: &str,
+        term: FencingToken,
+        work: CancellationToken,
+        drain: Option<DrainGuard>,
+    ) {
         self.terms
             .lock()
             .unwrap()
@@ -138,6 +155,11 @@ impl Recorder {
         tokio::spawn(async move {
             work.cancelled().await;
             rec.work_ended(&who, term);
+            if let Some(drain) = drain {
+                tokio::time::sleep(DRAIN).await;
+                rec.seen(&who, Seen::Drained(term));
+                drop(drain);
+            }
         });
     }
 
@@ -282,12 +304,12 @@ impl Driven {
             loop {
                 tokio::select! {
                     ev = c.next_event() => match ev {
-                        Some(ElectionEvent::Elected { term, work }) => {
+                        Some(ElectionEvent::Elected { term, work, drain }) => {
                             if let Err(e) = rec.elected(&who, term) {
                                 eprintln!("{e}");
                                 rec.seen(&who, Seen::SteppedDown(term, StepDownReason::Resigned));
                             }
-                            rec.follow(&who, term, work);
+                            rec.follow(&who, term, work, Some(drain));
                         }
                         Some(ElectionEvent::SteppedDown { term, reason }) => {
                             rec.seen(&who, Seen::SteppedDown(term, reason));
@@ -355,6 +377,7 @@ impl Setup {
     async fn join(&self, who: &str) -> Result<Driven, Failed> {
         let store = (self.backend.connect.as_ref().expect("connect"))().await?;
         let e = Election::from_arc(store, self.key.clone(), self.config())
+            .with_drain_timeout(DRAIN * 10)
             .with_preferred(self.preferred.clone())
             .with_hook(Arc::new(self.rec.clone()) as Arc<dyn Hook>);
         Ok(Driven::start(e.join(OwnerId::new(who)?), self.rec.clone()))
@@ -386,6 +409,28 @@ impl Setup {
                 .into());
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// When `who`'s work of `term` drained; an error unless that was logged before `led` (the
+    /// successor's election): the election drains, then releases.
+    fn drained_before(
+        &self,
+        who: &str,
+        term: FencingToken,
+        led: Instant,
+    ) -> Result<Instant, Failed> {
+        let log = self.rec.log();
+        match log
+            .iter()
+            .find(|(_, w, x)| w == who && *x == Seen::Drained(term))
+        {
+            Some((at, _, _)) if *at <= led => Ok(*at),
+            found => Err(format!(
+                "{}: the successor was elected before {who}'s work of term {term} drained ({found:?}); log: {log:?}",
+                self.backend.name
+            )
+            .into()),
         }
     }
 
@@ -482,6 +527,7 @@ async fn handover(b: Backend) -> Result<(), Failed> {
     if between.first().map(|(_, w, _)| w.as_str()) != Some("c") {
         return Err(format!("another candidate led before the successor: {between:?}").into());
     }
+    let drained = s.drained_before("a", t1, led)?;
     if t2 <= t1 {
         return Err(format!("successor's term {t2} is not greater than {t1}").into());
     }
@@ -492,9 +538,10 @@ async fn handover(b: Backend) -> Result<(), Failed> {
         return Err(format!("elections after the handover: {after:?}").into());
     }
     eprintln!(
-        "{}: handover gap {:?} (a's work ended -> c elected), handover call -> c elected {:?}, terms {t1} -> {t2}",
+        "{}: handover: a's work cancelled -> drained {:?} -> c elected {:?}, handover call -> c elected {:?}, terms {t1} -> {t2}",
         s.backend.name,
-        led - ended,
+        drained - ended,
+        led - drained,
         led - at
     );
     a.resign().await;
@@ -567,11 +614,14 @@ async fn preferred(b: Backend) -> Result<(), Failed> {
     s.renewals("a", 2, Instant::now(), wait).await?;
     let joined = Instant::now();
     let p = s.join("p").await?;
-    let (led, t2) = s.elected("p", joined, interval + ttl + SLACK).await?;
+    let (led, t2) = s
+        .elected("p", joined, interval + ttl + DRAIN + SLACK)
+        .await?;
     let between = s.rec.elections_since(joined);
     if between.first().map(|(_, w, _)| w.as_str()) != Some("p") {
         return Err(format!("another candidate led before the preferred one: {between:?}").into());
     }
+    s.drained_before("a", t1, led)?;
     if t2 <= t1 {
         return Err(format!("term {t2} after {t1}").into());
     }
@@ -633,7 +683,7 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
                 rec.granted(who, t, Instant::now(), far);
                 if who == "a" {
                     rec.elected(who, t)?;
-                    rec.follow(who, t, work.clone());
+                    rec.follow(who, t, work.clone(), None);
                     if cancel_first {
                         work.cancel();
                     }

@@ -456,7 +456,7 @@ async fn lead(w: Rc<Worker>, watchers: Watchers, end: Instant) -> turmoil::Resul
             _ = sleep_until(end) => break,
         };
         match ev {
-            Some(ElectionEvent::Elected { term, work }) => {
+            Some(ElectionEvent::Elected { term, work, drain }) => {
                 w.note(format!("elected {term}"));
                 let h = watch_term(&w, term, work.clone());
                 watchers.borrow_mut().push(h);
@@ -471,6 +471,8 @@ async fn lead(w: Rc<Worker>, watchers: Watchers, end: Instant) -> turmoil::Resul
                     }
                     sleep(w.ms(1, ms_of(w.sc.ttl) / 2)).await;
                 }
+                // The work has stopped: a planned end of the term may release now.
+                drop(drain);
             }
             Some(ElectionEvent::SteppedDown { term, reason }) => {
                 w.note(format!("stepped down {term}: {reason}"));

@@ -73,7 +73,7 @@ async fn a_panicking_hook_ends_the_leaders_term() {
     )
     .with_hook(Arc::new(PanickingHook::default()));
     let mut me = election.join(OwnerId::with_label("a"));
-    let Some(ElectionEvent::Elected { term, work }) = me.next_event().await else {
+    let Some(ElectionEvent::Elected { term, work, .. }) = me.next_event().await else {
         panic!("not elected")
     };
     let event = timeout(TTL * 2, me.next_event())

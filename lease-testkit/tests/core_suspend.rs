@@ -170,7 +170,7 @@ async fn a_suspended_leader_steps_down() {
         config(&clock).with_acquire_wait(TTL),
     );
     let mut me = election.join(OwnerId::with_label("a"));
-    let Some(ElectionEvent::Elected { term, work }) = me.next_event().await else {
+    let Some(ElectionEvent::Elected { term, work, .. }) = me.next_event().await else {
         panic!("not elected")
     };
     sleep(Duration::from_secs(2)).await;

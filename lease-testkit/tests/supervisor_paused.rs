@@ -289,7 +289,7 @@ async fn resigned_leader_is_replaced_without_waiting_for_the_ttl() {
         SupervisorConfig::new(long).with_acquire_wait(long),
     );
     let mut a = election.join(OwnerId::with_label("a"));
-    let Some(ElectionEvent::Elected { term: ta, work }) = a.next_event().await else {
+    let Some(ElectionEvent::Elected { term: ta, work, .. }) = a.next_event().await else {
         panic!("a not elected")
     };
     let mut b = election.join(OwnerId::with_label("b"));

@@ -63,7 +63,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         tokio::spawn(async move {
             while let Some(ev) = node.next_event().await {
-                if let ElectionEvent::Elected { term, work } = &ev {
+                if let ElectionEvent::Elected { term, work, .. } = &ev {
                     let frozen = *first.get_or_init(|| *term) == *term;
                     // Leader-only work: a heartbeat every 200 ms, carrying the term.
                     let (term, work, tx, heartbeat, key) = (

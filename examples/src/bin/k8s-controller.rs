@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             ev = candidate.next_event() => match ev {
-                Some(ElectionEvent::Elected { term, work }) => {
+                Some(ElectionEvent::Elected { term, work, .. }) => {
                     println!("{me} leads with term {term}");
                     term_token = Some((term, work));
                 }

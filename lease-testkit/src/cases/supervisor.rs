@@ -295,7 +295,7 @@ pub async fn election_resign_hands_over_without_waiting_for_the_ttl(ctx: Ctx) ->
     let cfg = SupervisorConfig::new(ttl).with_acquire_wait(ttl);
     let mut a = Election::new(ctx.other_client().await?, key.clone(), cfg.clone())
         .join(OwnerId::with_label("a"));
-    let Some(ElectionEvent::Elected { term: ta, work }) =
+    let Some(ElectionEvent::Elected { term: ta, work, .. }) =
         tokio::time::timeout(Duration::from_secs(10), a.next_event())
             .await
             .map_err(|_| "a not elected")?
