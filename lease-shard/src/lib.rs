@@ -19,6 +19,11 @@
 //!   victim, if still above its share, picks the same shards by the same rank, cancels their
 //!   work, waits for the application to drop their [`ShardGuard`]s (bounded by the drain
 //!   timeout), then releases, and the thief acquires on the release wake-up, not on expiry.
+//! - A **graceful leave** ([`Worker::leave`]) is a handover too: the leaver gives up its
+//!   membership, leaves a note in every other member's mailbox, then drains and releases its
+//!   shards. The members, woken by the note, rescan at once; a shard held by a worker that is no
+//!   longer a member is handed out like a free one, and its new owner waits on it with the store's
+//!   watch, so it takes the shard on the release wake-up, not at its next rebalance.
 //! - A worker that just joined waits a quarter of an interval before its first take, so that
 //!   workers started together count each other instead of each taking every shard; free shards
 //!   are tried once each, at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
@@ -564,8 +569,9 @@ impl Worker {
         self.assignment.clone()
     }
 
-    /// Leaves gracefully: gives up the membership slot, cancels every shard's work, drains
-    /// (bounded by the drain timeout), releases every shard, and waits for all of it.
+    /// Leaves gracefully: gives up the membership slot, tells the other members (a note in each
+    /// one's mailbox, so they wait on this worker's shards now), cancels every shard's work,
+    /// drains (bounded by the drain timeout), releases every shard, and waits for all of it.
     ///
     /// # Cancellation safety
     /// Cancel safe: the leave completes in the background.
@@ -618,6 +624,8 @@ struct State {
     answered: Option<FencingToken>,
     /// Our fair share as of the last scan (what a mailbox request is answered against).
     target: Option<usize>,
+    /// The members as of the last scan (told of a graceful leave).
+    members: Vec<String>,
     /// A round of steals just ended below our share.
     retick: bool,
 }
@@ -793,7 +801,10 @@ impl Run {
                     }
                 } => {
                     if matches!(changed, Some(Ok(()))) {
-                        self.answer_mailbox(&mut st).await;
+                        if self.answer_mailbox(&mut st).await {
+                            // A member is leaving: rebalance now, waiting on its shards.
+                            next = Instant::now();
+                        }
                     } else {
                         mail = None;
                     }
@@ -807,11 +818,18 @@ impl Run {
                 }
             }
         }
-        // Graceful leave: stop taking, give up membership, drain and release every shard.
+        // Graceful leave: stop taking, give up membership, tell the other members (so they
+        // wait on our shards now, not at their next rebalance), then drain and release every
+        // shard: each is taken on its release wake-up.
         self.acquiring.cancel();
         if let Some(m) = st.member.take() {
             let _ = m.release().await;
         }
+        let told = if st.held.is_empty() {
+            Vec::new()
+        } else {
+            self.announce_leave(&st.members).await
+        };
         for h in st.held.values_mut() {
             if let Some(r) = h.release.take() {
                 let _ = r.send(RevokeReason::Leaving);
@@ -819,13 +837,48 @@ impl Run {
         }
         while !(st.held.is_empty() && st.pending.is_empty()) {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                _ = stop.cancelled() => break,
                 msg = rx.recv() => match msg {
                     Some(msg) => self.handle(&mut st, msg, &tx),
-                    None => return,
+                    None => break,
                 },
             }
         }
+        let op = self.set.config.supervisor.op_timeout();
+        let store = &*self.set.store;
+        futures::future::join_all(told.iter().map(|l| timeout(op, store.release(l)))).await;
+    }
+
+    /// Leaves `ME/0` in the mailbox of every other member of `members`, each attempt bounded by
+    /// the op timeout, all at once: woken by its mailbox's watch, a member rebalances at once and
+    /// waits on the shards of ours it is due (see [`Run::tick`]). A mailbox held by a thief's
+    /// request is skipped (that member takes ours at its next rebalance). Returns the notes left,
+    /// to release once our shards are released.
+    async fn announce_leave(&self, members: &[String]) -> Vec<Lease> {
+        if !self.set.store.capabilities().watch {
+            return Vec::new();
+        }
+        let op = self.set.config.supervisor.op_timeout();
+        let wait = store_ttl(&*self.set.store, self.set.config.steal_wait());
+        let Ok(owner) = OwnerId::new(format!("{}/0", self.me)) else {
+            return Vec::new();
+        };
+        let notes = members.iter().filter(|m| **m != *self.me).filter_map(|m| {
+            let key = LeaseKey::new(format!("{}.x.{m}", self.set.name)).ok()?;
+            let req = AcquireRequest::new(key, owner.clone(), wait);
+            let store = self.set.store.clone();
+            Some(async move {
+                match timeout(op, store.acquire(&req)).await {
+                    Ok(Ok(AcquireOutcome::Acquired(l))) => Some(l),
+                    _ => None,
+                }
+            })
+        });
+        futures::future::join_all(notes)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     fn publish(&self, st: &State) {
@@ -965,13 +1018,21 @@ impl Run {
     }
 
     /// Reads the mailbox now and answers a request in it (woken by the mailbox's watch).
-    async fn answer_mailbox(&self, st: &mut State) {
+    /// Returns whether it holds another member's leave (`WORKER/0`) not seen before.
+    async fn answer_mailbox(&self, st: &mut State) -> bool {
         let op = self.set.config.supervisor.op_timeout();
         if let Ok(Ok(state)) = timeout(op, self.set.store.inspect(&self.mailbox)).await
             && let Some(h) = state.holder
         {
-            self.answer(st, h.owner.as_str(), h.token);
+            let owner = h.owner.as_str();
+            if let Some((who, "0")) = owner.rsplit_once('/') {
+                let new = who != &*self.me && st.answered != Some(h.token);
+                st.answered = Some(h.token);
+                return new;
+            }
+            self.answer(st, owner, h.token);
         }
+        false
     }
 
     /// Answers the request `owner` (`THIEF/N`) with `token`, once: hands over what we have above
@@ -1064,6 +1125,7 @@ impl Run {
         let k = self.set.shards.len();
         let target = fair_share(k, &members, &self.me);
         st.target = Some(target);
+        st.members = members.clone();
         if let Some((owner, token)) = &view.mailbox {
             self.answer(st, owner, *token);
         }
@@ -1089,8 +1151,17 @@ impl Run {
                 (m.clone(), fair_share(k, &members, m).saturating_sub(h))
             })
             .collect();
+        // Shards held by a worker that is no longer a member (it left gracefully and is
+        // draining them, or it died) are handed out alike, with the free ones; ours of them we
+        // wait on, and take on their release wake-up (or expiry).
+        let left_by = |i: usize| {
+            view.owners[i]
+                .as_ref()
+                .is_some_and(|(w, _)| *w != *self.me && !members.iter().any(|m| m == w))
+        };
         let mut take: BTreeSet<usize> = BTreeSet::new();
-        for i in (0..k).filter(|i| view.owners[*i].is_none()) {
+        let mut inherit: Vec<usize> = Vec::new();
+        for i in (0..k).filter(|i| view.owners[*i].is_none() || left_by(*i)) {
             let shard = &self.set.shards[i].0;
             let Some(best) = deficit
                 .iter_mut()
@@ -1100,8 +1171,12 @@ impl Run {
                 break;
             };
             best.1 -= 1;
-            if best.0 == *self.me && free.contains(&i) {
-                take.insert(i);
+            if best.0 == *self.me {
+                if free.contains(&i) {
+                    take.insert(i);
+                } else if !st.held.contains_key(&i) && !st.pending.contains(&i) {
+                    inherit.push(i);
+                }
             }
         }
         let mut extra = target.max(1);
@@ -1117,6 +1192,10 @@ impl Run {
         for idx in take {
             st.pending.insert(idx);
             self.spawn_take(idx, tx);
+        }
+        for idx in inherit {
+            st.pending.insert(idx);
+            self.spawn_inherit(idx, tx);
         }
 
         // Steal: below our share with nothing free, from the members most above their own,
@@ -1188,6 +1267,28 @@ impl Run {
                 },
             };
             let _ = match got {
+                Some(guard) => tx.send(Internal::Acquired {
+                    idx,
+                    guard,
+                    steal: false,
+                }),
+                None => tx.send(Internal::NotAcquired { idx, steal: false }),
+            };
+        });
+    }
+
+    /// Waits (up to the steal wait) on a shard whose holder is no longer a member, and takes it
+    /// on its release wake-up or expiry.
+    fn spawn_inherit(&self, idx: usize, tx: &mpsc::UnboundedSender<Internal>) {
+        let (sup, set, tx, cancel) = (
+            self.sup.clone(),
+            self.set.clone(),
+            tx.clone(),
+            self.acquiring.clone(),
+        );
+        tokio::spawn(async move {
+            let wait = set.config.steal_wait();
+            let _ = match acquire_bounded(&sup, &set.shards[idx].1, wait, &cancel).await {
                 Some(guard) => tx.send(Internal::Acquired {
                     idx,
                     guard,

@@ -6,7 +6,10 @@
 //! - after membership settles, every worker within one shard of its fair share;
 //! - sticky: a joining worker moves exactly the shards it must take;
 //! - planned moves (a join's steals, a graceful leave) leave no shard unowned longer than one
-//!   handoff (the rebalance interval, plus the measured slack below);
+//!   handoff: the next owner waits on the shard before it is released and takes it on the
+//!   release wake-up (measured in milliseconds); the bound is half a rebalance interval, so a
+//!   shard that is only picked up at someone's next rebalance can fail it (the graceful leave
+//!   did before the leaver told the others; `tests/paused.rs` shows that one deterministically);
 //! - every shard owned again within TTL + one rebalance interval (plus the slack) after a worker
 //!   dies (its link fails: no renewal, no release); two intervals where expiry is observed
 //!   locally (Kubernetes: a reader sees the last renewal up to one scan late).
@@ -139,12 +142,12 @@ async fn planned_moves(b: Backend) -> Result<(), Failed> {
         "{}: join: {handoff} handoffs, {lost} losses",
         fleet.backend.name
     );
+    let handoff_bound = interval / 2;
     let (gap, open) = fleet.rec.planned_gaps_within(joined, interval).await;
-    if !open.is_empty() || gap > interval + SLACK {
-        return Err(format!(
-            "join handover gap {gap:?} (bound {interval:?} + {SLACK:?}), open {open:?}"
-        )
-        .into());
+    if !open.is_empty() || gap > handoff_bound {
+        return Err(
+            format!("join handover gap {gap:?} (bound {handoff_bound:?}), open {open:?}").into(),
+        );
     }
     eprintln!("{}: join handover gap {gap:?}", fleet.backend.name);
     // Graceful leave of c.
@@ -156,10 +159,8 @@ async fn planned_moves(b: Backend) -> Result<(), Failed> {
     .await
     .map_err(|s| format!("c's shards were not taken over: {s:?}"))?;
     let (gap, open) = fleet.rec.planned_gaps_within(left, interval).await;
-    if !open.is_empty() || gap > interval + SLACK {
-        return Err(
-            format!("leave gap {gap:?} (bound {interval:?} + {SLACK:?}), open {open:?}").into(),
-        );
+    if !open.is_empty() || gap > handoff_bound {
+        return Err(format!("leave gap {gap:?} (bound {handoff_bound:?}), open {open:?}").into());
     }
     eprintln!("{}: leave gap {gap:?}", fleet.backend.name);
     wait_for(&observer, settle, POLL, |s| balanced(s, &["a", "b", "d"]))
