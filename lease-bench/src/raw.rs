@@ -163,14 +163,27 @@ impl Raw for PgRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        // One statement: a grant, or a refusal that marks the row for a wake-up (library layout).
-        let row = sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+        // As the store: the row's UPDATE alone (a grant, or a refusal that marks the row for a
+        // wake-up, library layout), and the statement with the INSERT branch only for a key
+        // without a row.
+        let ttl = ttl_ms(ttl)?;
+        let row = match sqlx::query(AssertSqlSafe(self.sql.acquire_existing.as_str()))
             .bind(key.as_str())
             .bind(owner)
-            .bind(ttl_ms(ttl)?)
-            .fetch_one(&self.pool)
+            .bind(ttl)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(s)?;
+            .map_err(s)?
+        {
+            Some(row) => row,
+            None => sqlx::query(AssertSqlSafe(self.sql.acquire.as_str()))
+                .bind(key.as_str())
+                .bind(owner)
+                .bind(ttl)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(s)?,
+        };
         let holder: String = row.try_get("owner").map_err(s)?;
         let token: i64 = row.try_get("fencing_token").map_err(s)?;
         Ok((holder == owner).then(|| RawGrant {

@@ -14,7 +14,8 @@
 //!
 //! - **acquire** is one statement, the seed's upsert: insert, or take over only when
 //!   `lease_until <= clock_timestamp()` (or when the same owner asks again). Expiry is decided by
-//!   the database's clock only.
+//!   the database's clock only. (A key that has a row is decided by that statement's `UPDATE`
+//!   alone; only a key without a row takes a second round trip, the statement with the insert.)
 //! - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token;
 //!   release keeps the row, so the next token is still greater.
 //! - **Tokens never go back**, not after release, expiry, row deletion, restart or failover: a

@@ -125,6 +125,12 @@ pub struct Statements {
     /// already held by the same owner; otherwise returns the holder. The token comes from the
     /// floor trigger.
     pub acquire: String,
+    /// [`acquire`](Self::acquire) for a key that has a row, the usual case: its `UPDATE` alone,
+    /// with the same decision, token, mark and report. No row returned means the key has no
+    /// row; the store then runs [`acquire`](Self::acquire), which inserts it (or decides on a
+    /// row inserted concurrently). Without the `INSERT` branch the statement is lighter: an
+    /// `INSERT .. ON CONFLICT` costs its executor set-up even when it inserts nothing.
+    pub acquire_existing: String,
     /// The current holder of a key (if unexpired), its remaining time and last token.
     pub inspect: String,
     /// [`inspect`](Self::inspect) for many keys in one statement: `$1` the keys (`text[]`);
@@ -191,6 +197,12 @@ impl Statements {
         // change the token: no trigger function runs. Only a new row goes through the INSERT
         // `i` (and its trigger, which draws from the sequence); its ON CONFLICT branch covers a
         // row inserted concurrently after the statement's snapshot.
+        //
+        // The store sends `acquire_existing` (the UPDATE `u` alone) first and `acquire` only
+        // when it returned no row (issue 22): the INSERT branch's executor set-up (its
+        // ModifyTable, arbiter index, ON CONFLICT projection, the materialized `u` and the
+        // UNION ALL) costs even when it inserts nothing. Each statement decides and reports on
+        // its own; `acquire` after an empty `acquire_existing` is the statement it always was.
         let clock_us = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
         let g_u = format!("(l.lease_until <= c.now OR l.{owner} = $2{cast})");
         let g_i = format!("(l.lease_until <= (SELECT now FROM c) OR l.{owner} = excluded.{owner})");
@@ -217,9 +229,9 @@ impl Statements {
                 "l.ttl_ms",
             )
         };
-        let acquire = format!(
-            "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now), \
-             u AS (UPDATE {table} AS l \
+        let c_now = "c AS MATERIALIZED (SELECT clock_timestamp() AS now)";
+        let update = format!(
+            "UPDATE {table} AS l \
                SET {owner} = CASE WHEN {g_u} THEN $2{cast} ELSE l.{owner} END, \
                    lease_until = CASE WHEN {g_u} \
                      THEN c.now + $3::bigint * interval '1 millisecond' ELSE l.lease_until END, \
@@ -228,7 +240,11 @@ impl Statements {
                    {ttl_u} \
                FROM c WHERE l.resource_key = $1 \
                RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
-                 ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint AS remaining_us), \
+                 ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint AS remaining_us"
+        );
+        let acquire_existing = format!("WITH {c_now}, u AS ({update}) SELECT * FROM u");
+        let acquire = format!(
+            "WITH {c_now}, u AS ({update}), \
              i AS (INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
                SELECT $1, $2{cast}, c.now + $3::bigint * interval '1 millisecond', 1{ttl_val} \
                FROM c WHERE NOT EXISTS (SELECT 1 FROM u) \
@@ -343,6 +359,7 @@ impl Statements {
         ];
         Statements {
             acquire,
+            acquire_existing,
             inspect,
             inspect_many,
             renew,
@@ -454,6 +471,21 @@ mod tests {
         assert!(!seed.acquire.contains("wake"));
     }
 
+    /// Issue 22: the store's first statement is the `UPDATE` of `acquire`, word for word, so
+    /// that it decides, marks and reports exactly as `acquire` does on a key that has a row.
+    #[test]
+    fn acquire_existing_is_the_update_of_acquire() {
+        for layout in [TableLayout::Library, TableLayout::Seed] {
+            let s = Statements::new(&TableName::default(), layout);
+            let update = s
+                .acquire_existing
+                .strip_suffix(" SELECT * FROM u")
+                .expect("acquire_existing ends with its SELECT");
+            assert!(s.acquire.starts_with(&format!("{update}, i AS (INSERT ")));
+            assert!(!s.acquire_existing.contains("INSERT"));
+        }
+    }
+
     #[test]
     fn seed_layout_keeps_the_seed_columns_and_adds_the_floor() {
         let t = TableName::parse("public.coordination_lease").unwrap();
@@ -470,6 +502,7 @@ mod tests {
         let s = Statements::new(&t, TableLayout::Seed);
         for stmt in [
             &s.acquire,
+            &s.acquire_existing,
             &s.inspect,
             &s.renew,
             &s.renew_many,

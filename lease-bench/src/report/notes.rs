@@ -11,9 +11,9 @@ impl Report {
         let _ = writeln!(s, "## Notes\n");
         let _ = writeln!(
             s,
-            "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire (one \
-             statement: an `UPDATE` of an existing row that computes the token, or an `INSERT .. \
-             ON CONFLICT` for a new key) and its release `UPDATE` (with `pg_notify` when a refused \
+            "- **What the same-protocol side sends** (the library's own protocol, issued directly). PostgreSQL: the store's acquire (the \
+             `UPDATE` of an existing row that computes the token; only when the key has no row, \
+             a second statement with the `INSERT .. ON CONFLICT`) and its release `UPDATE` (with `pg_notify` when a refused \
              acquire marked the row) on its own pool. Redis: the store's acquire and release Lua \
              scripts (`EVALSHA`) on its connection manager. etcd: the store's request sequence \
              (acquire: lease grant, then one txn on the prefix's create revision that puts the \
