@@ -608,6 +608,16 @@ enum Internal {
     },
 }
 
+impl Internal {
+    /// The outcome of one acquisition of shard `idx` (a steal's, or not).
+    fn outcome(idx: usize, got: Option<LeaseGuard>, steal: bool) -> Self {
+        match got {
+            Some(guard) => Internal::Acquired { idx, guard, steal },
+            None => Internal::NotAcquired { idx, steal },
+        }
+    }
+}
+
 struct Held {
     token: FencingToken,
     release: Option<oneshot::Sender<RevokeReason>>,
@@ -1266,14 +1276,7 @@ impl Run {
                     _ => None,
                 },
             };
-            let _ = match got {
-                Some(guard) => tx.send(Internal::Acquired {
-                    idx,
-                    guard,
-                    steal: false,
-                }),
-                None => tx.send(Internal::NotAcquired { idx, steal: false }),
-            };
+            let _ = tx.send(Internal::outcome(idx, got, false));
         });
     }
 
@@ -1288,14 +1291,8 @@ impl Run {
         );
         tokio::spawn(async move {
             let wait = set.config.steal_wait();
-            let _ = match acquire_bounded(&sup, &set.shards[idx].1, wait, &cancel).await {
-                Some(guard) => tx.send(Internal::Acquired {
-                    idx,
-                    guard,
-                    steal: false,
-                }),
-                None => tx.send(Internal::NotAcquired { idx, steal: false }),
-            };
+            let got = acquire_bounded(&sup, &set.shards[idx].1, wait, &cancel).await;
+            let _ = tx.send(Internal::outcome(idx, got, false));
         });
     }
 
@@ -1344,17 +1341,7 @@ impl Run {
                 let (sup, set, tx, cancel) = (&sup, &set, &tx, &cancel);
                 async move {
                     let got = acquire_bounded(sup, &set.shards[*idx].1, wait, cancel).await;
-                    let _ = match got {
-                        Some(guard) => tx.send(Internal::Acquired {
-                            idx: *idx,
-                            guard,
-                            steal: true,
-                        }),
-                        None => tx.send(Internal::NotAcquired {
-                            idx: *idx,
-                            steal: true,
-                        }),
-                    };
+                    let _ = tx.send(Internal::outcome(*idx, got, true));
                 }
             });
             futures::future::join_all(waits).await;
