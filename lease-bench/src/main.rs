@@ -58,6 +58,9 @@ struct Plan {
     throughput_block: Duration,
     latency_samples: usize,
     rtt_samples: usize,
+    /// CPU per pair: each side's block and the number of rounds over the sides.
+    cpu_block: Duration,
+    cpu_rounds: usize,
     takeover_reps: usize,
     handoff_reps: usize,
     renewal_leases: usize,
@@ -74,8 +77,9 @@ struct Plan {
 struct Sections(u8);
 
 impl Sections {
-    const NAMES: [&'static str; 6] = [
+    const NAMES: [&'static str; 7] = [
         "throughput",
+        "cpu",
         "latency",
         "takeover",
         "handoff",
@@ -128,6 +132,8 @@ impl Plan {
             sections: Sections::all(),
             throughput_for: Duration::from_secs(16),
             throughput_block: Duration::from_millis(200),
+            cpu_block: Duration::from_millis(1500),
+            cpu_rounds: 4,
             latency_samples: 8000,
             rtt_samples: 50,
             takeover_reps: 9,
@@ -155,6 +161,8 @@ impl Plan {
             sections: Sections::all(),
             throughput_for: Duration::from_millis(1500),
             throughput_block: Duration::from_millis(50),
+            cpu_block: Duration::from_millis(50),
+            cpu_rounds: 1,
             latency_samples: 10,
             rtt_samples: 5,
             takeover_reps: 1,
@@ -183,6 +191,11 @@ struct Target {
     store: Arc<dyn LeaseStore>,
     raw: Arc<dyn Raw>,
     minimal: Arc<dyn Raw>,
+    /// The minimal lease with one of the library's guarantees added, to price it in the CPU
+    /// table (label, side).
+    ablations: Vec<(&'static str, Arc<dyn Raw>)>,
+    /// The server's processes on this machine, for its CPU per pair (`None`: in process).
+    server: Option<sys::ServerProcs>,
     renewal_stores: Vec<(&'static str, Arc<dyn LeaseStore>)>,
     /// SQLite: the library's file, which a holder process must open too.
     file: Option<PathBuf>,
@@ -196,6 +209,13 @@ enum Cleanup {
     Redis(lease_redis::RedisLeaseStore),
     Files(Vec<PathBuf>),
     Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
+}
+
+/// The `host:port` of a URL (`redis://user@127.0.0.1:6379/0` gives `127.0.0.1:6379`).
+fn url_addr(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
+    rest.split(['/', '?']).next().unwrap_or(rest).to_string()
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -230,6 +250,10 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                ablations: Vec::new(),
+                server: Some(sys::ServerProcs {
+                    matches: vec![("postgres", None)],
+                }),
                 file: None,
                 version,
                 cleanup: Cleanup::Postgres(pg),
@@ -247,12 +271,32 @@ async fn connect(name: &str) -> Result<Target, String> {
             let raw = raw::RedisRaw::new(&store, client);
             let version = raw.version().await?;
             let minimal = minimal::RedisMinimal::new(store.connection());
+            let con = store.connection();
             let shared: Arc<dyn LeaseStore> = Arc::new(store.clone());
             Ok(Target {
                 renewal_stores: vec![("default", shared.clone())],
                 store: shared,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                ablations: vec![
+                    (
+                        "minimal + server clock (TIME)",
+                        Arc::new(minimal::RedisMinimal::with(
+                            con.clone(),
+                            minimal::RedisAblation::ServerClock,
+                        )),
+                    ),
+                    (
+                        "minimal + release notification (PUBLISH)",
+                        Arc::new(minimal::RedisMinimal::with(
+                            con,
+                            minimal::RedisAblation::ReleaseNotification,
+                        )),
+                    ),
+                ],
+                server: Some(sys::ServerProcs {
+                    matches: vec![("redis-server", Some(url_addr(&url)))],
+                }),
                 file: None,
                 version,
                 cleanup: Cleanup::Redis(store),
@@ -303,6 +347,13 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                ablations: Vec::new(),
+                server: Some(sys::ServerProcs {
+                    matches: endpoints
+                        .split(',')
+                        .map(|e| ("etcd", Some(url_addr(e.trim()))))
+                        .collect(),
+                }),
                 file: None,
                 version,
                 cleanup: Cleanup::None,
@@ -336,6 +387,11 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                ablations: Vec::new(),
+                // The kube-apiserver and the etcd member scripts/services/k8s.sh starts for it.
+                server: Some(sys::ServerProcs {
+                    matches: vec![("kube-apiserver", None), ("etcd", Some("lease-k8s".into()))],
+                }),
                 file: None,
                 version,
                 cleanup: Cleanup::Kube(Box::new(api)),
@@ -371,6 +427,8 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
+                ablations: Vec::new(),
+                server: None,
                 file: Some(path.clone()),
                 version,
                 cleanup: Cleanup::Files(vec![path, raw_path, min_path]),
@@ -518,6 +576,32 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     }
     run.latency = lat;
     eprintln!("[{name}] latency done");
+
+    // 1b. CPU per pair, on the client and the server: the sides above and the ablations that
+    // price the library's guarantees one by one.
+    if plan.sections.has("cpu") {
+        let mut cpu_sides: Vec<(&'static str, Side)> = measure::SIDES
+            .iter()
+            .copied()
+            .zip(sides.iter().cloned())
+            .collect();
+        for (label, raw) in &target.ablations {
+            cpu_sides.push((label, Side::Proto(raw.clone())));
+        }
+        let (labels, only): (Vec<_>, Vec<_>) = cpu_sides.into_iter().unzip();
+        let costs = measure::cpu_per_pair(
+            &only,
+            target.server.as_ref(),
+            side_ttl,
+            &format!("{ns}-cpu"),
+            plan.cpu_block,
+            plan.cpu_rounds,
+        )
+        .await;
+        run.cpu_server = target.server.as_ref().map(sys::ServerProcs::describe);
+        run.cpu = labels.into_iter().zip(costs).collect();
+        eprintln!("[{name}] cpu per pair: {:?}", run.cpu);
+    }
 
     // 3. takeover
     let ttl = legal_ttl(&caps, Duration::from_secs(1));
@@ -806,6 +890,8 @@ fn main() {
         optimized: !cfg!(debug_assertions),
         throughput_for: args.plan.throughput_for,
         throughput_block: args.plan.throughput_block,
+        cpu_block: args.plan.cpu_block,
+        cpu_rounds: args.plan.cpu_rounds,
     };
     println!("{}", report.summary());
     if let Some(dir) = args.out.parent() {

@@ -321,6 +321,92 @@ fn rate(n: u64, d: Duration) -> f64 {
     f64::from(n) / d.as_secs_f64().max(1e-9)
 }
 
+// ---- 1b. CPU per pair -----------------------------------------------------------------------
+
+/// Where one side's acquire+release pairs spend their time, per pair, at one client.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PairCost {
+    /// Wall time per pair, in microseconds.
+    pub(crate) wall_us: f64,
+    /// This process's CPU per pair (every thread), in microseconds: the client's work.
+    pub(crate) client_us: f64,
+    /// The server processes' CPU per pair (every thread), in microseconds; `None` where the
+    /// store runs in this process (SQLite) or its processes were not found.
+    pub(crate) server_us: Option<f64>,
+}
+
+/// The CPU each side spends per acquire+release pair, on the client and on the server: one
+/// client, one key per side, in blocks of `block` per side, the sides in turn (the first side
+/// rotating each round), `rounds` times. Each block reads this process's and the server
+/// processes' CPU time (`/proc/<pid>/task/*/schedstat`, nanoseconds) before and after it;
+/// nothing else runs in this process meanwhile. A server's idle work during the block (Raft
+/// heartbeats, `serverCron`) is counted too, the same per second on every side.
+pub(crate) async fn cpu_per_pair(
+    sides: &[Side],
+    server: Option<&sys::ServerProcs>,
+    ttl: Duration,
+    ns: &str,
+    block: Duration,
+    rounds: usize,
+) -> Vec<std::result::Result<PairCost, Failure>> {
+    let n = sides.len();
+    let owner = OwnerId::random();
+    // Per side: (pairs, wall, client CPU, server CPU or None).
+    type Sums = (u64, Duration, Duration, Option<Duration>);
+    let mut acc: Vec<std::result::Result<Sums, Failure>> =
+        vec![Ok((0, Duration::ZERO, Duration::ZERO, Some(Duration::ZERO))); n];
+    for round in 0..rounds {
+        for j in 0..n {
+            let i = (round + j) % n;
+            let Ok((pairs, wall, client, srv)) = &mut acc[i] else {
+                continue;
+            };
+            let k = key(ns, &format!("c{i}"));
+            let server_before = server.and_then(sys::ServerProcs::cpu);
+            let client_before = sys::self_cpu();
+            let start = Instant::now();
+            let mut done = 0u64;
+            let mut failed = None;
+            while start.elapsed() < block {
+                if let Err(e) = sides[i].pair(&k, &owner, ttl).await {
+                    failed = Some(e);
+                    break;
+                }
+                done += 1;
+            }
+            let elapsed = start.elapsed();
+            let client_after = sys::self_cpu();
+            let server_after = server.and_then(sys::ServerProcs::cpu);
+            if let Some(e) = failed {
+                acc[i] = Err(e);
+                continue;
+            }
+            *pairs += done;
+            *wall += elapsed;
+            *client += client_after.saturating_sub(client_before);
+            *srv = match (*srv, server_before, server_after) {
+                (Some(t), Some(b), Some(a)) => Some(t + a.saturating_sub(b)),
+                _ => None,
+            };
+        }
+    }
+    acc.into_iter()
+        .map(|r| {
+            let (pairs, wall, client, srv) = r?;
+            if pairs == 0 {
+                return Err("no pair done".into());
+            }
+            let count = f64::from(u32::try_from(pairs).unwrap_or(u32::MAX));
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / count;
+            Ok(PairCost {
+                wall_us: per(wall),
+                client_us: per(client),
+                server_us: srv.map(per),
+            })
+        })
+        .collect()
+}
+
 // ---- 2. latency ----------------------------------------------------------------------------
 
 /// One acquire latency of each side, in turn starting with side `round % sides.len()` (so no

@@ -124,11 +124,43 @@ end
 return 0
 ";
 
+/// The minimal acquire plus one guarantee of the library's (not a floor: an ablation that
+/// prices the guarantee): the server's clock read first, as the library's token floor does.
+const REDIS_ACQUIRE_TIME: &str = r"
+local t = redis.call('TIME')
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+";
+
+/// The minimal release plus one guarantee of the library's (an ablation): the release
+/// published on the key's channel, as the library wakes its waiters.
+const REDIS_RELEASE_PUBLISH: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// One of the library's guarantees added to the minimal Redis lease, to price it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RedisAblation {
+    /// `TIME` before the acquire (the library's token floor reads the server clock).
+    ServerClock,
+    /// `PUBLISH` in the release (the library's release notification).
+    ReleaseNotification,
+}
+
 /// The Redis floor, on the library store's connection manager.
 pub(crate) struct RedisMinimal {
     con: lease_redis::RedisConnection,
     acquire: redis::Script,
     release: redis::Script,
+    /// The release publishes (the [`RedisAblation::ReleaseNotification`] variant).
+    publish: bool,
 }
 
 impl RedisMinimal {
@@ -137,7 +169,21 @@ impl RedisMinimal {
             con,
             acquire: redis::Script::new(REDIS_ACQUIRE),
             release: redis::Script::new(REDIS_RELEASE),
+            publish: false,
         }
+    }
+
+    /// The minimal lease with one of the library's guarantees added (for pricing it; same keys).
+    pub(crate) fn with(con: lease_redis::RedisConnection, ablation: RedisAblation) -> Self {
+        let mut m = Self::new(con);
+        match ablation {
+            RedisAblation::ServerClock => m.acquire = redis::Script::new(REDIS_ACQUIRE_TIME),
+            RedisAblation::ReleaseNotification => {
+                m.release = redis::Script::new(REDIS_RELEASE_PUBLISH);
+                m.publish = true;
+            }
+        }
+        m
     }
 
     /// The holder key and the counter key of `key`.
@@ -200,13 +246,12 @@ impl Raw for RedisMinimal {
     async fn release(&self, g: &RawGrant) -> R<()> {
         let (holder, _) = Self::keys(&g.key);
         let mut con = self.con.clone();
-        let _: i64 = self
-            .release
-            .key(holder)
-            .arg(g.owner.as_str())
-            .invoke_async(&mut con)
-            .await
-            .map_err(s)?;
+        let mut inv = self.release.key(&holder);
+        inv.arg(g.owner.as_str());
+        if self.publish {
+            inv.arg(format!("{holder}:released")).arg(g.token);
+        }
+        let _: i64 = inv.invoke_async(&mut con).await.map_err(s)?;
         Ok(())
     }
     async fn ping(&self) -> R<()> {

@@ -1,5 +1,6 @@
 //! The Markdown report and the stdout summary: one file per table.
 
+mod cpu;
 mod goals;
 mod handoff;
 mod latency;
@@ -71,6 +72,10 @@ pub(crate) struct BackendRun {
     pub(crate) shards: Option<M<crate::shards::ShardRun>>,
     /// The store configuration of the shard run, where it is not the default.
     pub(crate) shards_config: Option<&'static str>,
+    /// Wall time and CPU per acquire+release pair at one client, per side (label first).
+    pub(crate) cpu: Vec<(&'static str, M<crate::measure::PairCost>)>,
+    /// The server processes whose CPU is counted, where the server runs apart.
+    pub(crate) cpu_server: Option<String>,
 }
 
 impl BackendRun {
@@ -97,6 +102,8 @@ impl BackendRun {
             renewal: Vec::new(),
             shards: None,
             shards_config: None,
+            cpu: Vec::new(),
+            cpu_server: None,
         }
     }
 }
@@ -114,6 +121,8 @@ pub(crate) struct Report {
     /// How long each throughput row ran, and the block the two sides alternated in.
     pub(crate) throughput_for: Duration,
     pub(crate) throughput_block: Duration,
+    pub(crate) cpu_block: Duration,
+    pub(crate) cpu_rounds: usize,
 }
 
 fn median(v: &[M<f64>]) -> M<f64> {
@@ -253,6 +262,7 @@ impl Report {
         s.push('\n');
         self.goals_table(&mut s);
         self.throughput_table(&mut s);
+        self.cpu_table(&mut s);
         self.latency_table(&mut s);
         self.takeover_table(&mut s);
         self.handoff_table(&mut s);

@@ -60,12 +60,18 @@ impl Report {
                          overhead {:.2} (library over its own protocol issued directly) x \
                          protocol cost {:.2} (its own protocol over the minimal one). A protocol \
                          cost below 1 is what the library's extra guarantees cost in statements, \
-                         commands or requests (see *What the same-protocol side sends*).",
+                         commands or requests (see *What the same-protocol side sends*).{}",
                         r.name,
                         row.clients,
                         l / m,
                         l / w,
-                        w / m
+                        w / m,
+                        if r.cpu.is_empty() {
+                            ""
+                        } else {
+                            " Table 1b splits both into client CPU, server CPU and waiting, \
+                             and prices guarantees one by one where it has ablation rows."
+                        }
                     );
                 }
             }
