@@ -57,6 +57,21 @@ fn command(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The checkout's commit (`git rev-parse --short HEAD`), marked when the work tree has changes
+/// (the figures then come from code that no commit holds).
+fn commit() -> String {
+    let head = command("git", &["rev-parse", "--short", "HEAD"]);
+    let dirty = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .is_ok_and(|o| !o.stdout.is_empty());
+    if dirty {
+        format!("{head} with uncommitted changes")
+    } else {
+        head
+    }
+}
+
 /// `(label, value)` lines describing the machine.
 pub(crate) fn machine() -> Vec<(&'static str, String)> {
     let mem = std::fs::read_to_string("/proc/meminfo")
@@ -80,6 +95,7 @@ pub(crate) fn machine() -> Vec<(&'static str, String)> {
         ("kernel", command("uname", &["-sr"])),
         ("rustc", command("rustc", &["--version"])),
         ("load average at start (1/5/15 min)", load),
+        ("commit", commit()),
     ]
 }
 
