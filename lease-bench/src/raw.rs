@@ -163,11 +163,11 @@ impl Raw for PgRaw {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        // As the store: the row's UPDATE alone (a grant, or a refusal that marks the row for a
-        // wake-up, library layout), and the statement with the INSERT branch only for a key
-        // without a row.
+        // As the store: the grant alone (a free or own row), and the full statement (a refusal
+        // that marks the row for a wake-up, library layout, or an insert) only when it granted
+        // nothing.
         let ttl = ttl_ms(ttl)?;
-        let row = match sqlx::query(AssertSqlSafe(self.sql.acquire_existing.as_str()))
+        let row = match sqlx::query(AssertSqlSafe(self.sql.acquire_free.as_str()))
             .bind(key.as_str())
             .bind(owner)
             .bind(ttl)

@@ -125,12 +125,15 @@ pub struct Statements {
     /// already held by the same owner; otherwise returns the holder. The token comes from the
     /// floor trigger.
     pub acquire: String,
-    /// [`acquire`](Self::acquire) for a key that has a row, the usual case: its `UPDATE` alone,
-    /// with the same decision, token, mark and report. No row returned means the key has no
-    /// row; the store then runs [`acquire`](Self::acquire), which inserts it (or decides on a
-    /// row inserted concurrently). Without the `INSERT` branch the statement is lighter: an
-    /// `INSERT .. ON CONFLICT` costs its executor set-up even when it inserts nothing.
-    pub acquire_existing: String,
+    /// The grant alone, the usual case: one guarded `UPDATE` that takes the key's row when it
+    /// is free or already held by `$2`, with the same token, expiry and TTL as
+    /// [`acquire`](Self::acquire)'s grant, and returns `owner` and `fencing_token`. No row
+    /// returned means the key is held by another owner or has no row; the store then runs
+    /// [`acquire`](Self::acquire), which decides again on its own (a grant, or a refusal that
+    /// marks the row and reports the holder, or an insert). Without the `CASE`s, the clock
+    /// CTE's join, the `INSERT` branch and the holder's columns, the grant costs the server
+    /// less (ADR 0010, last amendment); a refusal takes two statements.
+    pub acquire_free: String,
     /// The current holder of a key (if unexpired), its remaining time and last token.
     pub inspect: String,
     /// [`inspect`](Self::inspect) for many keys in one statement: `$1` the keys (`text[]`);
@@ -198,11 +201,14 @@ impl Statements {
         // `i` (and its trigger, which draws from the sequence); its ON CONFLICT branch covers a
         // row inserted concurrently after the statement's snapshot.
         //
-        // The store sends `acquire_existing` (the UPDATE `u` alone) first and `acquire` only
-        // when it returned no row (issue 22): the INSERT branch's executor set-up (its
-        // ModifyTable, arbiter index, ON CONFLICT projection, the materialized `u` and the
-        // UNION ALL) costs even when it inserts nothing. Each statement decides and reports on
-        // its own; `acquire` after an empty `acquire_existing` is the statement it always was.
+        // The store sends `acquire_free` first and `acquire` only when it returned no row
+        // (issue 22): a guarded UPDATE that grants a free (or own) row and nothing else. Its
+        // clock is `statement_timestamp()`, the time the server received the statement: no
+        // later than `c.now`, so a grant is never early and the row's lease_until is never
+        // later than `acquire`'s would be. The INSERT branch's executor set-up, the CASEs, the
+        // clock CTE's join and the holder's columns cost even on a grant. Each statement
+        // decides on its own; `acquire` after an empty `acquire_free` is the statement it
+        // always was (a row freed in between is granted by it).
         let clock_us = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint";
         let g_u = format!("(l.lease_until <= c.now OR l.{owner} = $2{cast})");
         let g_i = format!("(l.lease_until <= (SELECT now FROM c) OR l.{owner} = excluded.{owner})");
@@ -242,7 +248,16 @@ impl Statements {
                RETURNING {owner_out}, l.fencing_token, {ttl_out}, \
                  ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint AS remaining_us"
         );
-        let acquire_existing = format!("WITH {c_now}, u AS ({update}) SELECT * FROM u");
+        let free_ttl = if seed { "" } else { ", ttl_ms = $3::bigint" };
+        let acquire_free = format!(
+            "UPDATE {table} AS l \
+               SET {owner} = $2{cast}, \
+                   lease_until = statement_timestamp() + $3::bigint * interval '1 millisecond', \
+                   fencing_token = greatest(l.fencing_token + 1, {clock_us}){free_ttl} \
+               WHERE l.resource_key = $1 \
+                 AND (l.lease_until <= statement_timestamp() OR l.{owner} = $2{cast}) \
+               RETURNING {owner_out}, l.fencing_token"
+        );
         let acquire = format!(
             "WITH {c_now}, u AS ({update}), \
              i AS (INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
@@ -359,7 +374,7 @@ impl Statements {
         ];
         Statements {
             acquire,
-            acquire_existing,
+            acquire_free,
             inspect,
             inspect_many,
             renew,
@@ -472,17 +487,42 @@ mod tests {
     }
 
     /// Issue 22: the store's first statement is the `UPDATE` of `acquire`, word for word, so
-    /// that it decides, marks and reports exactly as `acquire` does on a key that has a row.
+    /// `acquire_free` grants exactly what `acquire`'s UPDATE grants (the same owner, token and
+    /// TTL, and the same guard with the statement's receipt time for `c.now`), and does
+    /// nothing else: no CASE, no clock CTE, no INSERT, no wake mark.
     #[test]
-    fn acquire_existing_is_the_update_of_acquire() {
+    fn acquire_free_is_the_grant_of_acquire() {
         for layout in [TableLayout::Library, TableLayout::Seed] {
             let s = Statements::new(&TableName::default(), layout);
-            let update = s
-                .acquire_existing
-                .strip_suffix(" SELECT * FROM u")
-                .expect("acquire_existing ends with its SELECT");
-            assert!(s.acquire.starts_with(&format!("{update}, i AS (INSERT ")));
-            assert!(!s.acquire_existing.contains("INSERT"));
+            let (owner, cast) = match layout {
+                TableLayout::Library => ("owner", ""),
+                TableLayout::Seed => ("owner_id", "::uuid"),
+            };
+            let token = "greatest(l.fencing_token + 1, \
+                         floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
+            assert!(s.acquire.contains(&format!("THEN {token} ELSE")));
+            assert!(s.acquire_free.contains(&format!("fencing_token = {token}")));
+            let guard = format!("(l.lease_until <= c.now OR l.{owner} = $2{cast})");
+            assert!(
+                s.acquire
+                    .contains(&format!("CASE WHEN {guard} THEN $2{cast} ELSE"))
+            );
+            assert!(s.acquire_free.contains(&format!("{owner} = $2{cast},")));
+            assert!(s.acquire_free.contains(&format!(
+                "AND {}",
+                guard.replace("c.now", "statement_timestamp()")
+            )));
+            if layout == TableLayout::Library {
+                assert!(s.acquire.contains("THEN $3::bigint ELSE l.ttl_ms END"));
+                assert!(s.acquire_free.contains("ttl_ms = $3::bigint"));
+            }
+            for absent in ["CASE", "WITH", "INSERT", "wake", "c.now"] {
+                assert!(
+                    !s.acquire_free.contains(absent),
+                    "{absent}: {}",
+                    s.acquire_free
+                );
+            }
         }
     }
 
@@ -502,7 +542,7 @@ mod tests {
         let s = Statements::new(&t, TableLayout::Seed);
         for stmt in [
             &s.acquire,
-            &s.acquire_existing,
+            &s.acquire_free,
             &s.inspect,
             &s.renew,
             &s.renew_many,

@@ -512,9 +512,9 @@ impl LeaseStore for PostgresLeaseStore {
         let row = c
             .bounded("acquire", async {
                 let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                // The row's UPDATE alone first (a key that has a row, the usual case); only a
-                // key without a row needs the statement with the INSERT branch.
-                let mut r = sqlx::query(AssertSqlSafe(c.sql.acquire_existing.as_str()))
+                // The grant alone first (a free or own row, the usual case); a refusal or a key
+                // without a row needs the full statement, which decides again on its own.
+                let mut r = sqlx::query(AssertSqlSafe(c.sql.acquire_free.as_str()))
                     .bind(req.key.as_str())
                     .bind(req.owner.as_str())
                     .bind(ttl.as_i64())
