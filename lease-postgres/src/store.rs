@@ -31,8 +31,10 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 ///
 /// - **acquire** is decided by one statement: the seed's upsert semantics (insert, or take over
 ///   only when `lease_until <= clock_timestamp()`), extended so that the same owner may
-///   re-acquire. The row's `UPDATE` alone is sent first; only a key without a row then gets the
-///   statement with the insert (a second round trip, each statement deciding on its own). A takeover writes
+///   re-acquire. A grant alone (one guarded `UPDATE` of a free or own row) is sent first; only
+///   when it grants nothing (a held key, or a key without a row) does the full statement follow,
+///   which decides again on its own: a refusal that reports the holder, or an insert (a second
+///   round trip). A takeover writes
 ///   `greatest(old + 1, server clock in µs)`; a new row's token is drawn by a trigger,
 ///   `greatest(requested, nextval(seq), server clock in µs)` (and so is the seed's `+ 1`), so
 ///   tokens never go back, even after a row is deleted, when the seed's own statements share the
