@@ -126,7 +126,13 @@ pub struct BackendReport {
     /// What those storms found of the kinds a wall-clock step can cause (overlapping belief,
     /// late loss): outside the backend's guarantee, reported apart.
     pub outside: Verdict,
+    /// Which runs could not be carried out and why ("run: error"), the first
+    /// [`NO_VERDICT_KEPT`] of them; [`errors`](Self::errors) counts them all.
+    pub no_verdict: Vec<String>,
 }
+
+/// How many runs without a verdict a [`BackendReport`] keeps the reasons of.
+pub const NO_VERDICT_KEPT: usize = 20;
 
 impl BackendReport {
     /// An empty report for `backend`.
@@ -160,6 +166,16 @@ impl BackendReport {
                 self.takeovers.extend(m.takeover);
             }
             Err(_) => self.errors += 1,
+        }
+    }
+
+    /// Records why the run `what` could not be carried out, when `r` is an error (call it next
+    /// to [`add`](Self::add), which counts it).
+    pub fn note_no_verdict<T>(&mut self, what: &str, r: &Result<T, String>) {
+        if let Err(e) = r
+            && self.no_verdict.len() < NO_VERDICT_KEPT
+        {
+            self.no_verdict.push(format!("{what}: {e}"));
         }
     }
 
@@ -295,5 +311,23 @@ mod tests {
             rep.row()
                 .ends_with("| 1 overlapping belief, 1 late loss (storms during a step: 1) |")
         );
+    }
+
+    /// A run without a verdict is counted and its reason kept, up to the bound; a run with one
+    /// leaves no reason.
+    #[test]
+    fn runs_without_a_verdict_keep_their_reason() {
+        let mut rep = BackendReport::new("etcd");
+        let ok: Result<Measured, String> = Ok(Measured::default());
+        rep.note_no_verdict("storm seed 1", &ok);
+        rep.add(&ok, true);
+        for i in 0..NO_VERDICT_KEPT + 5 {
+            let r: Result<Measured, String> = Err(format!("not granted within {i}s"));
+            rep.note_no_verdict(&format!("scenario {i}"), &r);
+            rep.add(&r, false);
+        }
+        assert_eq!(rep.errors, u64::try_from(NO_VERDICT_KEPT + 5).unwrap());
+        assert_eq!(rep.no_verdict.len(), NO_VERDICT_KEPT);
+        assert_eq!(rep.no_verdict[0], "scenario 0: not granted within 0s");
     }
 }

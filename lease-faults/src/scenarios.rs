@@ -87,17 +87,27 @@ async fn grant(
     within: Duration,
 ) -> Result<(lease_core::Lease, Instant), String> {
     let deadline = Instant::now() + within;
+    let mut attempts = 0u32;
+    let mut last: String;
     loop {
-        if let Ok(Ok(AcquireOutcome::Acquired(l))) = timeout(
+        attempts += 1;
+        match timeout(
             Duration::from_secs(5),
             store.acquire(&AcquireRequest::new(key.clone(), owner.clone(), ttl)),
         )
         .await
         {
-            return Ok((l, Instant::now()));
+            Ok(Ok(AcquireOutcome::Acquired(l))) => return Ok((l, Instant::now())),
+            Ok(Ok(AcquireOutcome::Held(h))) => last = format!("held: {h:?}"),
+            Ok(Err(e)) => last = format!("error: {e}"),
+            Err(_) => last = "the acquire timed out after 5 s".to_string(),
         }
         if Instant::now() >= deadline {
-            return Err(format!("{key} not granted within {within:?}"));
+            // Why, so that a run without a verdict can be told apart from a store that never
+            // lets go (`docs/faults.md` lists the reasons).
+            return Err(format!(
+                "{key} not granted within {within:?} ({attempts} attempts; the last: {last})"
+            ));
         }
         sleep(Duration::from_millis(10)).await;
     }

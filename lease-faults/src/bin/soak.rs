@@ -45,7 +45,8 @@ where
         .unwrap_or_else(|_| Err("timeout".to_string()))
 }
 
-fn note(rep: &BackendReport, what: &str, r: &Result<Measured, String>) {
+fn note(rep: &mut BackendReport, what: &str, r: &Result<Measured, String>) {
+    rep.note_no_verdict(what, r);
     match r {
         Err(e) => eprintln!("{} {what}: ERROR {e}", rep.backend),
         Ok(m) if !m.violations.is_empty() => eprintln!(
@@ -103,7 +104,7 @@ async fn soak_backend(
         ),
     ];
     for (name, r) in &runs {
-        note(&rep, &format!("scenario {name}"), r);
+        note(&mut rep, &format!("scenario {name}"), r);
         rep.add(r, false);
     }
     let failovers = Scenario::of_backend(t.name);
@@ -168,7 +169,7 @@ async fn soak_backend(
                     format!(", wall clock stepped {:+.3} s", st)
                 });
                 note(
-                    &rep,
+                    &mut rep,
                     &format!(
                         "storm seed {s} (longest runtime stall meanwhile: {} ms{step_note})",
                         stall.as_millis()
@@ -195,7 +196,10 @@ async fn soak_backend(
             }
             Ok(Done::Failover(sc, r)) => {
                 match &r {
-                    Err(e) => eprintln!("{} failover {}: ERROR {e}", t.name, sc.name()),
+                    Err(e) => {
+                        eprintln!("{} failover {}: ERROR {e}", t.name, sc.name());
+                        rep.note_no_verdict(&format!("failover {}", sc.name()), &r);
+                    }
                     Ok(run) => {
                         if !run.measured.violations.is_empty() {
                             eprintln!(
@@ -228,7 +232,7 @@ async fn soak_backend(
             }
             Err(e) => {
                 let r: Result<Measured, String> = Err(format!("panicked: {e}"));
-                note(&rep, "pool task", &r);
+                note(&mut rep, "pool task", &r);
                 rep.add(&r, false);
             }
         }
@@ -400,6 +404,7 @@ async fn main() {
             violations,
             outside,
             errors,
+            no_verdict: &no_verdict(&reports),
             load: sh("cat", &["/proc/loadavg"]),
             stall: monitor.summary(),
             stalled: &reports
@@ -418,6 +423,28 @@ async fn main() {
     }
 }
 
+/// The reasons of the runs without a verdict, as a Markdown list (or a line saying there were
+/// none).
+fn no_verdict(reports: &[BackendReport]) -> String {
+    let mut s = String::new();
+    for r in reports {
+        for e in &r.no_verdict {
+            s.push_str(&format!("- {}: {}\n", r.backend, e.replace('\n', " ")));
+        }
+        if r.errors > r.no_verdict.len() as u64 {
+            s.push_str(&format!(
+                "- {}: and {} more, reasons not kept\n",
+                r.backend,
+                r.errors - r.no_verdict.len() as u64
+            ));
+        }
+    }
+    if s.is_empty() {
+        s.push_str("None.\n");
+    }
+    s
+}
+
 struct Doc<'a> {
     date: &'a str,
     commit: &'a str,
@@ -434,6 +461,7 @@ struct Doc<'a> {
     violations: u64,
     outside: u64,
     errors: u64,
+    no_verdict: &'a str,
     load: String,
     stall: StallSummary,
     stalled: &'a str,
@@ -469,6 +497,13 @@ This file is written by the soak program (`lease-faults/src/bin/soak.rs`); do no
 column must be 0; the last column is reported apart (see "How late the soak ran its own tasks").
 
 {table}
+### Runs without a verdict
+
+A run that could not be carried out (a holder that never got its lease, a server that did not
+come up) says nothing either way about safety; it is counted above and its reason is here, so that
+a run of them cannot hide a gap.
+
+{no_verdict}
 ## Measurements
 
 The safety margin is the time from a holder's `Lost` report to the next grant: in the blackhole
@@ -580,6 +615,7 @@ Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo
         violations = d.violations,
         outside = d.outside,
         errors = d.errors,
+        no_verdict = d.no_verdict,
         missing = missing,
         table = d.table,
         measures = d.measures,
