@@ -132,8 +132,8 @@ impl Plan {
             sections: Sections::all(),
             throughput_for: Duration::from_secs(16),
             throughput_block: Duration::from_millis(200),
-            cpu_block: Duration::from_millis(1500),
-            cpu_rounds: 4,
+            cpu_block: Duration::from_millis(1000),
+            cpu_rounds: 11,
             latency_samples: 8000,
             rtt_samples: 50,
             takeover_reps: 9,
@@ -243,6 +243,28 @@ async fn connect(name: &str) -> Result<Target, String> {
             let raw = raw::PgRaw::new(&store);
             let version = raw.version().await?;
             let minimal = minimal::PgMinimal::new(store.pool().clone()).await?;
+            let ablations: Vec<(&'static str, Arc<dyn Raw>)> = vec![
+                (
+                    "minimal on the library's table layout",
+                    Arc::new(
+                        minimal::PgMinimal::with(
+                            store.pool().clone(),
+                            minimal::PgAblation::LibraryLayout,
+                        )
+                        .await?,
+                    ),
+                ),
+                (
+                    "minimal + update trigger (its WHEN false)",
+                    Arc::new(
+                        minimal::PgMinimal::with(
+                            store.pool().clone(),
+                            minimal::PgAblation::UpdateTrigger,
+                        )
+                        .await?,
+                    ),
+                ),
+            ];
             let pg = store.clone();
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
@@ -250,7 +272,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
-                ablations: Vec::new(),
+                ablations,
                 server: Some(sys::ServerProcs {
                     matches: vec![("postgres", None)],
                 }),
@@ -445,7 +467,9 @@ async fn cleanup(c: Cleanup, ns: &str) {
             // The library's rows (lease and fence tables) through its own helper, the minimal
             // baseline's table by hand.
             let _ = store.delete_prefix(ns).await;
-            minimal::PgMinimal(store.pool().clone()).cleanup(ns).await;
+            minimal::PgMinimal::floor(store.pool().clone())
+                .cleanup(ns)
+                .await;
         }
         Cleanup::Redis(store) => {
             minimal::RedisMinimal::new(store.connection())

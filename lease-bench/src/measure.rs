@@ -351,14 +351,14 @@ pub(crate) async fn cpu_per_pair(
 ) -> Vec<std::result::Result<PairCost, Failure>> {
     let n = sides.len();
     let owner = OwnerId::random();
-    // Per side: (pairs, wall, client CPU, server CPU or None).
-    type Sums = (u64, Duration, Duration, Option<Duration>);
-    let mut acc: Vec<std::result::Result<Sums, Failure>> =
-        vec![Ok((0, Duration::ZERO, Duration::ZERO, Some(Duration::ZERO))); n];
+    // Per side, one cost per pair per block: the median over the blocks is reported, so that a
+    // block that met a periodic process of the server (a PostgreSQL checkpoint, an etcd
+    // snapshot) does not move its side's figure.
+    let mut acc: Vec<std::result::Result<Vec<PairCost>, Failure>> = vec![Ok(Vec::new()); n];
     for round in 0..rounds {
         for j in 0..n {
             let i = (round + j) % n;
-            let Ok((pairs, wall, client, srv)) = &mut acc[i] else {
+            let Ok(costs) = &mut acc[i] else {
                 continue;
             };
             let k = key(ns, &format!("c{i}"));
@@ -381,30 +381,45 @@ pub(crate) async fn cpu_per_pair(
                 acc[i] = Err(e);
                 continue;
             }
-            *pairs += done;
-            *wall += elapsed;
-            *client += client_after.saturating_sub(client_before);
-            *srv = match (*srv, server_before, server_after) {
-                (Some(t), Some(b), Some(a)) => Some(t + a.saturating_sub(b)),
-                _ => None,
-            };
+            if done == 0 {
+                continue;
+            }
+            let count = f64::from(u32::try_from(done).unwrap_or(u32::MAX));
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / count;
+            costs.push(PairCost {
+                wall_us: per(elapsed),
+                client_us: per(client_after.saturating_sub(client_before)),
+                server_us: match (server_before, server_after) {
+                    (Some(b), Some(a)) => Some(per(a.saturating_sub(b))),
+                    _ => None,
+                },
+            });
         }
     }
     acc.into_iter()
         .map(|r| {
-            let (pairs, wall, client, srv) = r?;
-            if pairs == 0 {
+            let costs = r?;
+            if costs.is_empty() {
                 return Err("no pair done".into());
             }
-            let count = f64::from(u32::try_from(pairs).unwrap_or(u32::MAX));
-            let per = |d: Duration| d.as_secs_f64() * 1e6 / count;
-            Ok(PairCost {
-                wall_us: per(wall),
-                client_us: per(client),
-                server_us: srv.map(per),
-            })
+            Ok(median_cost(&costs))
         })
         .collect()
+}
+
+/// The median of each figure over the blocks (the upper median for an even count); the server
+/// CPU only when every block read it.
+fn median_cost(costs: &[PairCost]) -> PairCost {
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+    let server: Option<Vec<f64>> = costs.iter().map(|c| c.server_us).collect();
+    PairCost {
+        wall_us: median(costs.iter().map(|c| c.wall_us).collect()),
+        client_us: median(costs.iter().map(|c| c.client_us).collect()),
+        server_us: server.map(median),
+    }
 }
 
 // ---- 2. latency ----------------------------------------------------------------------------
@@ -915,4 +930,35 @@ pub(crate) fn warm_up_intervals(raw: Option<&Arc<dyn Raw>>, interval: Duration) 
 pub(crate) fn requests_per_interval(before: u64, after: u64, intervals: u32) -> f64 {
     let d = u32::try_from(after.saturating_sub(before)).unwrap_or(u32::MAX);
     f64::from(d) / f64::from(intervals.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(wall: f64, server: Option<f64>) -> PairCost {
+        PairCost {
+            wall_us: wall,
+            client_us: wall / 2.0,
+            server_us: server,
+        }
+    }
+
+    /// One block that met a checkpoint does not move a side's figure; a block without a server
+    /// reading leaves the server figure out rather than biased.
+    #[test]
+    fn a_slow_block_does_not_decide_the_cost() {
+        let blocks = [
+            cost(100.0, Some(50.0)),
+            cost(900.0, Some(700.0)),
+            cost(110.0, Some(55.0)),
+        ];
+        let m = median_cost(&blocks);
+        assert!((m.wall_us - 110.0).abs() < 1e-9);
+        assert!((m.client_us - 55.0).abs() < 1e-9);
+        assert_eq!(m.server_us, Some(55.0));
+        let m = median_cost(&[cost(100.0, Some(50.0)), cost(120.0, None)]);
+        assert_eq!(m.server_us, None);
+        assert!((m.wall_us - 120.0).abs() < 1e-9);
+    }
 }

@@ -3,6 +3,8 @@
 //! against (not the library's own protocol, which `raw.rs` issues to measure the wrapper).
 //!
 //! - PostgreSQL: one upsert on a plain table without trigger; release is one guarded `UPDATE`.
+//!   Ablations ([`PgAblation`]) add the library's table layout or an update trigger, to price
+//!   them.
 //! - Redis: `SET NX PX` plus `INCR` in one script; release is a compare-and-delete script.
 //! - etcd: a lease grant, then a txn guarded by `create_revision == 0` that puts the key with
 //!   the lease (the token is the txn's revision); release revokes the lease.
@@ -55,24 +57,140 @@ const PG_ACQUIRE: &str = "INSERT INTO lease_bench_minimal AS l (lease_key, owner
 const PG_RELEASE: &str = "UPDATE lease_bench_minimal SET lease_until = '-infinity' \
      WHERE lease_key = $1 AND owner_id = $2::uuid AND fencing_token = $3";
 
-/// The PostgreSQL floor, on the library store's pool.
-pub(crate) struct PgMinimal(pub(crate) sqlx::PgPool);
+/// The ablation [`PgAblation::LibraryLayout`]: the library's table layout
+/// (`lease-postgres/src/protocol.rs`, `LIBRARY_TABLE`: a text owner, `ttl_ms`, `wake` and the
+/// three CHECKs), without its triggers.
+const PG_LAYOUT_TABLE: &str = "CREATE TABLE IF NOT EXISTS lease_bench_minimal_layout (\
+     resource_key text PRIMARY KEY, owner text NOT NULL, lease_until timestamptz NOT NULL, \
+     fencing_token bigint NOT NULL CHECK (fencing_token > 0), ttl_ms bigint CHECK (ttl_ms > 0), \
+     wake smallint NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2)))";
+
+/// The minimal upsert on the library's layout: the same decision and counter, the TTL written
+/// with each grant as the library does.
+const PG_LAYOUT_ACQUIRE: &str = "INSERT INTO lease_bench_minimal_layout AS l \
+       (resource_key, owner, lease_until, fencing_token, ttl_ms) \
+     VALUES ($1, $2, clock_timestamp() + $3::bigint * interval '1 millisecond', 1, $3::bigint) \
+     ON CONFLICT (resource_key) DO UPDATE SET owner = $2, \
+       lease_until = clock_timestamp() + $3::bigint * interval '1 millisecond', \
+       fencing_token = l.fencing_token + 1, ttl_ms = $3::bigint \
+     WHERE l.lease_until < clock_timestamp() OR l.owner = $2 \
+     RETURNING fencing_token";
+
+const PG_LAYOUT_RELEASE: &str = "UPDATE lease_bench_minimal_layout SET lease_until = '-infinity' \
+     WHERE resource_key = $1 AND owner = $2 AND fencing_token = $3";
+
+/// The ablation [`PgAblation::UpdateTrigger`]: the minimal table with a `BEFORE UPDATE OF
+/// fencing_token` row trigger whose `WHEN` is false for every statement sent here, as the
+/// library's update trigger (`lease-postgres/sql/leases.sql.template`) is for the library's own
+/// grants and releases: its function never runs, and what is priced is what PostgreSQL does for
+/// such a trigger anyway (it locks the row before evaluating `WHEN`, one more WAL record per
+/// update). Separate statements: `simple_query` runs them in one implicit transaction.
+const PG_TRIGGER_TABLE: &str = "CREATE TABLE IF NOT EXISTS lease_bench_minimal_trigger (\
+     lease_key text PRIMARY KEY, owner_id uuid, \
+     lease_until timestamptz NOT NULL DEFAULT '-infinity', fencing_token bigint NOT NULL DEFAULT 0);
+CREATE OR REPLACE FUNCTION lease_bench_never() RETURNS trigger LANGUAGE plpgsql \
+     AS $fn$ BEGIN RETURN NEW; END $fn$;
+CREATE OR REPLACE TRIGGER lease_bench_minimal_trigger_update \
+     BEFORE UPDATE OF fencing_token ON lease_bench_minimal_trigger FOR EACH ROW \
+     WHEN (NEW.fencing_token < OLD.fencing_token) EXECUTE FUNCTION lease_bench_never()";
+
+/// One of the library's PostgreSQL costs added to the minimal lease, to price it (not a floor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PgAblation {
+    /// The minimal statements on the library's table layout.
+    LibraryLayout,
+    /// The minimal table with an update trigger whose function never runs.
+    UpdateTrigger,
+}
+
+/// The PostgreSQL floor (or an ablation of it), on the library store's pool.
+pub(crate) struct PgMinimal {
+    pool: sqlx::PgPool,
+    acquire: &'static str,
+    release: &'static str,
+    /// The table and its key column, for [`cleanup`](Self::cleanup).
+    table: &'static str,
+    key_column: &'static str,
+}
 
 impl PgMinimal {
-    /// Creates the floor's table if needed.
+    /// The floor; creates its table if needed.
     pub(crate) async fn new(pool: sqlx::PgPool) -> R<Self> {
         sqlx::query(PG_TABLE).execute(&pool).await.map_err(s)?;
-        Ok(PgMinimal(pool))
+        Ok(Self::floor(pool))
     }
 
-    /// Deletes the rows of `ns`.
+    /// The floor on a pool, for [`cleanup`](Self::cleanup) (no DDL).
+    pub(crate) fn floor(pool: sqlx::PgPool) -> Self {
+        PgMinimal {
+            pool,
+            acquire: PG_ACQUIRE,
+            release: PG_RELEASE,
+            table: "lease_bench_minimal",
+            key_column: "lease_key",
+        }
+    }
+
+    /// The floor with one of the library's costs added; creates its table if needed.
+    pub(crate) async fn with(pool: sqlx::PgPool, ablation: PgAblation) -> R<Self> {
+        let m = match ablation {
+            PgAblation::LibraryLayout => {
+                sqlx::query(PG_LAYOUT_TABLE)
+                    .execute(&pool)
+                    .await
+                    .map_err(s)?;
+                PgMinimal {
+                    pool,
+                    acquire: PG_LAYOUT_ACQUIRE,
+                    release: PG_LAYOUT_RELEASE,
+                    table: "lease_bench_minimal_layout",
+                    key_column: "resource_key",
+                }
+            }
+            PgAblation::UpdateTrigger => {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(PG_TRIGGER_TABLE))
+                    .execute(&pool)
+                    .await
+                    .map_err(s)?;
+                PgMinimal {
+                    acquire: PG_TRIGGER_ACQUIRE.as_str(),
+                    release: PG_TRIGGER_RELEASE.as_str(),
+                    table: "lease_bench_minimal_trigger",
+                    key_column: "lease_key",
+                    pool,
+                }
+            }
+        };
+        Ok(m)
+    }
+
+    /// Deletes the rows of `ns`, on the floor's table and the ablations'.
     pub(crate) async fn cleanup(&self, ns: &str) {
-        let _ = sqlx::query("DELETE FROM lease_bench_minimal WHERE starts_with(lease_key, $1)")
+        let tables = [
+            ("lease_bench_minimal", "lease_key"),
+            ("lease_bench_minimal_layout", "resource_key"),
+            ("lease_bench_minimal_trigger", "lease_key"),
+        ];
+        debug_assert!(tables.contains(&(self.table, self.key_column)));
+        for (table, column) in tables {
+            // A table this run never created is not an error worth reporting.
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DELETE FROM {table} WHERE starts_with({column}, $1)"
+            )))
             .bind(ns)
-            .execute(&self.0)
+            .execute(&self.pool)
             .await;
+        }
     }
 }
+
+/// The floor's statements on the trigger ablation's table.
+static PG_TRIGGER_ACQUIRE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    PG_ACQUIRE.replace("lease_bench_minimal", "lease_bench_minimal_trigger")
+});
+static PG_TRIGGER_RELEASE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    PG_RELEASE.replace("lease_bench_minimal", "lease_bench_minimal_trigger")
+});
 
 #[async_trait]
 impl Raw for PgMinimal {
@@ -80,27 +198,30 @@ impl Raw for PgMinimal {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let token: Option<i64> = sqlx::query_scalar(PG_ACQUIRE)
+        let token: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.acquire))
             .bind(key.as_str())
             .bind(owner)
             .bind(ttl_ms(ttl)?)
-            .fetch_optional(&self.0)
+            .fetch_optional(&self.pool)
             .await
             .map_err(s)?;
         Ok(token.map(|t| grant(key, owner, t)))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        sqlx::query(PG_RELEASE)
+        sqlx::query(sqlx::AssertSqlSafe(self.release))
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
-            .execute(&self.0)
+            .execute(&self.pool)
             .await
             .map_err(s)?;
         Ok(())
     }
     async fn ping(&self) -> R<()> {
-        sqlx::query("SELECT 1").execute(&self.0).await.map_err(s)?;
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
         Ok(())
     }
     async fn version(&self) -> R<String> {

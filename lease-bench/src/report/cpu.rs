@@ -19,7 +19,9 @@ impl Report {
              thread of its own process (*client CPU*) and of the server's processes on this \
              machine (*server CPU*; the processes are named below), from \
              `/proc/<pid>/task/*/schedstat` in nanoseconds. Figures are per pair, in \
-             microseconds. The server's idle work during a block (Raft heartbeats, Redis's \
+             microseconds: for each side the median over its blocks, so that a block that met \
+             a periodic process of the server (a checkpoint, a snapshot) does not decide the \
+             figure. The server's idle work during a block (Raft heartbeats, Redis's \
              `serverCron`) is counted too, at the same rate per second on every side. Rows \
              after *minimal* are the minimal lease with one of the library's guarantees added \
              (not floors: they price that guarantee). Where the same protocol's server CPU \

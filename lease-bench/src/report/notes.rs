@@ -44,6 +44,19 @@ impl Report {
         );
         let _ = writeln!(
             s,
+            "- **What the ablation rows of table 1b send** (each prices one cost of the library's \
+             over the minimal; none is a floor). Redis: the minimal acquire script with a `TIME` \
+             read first (the token's clock floor), and the minimal release with a `PUBLISH` (the \
+             release wake-up). PostgreSQL: the minimal statements on a table of the library's \
+             layout (a text owner, since an owner id is any string; `ttl_ms` written with each \
+             grant; the `wake` column; the three CHECKs), without triggers; and the minimal \
+             statements on the minimal table with a `BEFORE UPDATE OF fencing_token` row trigger \
+             whose `WHEN` is false for them, as the library's floor trigger's is for the \
+             library's own grants and releases (PostgreSQL locks the row before it evaluates \
+             `WHEN`: one more WAL record per update; ADR 0010)."
+        );
+        let _ = writeln!(
+            s,
             "- **The lease-otel side** wraps the bare store in \
              `lease_otel::LeaseMetrics::global().store(..)`; with no OpenTelemetry SDK installed \
              the global meter is a no-op, so the figure is the decorator's own cost (spans, \
