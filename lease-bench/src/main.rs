@@ -243,28 +243,20 @@ async fn connect(name: &str) -> Result<Target, String> {
             let raw = raw::PgRaw::new(&store);
             let version = raw.version().await?;
             let minimal = minimal::PgMinimal::new(store.pool().clone()).await?;
-            let ablations: Vec<(&'static str, Arc<dyn Raw>)> = vec![
+            let mut ablations: Vec<(&'static str, Arc<dyn Raw>)> = Vec::new();
+            for (label, ablation) in [
                 (
                     "minimal on the library's table layout",
-                    Arc::new(
-                        minimal::PgMinimal::with(
-                            store.pool().clone(),
-                            minimal::PgAblation::LibraryLayout,
-                        )
-                        .await?,
-                    ),
+                    minimal::PgAblation::LibraryLayout,
                 ),
                 (
                     "minimal + update trigger (its WHEN false)",
-                    Arc::new(
-                        minimal::PgMinimal::with(
-                            store.pool().clone(),
-                            minimal::PgAblation::UpdateTrigger,
-                        )
-                        .await?,
-                    ),
+                    minimal::PgAblation::UpdateTrigger,
                 ),
-            ];
+            ] {
+                let side = minimal::PgMinimal::with(store.pool().clone(), ablation).await?;
+                ablations.push((label, Arc::new(side)));
+            }
             let pg = store.clone();
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {

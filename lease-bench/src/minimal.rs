@@ -108,9 +108,6 @@ pub(crate) struct PgMinimal {
     pool: sqlx::PgPool,
     acquire: &'static str,
     release: &'static str,
-    /// The table and its key column, for [`cleanup`](Self::cleanup).
-    table: &'static str,
-    key_column: &'static str,
 }
 
 impl PgMinimal {
@@ -126,8 +123,6 @@ impl PgMinimal {
             pool,
             acquire: PG_ACQUIRE,
             release: PG_RELEASE,
-            table: "lease_bench_minimal",
-            key_column: "lease_key",
         }
     }
 
@@ -143,8 +138,6 @@ impl PgMinimal {
                     pool,
                     acquire: PG_LAYOUT_ACQUIRE,
                     release: PG_LAYOUT_RELEASE,
-                    table: "lease_bench_minimal_layout",
-                    key_column: "resource_key",
                 }
             }
             PgAblation::UpdateTrigger => {
@@ -155,8 +148,6 @@ impl PgMinimal {
                 PgMinimal {
                     acquire: PG_TRIGGER_ACQUIRE.as_str(),
                     release: PG_TRIGGER_RELEASE.as_str(),
-                    table: "lease_bench_minimal_trigger",
-                    key_column: "lease_key",
                     pool,
                 }
             }
@@ -171,7 +162,6 @@ impl PgMinimal {
             ("lease_bench_minimal_layout", "resource_key"),
             ("lease_bench_minimal_trigger", "lease_key"),
         ];
-        debug_assert!(tables.contains(&(self.table, self.key_column)));
         for (table, column) in tables {
             // A table this run never created is not an error worth reporting.
             let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
