@@ -24,6 +24,12 @@
 //!   shards. The members, woken by the note, rescan at once; a shard held by a worker that is no
 //!   longer a member is handed out like a free one, and its new owner waits on it with the store's
 //!   watch, so it takes the shard on the release wake-up, not at its next rebalance.
+//! - A **death** (a membership that expired with shards free or still held) is told by the
+//!   first member to see it on its own rebalance: a note in every other member's mailbox wakes
+//!   them, so all take their parts of the dead worker's shards at once instead of each at its
+//!   next rebalance. Without a watch (or if the note is missed) each sees the death at its next
+//!   rebalance: every shard has a live owner again within TTL plus one interval of the death,
+//!   plus the scan and the acquisitions themselves.
 //! - A worker that just joined waits a quarter of an interval before its first take, so that
 //!   workers started together count each other instead of each taking every shard; free shards
 //!   are tried once each, at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
@@ -638,6 +644,9 @@ struct State {
     members: Vec<String>,
     /// A round of steals just ended below our share.
     retick: bool,
+    /// The next rebalance was called by another member's note (`WORKER/0`: it left, or it saw a
+    /// member die): that rebalance tells nobody in turn.
+    woken: bool,
 }
 
 impl State {
@@ -767,6 +776,36 @@ fn store_ttl(store: &dyn LeaseStore, d: Duration) -> Duration {
     Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
 }
 
+/// Leaves a note `ME/0` of `ttl` in the mailbox of every member of `members` but `me`, each
+/// attempt bounded by the op timeout, all at once (nothing on a store without a watch: nobody
+/// would be woken). Returns the notes left; a mailbox already held (a thief's request, another
+/// note) is skipped.
+async fn post_notes(set: &Arc<Inner>, me: &str, members: &[String], ttl: Duration) -> Vec<Lease> {
+    if !set.store.capabilities().watch {
+        return Vec::new();
+    }
+    let op = set.config.supervisor.op_timeout();
+    let Ok(owner) = OwnerId::new(format!("{me}/0")) else {
+        return Vec::new();
+    };
+    let notes = members.iter().filter(|m| **m != *me).filter_map(|m| {
+        let key = LeaseKey::new(format!("{}.x.{m}", set.name)).ok()?;
+        let req = AcquireRequest::new(key, owner.clone(), ttl);
+        let store = set.store.clone();
+        Some(async move {
+            match timeout(op, store.acquire(&req)).await {
+                Ok(Ok(AcquireOutcome::Acquired(l))) => Some(l),
+                _ => None,
+            }
+        })
+    });
+    futures::future::join_all(notes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 struct Run {
     set: Arc<Inner>,
     sup: Supervisor,
@@ -812,16 +851,21 @@ impl Run {
                 } => {
                     if matches!(changed, Some(Ok(()))) {
                         if self.answer_mailbox(&mut st).await {
-                            // A member is leaving: rebalance now, waiting on its shards.
+                            // A member left or died: rebalance now, waiting on its shards.
                             next = Instant::now();
+                            st.woken = true;
                         }
                     } else {
                         mail = None;
                     }
                 }
                 _ = sleep_until(next) => {
+                    // The cadence is kept from the start of each rebalance, so that a scan's
+                    // own duration does not stretch the interval (the dead-member bound is one
+                    // interval); a rebalance that overran starts the next an eighth later.
+                    let started = Instant::now();
                     let after = self.tick(&mut st, &tx).await;
-                    next = Instant::now() + after;
+                    next = (started + after).max(Instant::now() + after / 8);
                     if mail.is_none() {
                         mail = self.watch_mailbox().await;
                     }
@@ -865,30 +909,37 @@ impl Run {
     /// request is skipped (that member takes ours at its next rebalance). Returns the notes left,
     /// to release once our shards are released.
     async fn announce_leave(&self, members: &[String]) -> Vec<Lease> {
-        if !self.set.store.capabilities().watch {
-            return Vec::new();
-        }
-        let op = self.set.config.supervisor.op_timeout();
         let wait = store_ttl(&*self.set.store, self.set.config.steal_wait());
-        let Ok(owner) = OwnerId::new(format!("{}/0", self.me)) else {
-            return Vec::new();
-        };
-        let notes = members.iter().filter(|m| **m != *self.me).filter_map(|m| {
-            let key = LeaseKey::new(format!("{}.x.{m}", self.set.name)).ok()?;
-            let req = AcquireRequest::new(key, owner.clone(), wait);
-            let store = self.set.store.clone();
-            Some(async move {
-                match timeout(op, store.acquire(&req)).await {
-                    Ok(Ok(AcquireOutcome::Acquired(l))) => Some(l),
-                    _ => None,
-                }
-            })
+        post_notes(&self.set, &self.me, members, wait).await
+    }
+
+    /// Tells every other member of `members` that a member is gone (it died: its membership
+    /// expired while it still held or had just held shards), so that each rebalances now and
+    /// takes its part of the dead member's shards together with us instead of at its own next
+    /// rebalance, up to an interval later. The notes (`ME/0`, as a leave's) are released an
+    /// eighth of an interval later, in the background; they expire on their own after a
+    /// quarter (rounded up to the store's TTL granularity) if that release fails.
+    fn tell_death(&self, members: &[String]) {
+        if !self.set.store.capabilities().watch {
+            return;
+        }
+        let every = self.set.config.rebalance_interval();
+        let (set, me, members) = (self.set.clone(), self.me.clone(), members.to_vec());
+        let cancel = self.acquiring.clone();
+        tokio::spawn(async move {
+            let ttl = store_ttl(&*set.store, every / 4);
+            let notes = post_notes(&set, &me, &members, ttl).await;
+            if notes.is_empty() {
+                return;
+            }
+            tokio::select! {
+                _ = sleep(every / 8) => {}
+                _ = cancel.cancelled() => {}
+            }
+            let op = set.config.supervisor.op_timeout();
+            let store = &*set.store;
+            futures::future::join_all(notes.iter().map(|l| timeout(op, store.release(l)))).await;
         });
-        futures::future::join_all(notes)
-            .await
-            .into_iter()
-            .flatten()
-            .collect()
     }
 
     fn publish(&self, st: &State) {
@@ -1028,7 +1079,8 @@ impl Run {
     }
 
     /// Reads the mailbox now and answers a request in it (woken by the mailbox's watch).
-    /// Returns whether it holds another member's leave (`WORKER/0`) not seen before.
+    /// Returns whether it holds another member's note (`WORKER/0`: that worker is leaving, or it
+    /// saw a member die) not seen before.
     async fn answer_mailbox(&self, st: &mut State) -> bool {
         let op = self.set.config.supervisor.op_timeout();
         if let Ok(Ok(state)) = timeout(op, self.set.store.inspect(&self.mailbox)).await
@@ -1135,6 +1187,13 @@ impl Run {
         let k = self.set.shards.len();
         let target = fair_share(k, &members, &self.me);
         st.target = Some(target);
+        // Members of the last scan that are gone now (a membership that expired or was given
+        // up), told to the others below if they left shards to take.
+        let woken = std::mem::take(&mut st.woken);
+        let gone = st
+            .members
+            .iter()
+            .any(|m| *m != *self.me && !members.contains(m));
         st.members = members.clone();
         if let Some((owner, token)) = &view.mailbox {
             self.answer(st, owner, *token);
@@ -1169,6 +1228,13 @@ impl Run {
                 .as_ref()
                 .is_some_and(|(w, _)| *w != *self.me && !members.iter().any(|m| m == w))
         };
+        // A member gone with shards free or still held by non-members: a death (a graceful
+        // leaver told everyone itself). Whoever notices it first on its own rebalance wakes the
+        // others, so that they take their parts now rather than up to an interval later; the
+        // members it wakes tell nobody in turn.
+        if gone && !woken && (0..k).any(|i| view.owners[i].is_none() || left_by(i)) {
+            self.tell_death(&members);
+        }
         let mut take: BTreeSet<usize> = BTreeSet::new();
         let mut inherit: Vec<usize> = Vec::new();
         for i in (0..k).filter(|i| view.owners[*i].is_none() || left_by(*i)) {

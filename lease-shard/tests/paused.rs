@@ -172,6 +172,57 @@ async fn a_dead_workers_shards_are_owned_again_within_ttl_plus_one_interval() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_death_is_told_to_every_member_so_that_they_take_its_shards_together() {
+    let rec = Recorder::new("told");
+    let mem = MemoryLeaseStore::new();
+    let set = set_on(Arc::new(mem.clone()), &rec, 16);
+    let faulty = FaultyStore::new(mem.clone());
+    let set_d = set_on(Arc::new(faulty.clone()), &rec, 16);
+    let interval = set.config().rebalance_interval();
+    // Four workers whose rebalances fall at different moments of the interval.
+    let d = set_d.join("d").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _a = set.join("a").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _b = set.join("b").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _c = set.join("c").unwrap();
+    wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
+        .await
+        .expect("4 each");
+    // d dies: its link fails everything (no renewal, no release).
+    faulty.set_all(Fault::Fail);
+    faulty.set(Operation::Watch, Fault::Fail);
+    let died = Instant::now();
+    drop(d);
+    wait_for(&set, TTL + interval * 2, Duration::from_millis(10), |s| {
+        all_owned_by(s, &["a", "b", "c"])
+    })
+    .await
+    .expect("a, b and c own everything");
+    let takes: Vec<_> = rec
+        .moves()
+        .into_iter()
+        .filter(|m| m.at >= died && m.ended.is_none())
+        .collect();
+    let takers: std::collections::BTreeSet<_> = takes.iter().map(|m| m.worker.clone()).collect();
+    assert_eq!(takers.len(), 3, "each live member takes a part: {takes:?}");
+    let first = takes.iter().map(|m| m.at).min().unwrap();
+    let last = takes.iter().map(|m| m.at).max().unwrap();
+    // Without the note each would take at its own next rebalance, up to an interval apart.
+    assert!(
+        last - first <= interval / 20,
+        "the dead worker's shards were taken over {:?} (interval {interval:?}): {takes:?}",
+        last - first
+    );
+    wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b", "c"]))
+        .await
+        .expect("rebalanced");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_graceful_leave_drains_and_hands_over_on_the_release_wake_up() {
     let rec = Recorder::new("leave");
     let set = set_on(Arc::new(MemoryLeaseStore::new()), &rec, 12);
