@@ -647,6 +647,8 @@ struct State {
     /// The next rebalance was called by another member's note (`WORKER/0`: it left, or it saw a
     /// member die): that rebalance tells nobody in turn.
     woken: bool,
+    /// Quick rescans left after a death while its shards are not all owned again.
+    follow_ups: u8,
 }
 
 impl State {
@@ -1232,8 +1234,19 @@ impl Run {
         // leaver told everyone itself). Whoever notices it first on its own rebalance wakes the
         // others, so that they take their parts now rather than up to an interval later; the
         // members it wakes tell nobody in turn.
-        if gone && !woken && (0..k).any(|i| view.owners[i].is_none() || left_by(i)) {
+        let unowned = (0..k).any(|i| view.owners[i].is_none() || left_by(i));
+        if gone && !woken && unowned {
             self.tell_death(&members);
+        }
+        // After a death (told or woken), rescan every eighth of an interval while shards are
+        // still free or held by non-members, for one interval at most: members that scanned at
+        // different moments of the takeover hand its shards out from different views, and a
+        // shard each believes is another's would otherwise wait for the next interval's scans
+        // (it is taken by whoever sees it free on two scans in a row).
+        if (woken || gone) && unowned {
+            st.follow_ups = 8;
+        } else if !unowned {
+            st.follow_ups = 0;
         }
         let mut take: BTreeSet<usize> = BTreeSet::new();
         let mut inherit: Vec<usize> = Vec::new();
@@ -1313,6 +1326,10 @@ impl Run {
             }
         }
         self.publish(st);
+        if st.follow_ups > 0 {
+            st.follow_ups -= 1;
+            return every / 8;
+        }
         every
     }
 
