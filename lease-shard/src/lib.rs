@@ -922,9 +922,6 @@ impl Run {
     /// eighth of an interval later, in the background; they expire on their own after a
     /// quarter (rounded up to the store's TTL granularity) if that release fails.
     fn tell_death(&self, members: &[String]) {
-        if !self.set.store.capabilities().watch {
-            return;
-        }
         let every = self.set.config.rebalance_interval();
         let (set, me, members) = (self.set.clone(), self.me.clone(), members.to_vec());
         let cancel = self.acquiring.clone();
