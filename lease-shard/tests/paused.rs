@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::hook::Hook;
-use lease_core::{LeaseStore, MemoryLeaseStore};
+use lease_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, HeldBy, KeyState, KeyWatch, Lease, LeaseKey,
+    LeaseStore, MemoryLeaseStore, ReleaseOutcome, RenewOutcome,
+};
 use lease_shard::{RevokeReason, ShardEvent, ShardHook, ShardSet, ShardSetConfig};
 use lease_testkit::faulty::{Fault, FaultyStore, Operation};
 use support::{Recorder, all_owned_by, balanced, shard_names, wait_for};
@@ -218,6 +221,141 @@ async fn a_death_is_told_to_every_member_so_that_they_take_its_shards_together()
     wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b", "c"]))
         .await
         .expect("rebalanced");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+}
+
+/// Forwards to `inner`, but makes the acquisition of a shard (not of a membership slot or a
+/// mailbox note) wait `slow` first, once `slow` is set.
+#[derive(Debug, Clone)]
+struct SlowShardTakes {
+    inner: Arc<dyn LeaseStore>,
+    slow: Arc<std::sync::Mutex<Option<Duration>>>,
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for SlowShardTakes {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> lease_core::Result<AcquireOutcome> {
+        let slow = *self.slow.lock().unwrap();
+        if let Some(d) = slow.filter(|_| req.key.as_str().contains(".s.")) {
+            tokio::time::sleep(d).await;
+        }
+        self.inner.acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> lease_core::Result<RenewOutcome> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> lease_core::Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> lease_core::Result<KeyState> {
+        self.inner.inspect(key).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[Lease],
+    ) -> lease_core::Result<Vec<lease_core::Result<RenewOutcome>>> {
+        self.inner.renew_many(leases).await
+    }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> lease_core::Result<Vec<KeyState>> {
+        self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> lease_core::Result<Vec<Option<HeldBy>>> {
+        self.inner.holders_many(keys).await
+    }
+    async fn watch(&self, key: &LeaseKey) -> lease_core::Result<Option<KeyWatch>> {
+        self.inner.watch(key).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_death_members_at_their_share_do_not_rescan_while_others_takes_land() {
+    let rec = Recorder::new("rescan");
+    let mem = MemoryLeaseStore::new();
+    let k = 16;
+    // One store link per worker, to count each one's reads.
+    let links: Vec<_> = (0..4).map(|_| FaultyStore::new(mem.clone())).collect();
+    let slow = Arc::new(std::sync::Mutex::new(None));
+    let a_store = SlowShardTakes {
+        inner: Arc::new(links[0].clone()),
+        slow: slow.clone(),
+    };
+    let set_a = set_on(Arc::new(a_store), &rec, k);
+    let set_b = set_on(Arc::new(links[1].clone()), &rec, k);
+    let set_c = set_on(Arc::new(links[2].clone()), &rec, k);
+    let set_d = set_on(Arc::new(links[3].clone()), &rec, k);
+    let observer = set_on(Arc::new(mem.clone()), &rec, k);
+    let interval = observer.config().rebalance_interval();
+    let d = set_d.join("d").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _a = set_a.join("a").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _b = set_b.join("b").unwrap();
+    tokio::time::sleep(interval / 4).await;
+    let _c = set_c.join("c").unwrap();
+    wait_for(&observer, TTL * 20, POLL, |s| {
+        balanced(s, &["a", "b", "c", "d"])
+    })
+    .await
+    .expect("4 each");
+    // a's shard acquisitions now take most of an interval (less than the op timeout): its part
+    // of the dead worker's shards stays unowned that long, while b and c take theirs at once.
+    *slow.lock().unwrap() = Some(interval * 7 / 8);
+    links[3].set_all(Fault::Fail);
+    links[3].set(Operation::Watch, Fault::Fail);
+    let died = Instant::now();
+    drop(d);
+    let owned = |s: &lease_shard::Snapshot, w: &str| s.counts().get(w).copied().unwrap_or(0);
+    // b and c have taken their parts of d's shards.
+    wait_for(
+        &observer,
+        TTL + interval * 2,
+        Duration::from_millis(5),
+        |s| owned(s, "b") + owned(s, "c") > 8,
+    )
+    .await
+    .expect("b and c take some of d's shards");
+    let before: Vec<u64> = links[..3]
+        .iter()
+        .map(|l| l.calls(Operation::Inspect))
+        .collect();
+    wait_for(&observer, interval * 3, Duration::from_millis(10), |s| {
+        all_owned_by(s, &["a", "b", "c"])
+    })
+    .await
+    .expect("a, b and c own everything");
+    let reads: Vec<u64> = links[..3]
+        .iter()
+        .zip(&before)
+        .map(|(l, b)| l.calls(Operation::Inspect) - b)
+        .collect();
+    // b and c are at their share; a's shards are in flight and counted as its own. Nobody
+    // rescans before a's acquisitions land (before the fix b and c rescanned every eighth of an
+    // interval: 2 reads each here, and b took two of a's shards as "seen free twice" from under
+    // its acquisitions, which a then stole back: 6 moves instead of 4).
+    assert!(
+        reads.iter().all(|r| *r <= 1),
+        "reads (scans and mailbox reads) per member while a's takes were in flight: {reads:?}"
+    );
+    wait_for(&observer, TTL * 10, POLL, |s| balanced(s, &["a", "b", "c"]))
+        .await
+        .expect("rebalanced");
+    let takes: Vec<_> = rec
+        .moves()
+        .into_iter()
+        .filter(|m| m.at >= died && m.ended.is_none())
+        .collect();
+    assert_eq!(
+        takes.len(),
+        4,
+        "each of d's 4 shards moves once, to the member it was handed to: {takes:?}"
+    );
     rec.check().unwrap();
     rec.check_tokens().unwrap();
 }
