@@ -234,6 +234,7 @@ struct SlowShardTakes {
 }
 
 #[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl LeaseStore for SlowShardTakes {
     fn backend(&self) -> &'static str {
         self.inner.backend()
