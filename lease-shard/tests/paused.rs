@@ -31,6 +31,29 @@ fn set_on(store: Arc<dyn LeaseStore>, rec: &Recorder, k: usize) -> ShardSet {
     .with_lease_hook(Arc::new(rec.clone()) as Arc<dyn Hook>)
 }
 
+/// Joins each `(set, worker)` a quarter of `interval` after the previous one, so that their
+/// rebalances fall at different moments of the interval.
+async fn join_staggered(
+    joins: &[(&ShardSet, &str)],
+    interval: Duration,
+) -> Vec<lease_shard::Worker> {
+    let mut workers = Vec::new();
+    for (i, (set, name)) in joins.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(interval / 4).await;
+        }
+        workers.push(set.join(name).unwrap());
+    }
+    workers
+}
+
+/// Kills a worker: its store link fails everything (no renewal, no release), then it is dropped.
+fn die<S: LeaseStore>(link: &FaultyStore<S>, worker: lease_shard::Worker) {
+    link.set_all(Fault::Fail);
+    link.set(Operation::Watch, Fault::Fail);
+    drop(worker);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lone_worker_takes_every_shard_with_its_own_token() {
     let rec = Recorder::new("solo");
@@ -183,21 +206,17 @@ async fn a_death_is_told_to_every_member_so_that_they_take_its_shards_together()
     let set_d = set_on(Arc::new(faulty.clone()), &rec, 16);
     let interval = set.config().rebalance_interval();
     // Four workers whose rebalances fall at different moments of the interval.
-    let d = set_d.join("d").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _a = set.join("a").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _b = set.join("b").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _c = set.join("c").unwrap();
+    let mut workers = join_staggered(
+        &[(&set_d, "d"), (&set, "a"), (&set, "b"), (&set, "c")],
+        interval,
+    )
+    .await;
     wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
         .await
         .expect("4 each");
     // d dies: its link fails everything (no renewal, no release).
-    faulty.set_all(Fault::Fail);
-    faulty.set(Operation::Watch, Fault::Fail);
     let died = Instant::now();
-    drop(d);
+    die(&faulty, workers.remove(0));
     wait_for(&set, TTL + interval * 2, Duration::from_millis(10), |s| {
         all_owned_by(s, &["a", "b", "c"])
     })
@@ -293,13 +312,11 @@ async fn after_a_death_members_at_their_share_do_not_rescan_while_others_takes_l
     let set_d = set_on(Arc::new(links[3].clone()), &rec, k);
     let observer = set_on(Arc::new(mem.clone()), &rec, k);
     let interval = observer.config().rebalance_interval();
-    let d = set_d.join("d").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _a = set_a.join("a").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _b = set_b.join("b").unwrap();
-    tokio::time::sleep(interval / 4).await;
-    let _c = set_c.join("c").unwrap();
+    let mut workers = join_staggered(
+        &[(&set_d, "d"), (&set_a, "a"), (&set_b, "b"), (&set_c, "c")],
+        interval,
+    )
+    .await;
     wait_for(&observer, TTL * 20, POLL, |s| {
         balanced(s, &["a", "b", "c", "d"])
     })
@@ -308,10 +325,8 @@ async fn after_a_death_members_at_their_share_do_not_rescan_while_others_takes_l
     // a's shard acquisitions now take most of an interval (less than the op timeout): its part
     // of the dead worker's shards stays unowned that long, while b and c take theirs at once.
     *slow.lock().unwrap() = Some(interval * 7 / 8);
-    links[3].set_all(Fault::Fail);
-    links[3].set(Operation::Watch, Fault::Fail);
     let died = Instant::now();
-    drop(d);
+    die(&links[3], workers.remove(0));
     let owned = |s: &lease_shard::Snapshot, w: &str| s.counts().get(w).copied().unwrap_or(0);
     // b and c have taken their parts of d's shards.
     wait_for(
