@@ -211,6 +211,16 @@ pub(crate) async fn killed_listener_ends_watches_and_next_watch_reconnects(ctx: 
     let channel = store.notify_channel().to_string();
     let result = async {
         let (a, b) = (ctx.key("a"), ctx.key("b"));
+        // Both keys held: a watch polled before its listener sees the kill marks its row first,
+        // and a free key would rightly answer that mark with a hint ("freed before the mark");
+        // held, the mark waits, so ending is the only right answer.
+        let holder = OwnerId::with_label("h");
+        let la = ctx
+            .must_acquire_with(&store, &a, &holder, ctx.long_ttl())
+            .await?;
+        let lb = ctx
+            .must_acquire_with(&store, &b, &holder, ctx.long_ttl())
+            .await?;
         let mut wa = store.watch(&a).await?.ok_or("watch on")?;
         let mut wb = store.watch(&b).await?.ok_or("watch on")?;
         let pids = listener_pids(&admin, &channel).await?;
@@ -232,6 +242,8 @@ pub(crate) async fn killed_listener_ends_watches_and_next_watch_reconnects(ctx: 
             }
         }
         assert_eq!(store.open_watches(), 0);
+        assert_eq!(store.release(&la).await?, ReleaseOutcome::Released);
+        assert_eq!(store.release(&lb).await?, ReleaseOutcome::Released);
 
         let mut again = store.watch(&a).await?.ok_or("watch on")?;
         let new_pids = listener_pids(&admin, &channel).await?;
