@@ -544,30 +544,51 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     } else {
         &[]
     };
+    // The ablations (the minimal lease with one of the library's costs added) run with the
+    // sides, interleaved, so that the report can say where a throughput gap goes; the run is
+    // lengthened so that every side keeps the same time.
+    let ablation_labels: Vec<&'static str> = target.ablations.iter().map(|(l, _)| *l).collect();
+    let throughput_sides: Vec<Side> = sides
+        .iter()
+        .cloned()
+        .chain(
+            target
+                .ablations
+                .iter()
+                .map(|(_, raw)| Side::Proto(raw.clone())),
+        )
+        .collect();
+    let run_for = plan.throughput_for * u32::try_from(throughput_sides.len()).unwrap_or(1)
+        / u32::try_from(sides.len()).unwrap_or(1);
     for &clients in throughput_clients {
         // Warm-up (connections, prepared statements, script cache), not counted.
         let _warm = measure::throughput_interleaved(
-            &sides,
+            &throughput_sides,
             side_ttl,
             &format!("{ns}-{clients}w"),
             clients,
-            plan.throughput_for / 6,
+            run_for / 6,
             plan.throughput_block,
         )
         .await;
         let rates = measure::throughput_interleaved(
-            &sides,
+            &throughput_sides,
             side_ttl,
             &format!("{ns}-{clients}m"),
             clients,
-            plan.throughput_for,
+            run_for,
             plan.throughput_block,
         )
         .await;
-        for (side, (rate, _)) in measure::SIDES.iter().zip(&rates) {
+        let labels = measure::SIDES.iter().chain(&ablation_labels);
+        for (side, (rate, _)) in labels.zip(&rates) {
             eprintln!("[{name}] throughput {clients} clients, {side}: {rate:?}");
         }
-        run.throughput.push(ThroughputRow { clients, rates });
+        run.throughput.push(ThroughputRow {
+            clients,
+            rates,
+            ablations: ablation_labels.clone(),
+        });
     }
 
     // 2. latency: every side in turn, one sample each (which side goes first rotates), so that

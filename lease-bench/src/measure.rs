@@ -222,7 +222,8 @@ pub(crate) type Rate = (std::result::Result<f64, Failure>, Option<f64>);
 
 /// Acquire+release pairs per second of every side, measured together: `clients` tasks switch
 /// side every `block` (all at the same moments, so that all clients run the same side at
-/// once, as in a run of its own), in turn, each on keys of its own. Every task times each of
+/// once, as in a run of its own), in the order [`round_order`] gives each round, each on keys
+/// of its own. Every task times each of
 /// its pairs and adds it to the side it ran on; a side's rate is the sum over the clients of
 /// pairs done / time spent on that side. Slow drifts of a shared machine (another process's
 /// burst, a background compaction of the store) then fall on all sides alike, which
@@ -250,14 +251,20 @@ pub(crate) async fn throughput_interleaved(
         tasks.push(tokio::spawn(async move {
             // Per side, per half: (pairs, time).
             let mut done = vec![[(0u64, Duration::ZERO); 2]; sides.len()];
+            let mut order = (0u128, round_order(0, n));
             loop {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
                 }
                 let block_no = (now - start).as_nanos() / block_ns;
-                let side = usize::try_from(block_no % n as u128).unwrap_or(0);
-                let half = usize::from(!(block_no / n as u128).is_multiple_of(2));
+                let round = block_no / n as u128;
+                let pos = usize::try_from(block_no % n as u128).unwrap_or(0);
+                if order.0 != round {
+                    order = (round, round_order(round, n));
+                }
+                let side = order.1[pos];
+                let half = usize::from(!round.is_multiple_of(2));
                 sides[side]
                     .pair(&keys[side], &owner, ttl)
                     .await
@@ -316,6 +323,33 @@ pub(crate) async fn throughput_interleaved(
         .collect()
 }
 
+/// The order of the `n` sides in round `round`: the rows of a Williams design (a balanced Latin
+/// square; for an odd `n`, the square and its mirror), in turn. Over `n` rounds (`2n` for an odd
+/// `n`) every side takes every place once (twice) and follows every other side equally often
+/// within a round. A fixed order would let whatever a block leaves behind (a table's pages, a
+/// connection's caches, background work it set off on the server) fall on the same next side
+/// in every round. Every client computes the same order from the round's number.
+pub(crate) fn round_order(round: u128, n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let period = if n.is_multiple_of(2) { n } else { 2 * n };
+    let r = usize::try_from(round % period as u128).unwrap_or(0);
+    // 0, 1, n-1, 2, n-2, ...
+    let base = (0..n).map(|j| {
+        if j % 2 == 1 {
+            j.div_ceil(2)
+        } else {
+            (n - j / 2) % n
+        }
+    });
+    let mut order: Vec<usize> = base.map(|b| (b + r % n) % n).collect();
+    if r >= n {
+        order.reverse();
+    }
+    order
+}
+
 fn rate(n: u64, d: Duration) -> f64 {
     let n = u32::try_from(n).unwrap_or(u32::MAX);
     f64::from(n) / d.as_secs_f64().max(1e-9)
@@ -336,8 +370,8 @@ pub(crate) struct PairCost {
 }
 
 /// The CPU each side spends per acquire+release pair, on the client and on the server: one
-/// client, one key per side, in blocks of `block` per side, the sides in turn (the first side
-/// rotating each round), `rounds` times. Each block reads this process's and the server
+/// client, one key per side, in blocks of `block` per side, the sides in turn (in the order
+/// [`round_order`] gives each round), `rounds` times. Each block reads this process's and the server
 /// processes' CPU time (`/proc/<pid>/task/*/schedstat`, nanoseconds) before and after it;
 /// nothing else runs in this process meanwhile. A server's idle work during the block (Raft
 /// heartbeats, `serverCron`) is counted too, the same per second on every side.
@@ -356,8 +390,7 @@ pub(crate) async fn cpu_per_pair(
     // snapshot) does not move its side's figure.
     let mut acc: Vec<std::result::Result<Vec<PairCost>, Failure>> = vec![Ok(Vec::new()); n];
     for round in 0..rounds {
-        for j in 0..n {
-            let i = (round + j) % n;
+        for i in round_order(round as u128, n) {
             let Ok(costs) = &mut acc[i] else {
                 continue;
             };
@@ -424,8 +457,8 @@ fn median_cost(costs: &[PairCost]) -> PairCost {
 
 // ---- 2. latency ----------------------------------------------------------------------------
 
-/// One acquire latency of each side, in turn starting with side `round % sides.len()` (so no
-/// side always goes first), added to `acc` (one list per side; a side that failed keeps its
+/// One acquire latency of each side, in the order [`round_order`] gives round `round` (so no
+/// side always goes first or after the same other side), added to `acc` (one list per side; a side that failed keeps its
 /// error). The release after each acquire is not timed.
 pub(crate) async fn latency_round(
     sides: &[Side],
@@ -436,8 +469,7 @@ pub(crate) async fn latency_round(
     acc: &mut [std::result::Result<Vec<Duration>, Failure>],
 ) {
     let n = sides.len();
-    for j in 0..n {
-        let i = (round + j) % n;
+    for i in round_order(round as u128, n) {
         if let Ok(v) = &mut acc[i] {
             match sides[i].pair(&key(ns, &format!("l{i}")), owner, ttl).await {
                 Ok(d) => v.push(d),
@@ -960,5 +992,42 @@ mod tests {
         let m = median_cost(&[cost(100.0, Some(50.0)), cost(120.0, None)]);
         assert_eq!(m.server_us, None);
         assert!((m.wall_us - 120.0).abs() < 1e-9);
+    }
+
+    /// Every round's order is a permutation, the same for every caller, and within the rounds
+    /// of a throughput run each side follows every other side equally often and comes first and
+    /// last.
+    #[test]
+    fn round_orders_are_permutations_that_vary_who_follows_whom() {
+        let n = SIDES.len();
+        let rounds = 2 * n as u128; // one period (16 s in blocks of 200 ms: 16 rounds)
+        let mut follows = std::collections::HashMap::new();
+        let (mut first, mut last) = (vec![0; n], vec![0; n]);
+        for r in 0..rounds {
+            let order = round_order(r, n);
+            assert_eq!(order, round_order(r, n), "deterministic");
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "round {r}: {order:?}");
+            first[order[0]] += 1;
+            last[order[n - 1]] += 1;
+            for w in order.windows(2) {
+                *follows.entry((w[0], w[1])).or_insert(0) += 1;
+            }
+        }
+        let counts: Vec<usize> = follows.values().copied().collect();
+        assert_eq!(
+            follows.len(),
+            n * (n - 1),
+            "some side never follows another: {follows:?}"
+        );
+        let (lo, hi) = (counts.iter().min(), counts.iter().max());
+        assert!(hi.zip(lo).is_some_and(|(h, l)| h - l <= 1), "{follows:?}");
+        assert!(
+            first.iter().chain(&last).all(|&c| c > 0),
+            "{first:?} {last:?}"
+        );
+        assert_eq!(round_order(0, 1), vec![0]);
+        assert!(round_order(0, 0).is_empty());
     }
 }

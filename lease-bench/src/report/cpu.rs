@@ -15,7 +15,7 @@ impl Report {
         let _ = writeln!(
             s,
             "One client, one key per side, each side in turn for blocks of {} ms ({} rounds, \
-             the first side rotating). Around each block the bench reads the CPU time of every \
+             in an order that changes every round as in table 1). Around each block the bench reads the CPU time of every \
              thread of its own process (*client CPU*) and of the server's processes on this \
              machine (*server CPU*; the processes are named below), from \
              `/proc/<pid>/task/*/schedstat` in nanoseconds. Figures are per pair, in \

@@ -167,10 +167,12 @@ mod tests {
             ThroughputRow {
                 clients: 1,
                 rates: rates(96.0, 100.0),
+                ablations: Vec::new(),
             },
             ThroughputRow {
                 clients: 8,
                 rates: rates(90.0, 100.0),
+                ablations: Vec::new(),
             },
         ];
         let ms = |x: u64| vec![Duration::from_millis(x); 100];

@@ -34,7 +34,7 @@ impl Report {
             s,
             "One client, sequential acquires of a free key (the release after each is not \
              timed); the sides take their samples in turn (one acquire of each side per round, \
-             the first side rotating), so that load on the machine falls on all alike. p50 and \
+             in an order that changes every round as in table 1), so that load on the machine falls on all alike. p50 and \
              p99 are taken over all samples of a side. The goal is judged on the p99 of \
              *library / minimal*; *wrapper overhead* is the library's p99 over its own \
              protocol's. *Minimal A/A p99* compares the minimal side's samples of even index \

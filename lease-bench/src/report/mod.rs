@@ -17,12 +17,15 @@ use crate::measure::{LIB, MIN, RenewalLoad, quantile_ms};
 
 type M<T> = Result<T, String>;
 
-/// One throughput row: the number of clients and, per side of [`crate::measure::SIDES`], its
-/// rate and A/A ratio.
+/// One throughput row: the number of clients and, per side of [`crate::measure::SIDES`] and
+/// then per ablation, its rate and A/A ratio.
 #[derive(Debug)]
 pub(crate) struct ThroughputRow {
     pub(crate) clients: usize,
     pub(crate) rates: Vec<crate::measure::Rate>,
+    /// The labels of the ablations measured with the sides: `rates[SIDES.len() + i]` is
+    /// `ablations[i]`'s.
+    pub(crate) ablations: Vec<&'static str>,
 }
 
 impl ThroughputRow {
@@ -262,6 +265,7 @@ impl Report {
         s.push('\n');
         self.goals_table(&mut s);
         self.throughput_table(&mut s);
+        self.throughput_steps_table(&mut s);
         self.cpu_table(&mut s);
         self.latency_table(&mut s);
         self.takeover_table(&mut s);

@@ -44,7 +44,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "- **What the ablation rows of table 1b send** (each prices one cost of the library's \
+            "- **What the ablation rows of tables 1b and 1c send** (each prices one cost of the library's \
              over the minimal; none is a floor). Redis: the minimal acquire script with a `TIME` \
              read first (the token's clock floor), and the minimal release with a `PUBLISH` (the \
              release wake-up). PostgreSQL: the minimal statements on a table of the library's \
@@ -86,6 +86,26 @@ impl Report {
                              and prices guarantees one by one where it has ablation rows."
                         }
                     );
+                    let n = crate::measure::SIDES.len();
+                    let priced: Vec<String> = row
+                        .ablations
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, label)| {
+                            row.rate(n + i)
+                                .ok()
+                                .map(|a| format!("{label} {:.2}", a / m))
+                        })
+                        .collect();
+                    if !priced.is_empty() {
+                        let _ = writeln!(
+                            s,
+                            "  Measured with it (table 1c), the minimal lease with one of the \
+                             library's costs added, over the minimal: {}; minimal A/A {}.",
+                            priced.join(", "),
+                            row.aa(MIN).map_or("-".into(), |x| format!("{x:.3}"))
+                        );
+                    }
                 }
             }
             let q = |i: usize| side_quantile(&r.latency, i, 0.99);
