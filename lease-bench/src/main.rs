@@ -394,14 +394,17 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store: kube_store.clone(),
             };
             let api = raw.api.clone();
-            let minimal = minimal::KubeMinimal(api.clone());
+            let minimal = minimal::KubeMinimal::new(api.clone());
             let store: Arc<dyn LeaseStore> = Arc::new(kube_store);
             Ok(Target {
                 renewal_stores: vec![("default", store.clone())],
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
-                ablations: Vec::new(),
+                ablations: vec![(
+                    "minimal + the token annotations",
+                    Arc::new(minimal::KubeMinimal::annotated(api.clone())),
+                )],
                 // The kube-apiserver and the etcd member scripts/services/k8s.sh starts for it.
                 server: Some(sys::ServerProcs {
                     matches: vec![("kube-apiserver", None), ("etcd", Some("lease-k8s".into()))],

@@ -9,7 +9,8 @@
 //! - etcd: a lease grant, then a txn guarded by `create_revision == 0` that puts the key with
 //!   the lease (the token is the txn's revision); release revokes the lease.
 //! - Kubernetes: a GET, then a resourceVersion-guarded REPLACE (or a CREATE); release is a
-//!   REPLACE with an empty holder. The token is the written object's resourceVersion.
+//!   REPLACE with an empty holder. The token is the written object's resourceVersion. The
+//!   ablation [`KubeMinimal::annotated`] adds the library's token annotations.
 //! - SQLite: one upsert inside `BEGIN IMMEDIATE`; release is one guarded `UPDATE`.
 //!
 //! Each uses the same driver and connection (pool, connection manager, client) as the library,
@@ -428,11 +429,57 @@ impl Raw for EtcdMinimal {
 // ---- Kubernetes ------------------------------------------------------------------------------
 
 /// The Kubernetes floor, on a client configured like the library's.
-pub(crate) struct KubeMinimal(pub(crate) Api<KubeLease>);
+pub(crate) struct KubeMinimal {
+    api: Api<KubeLease>,
+    /// The ablation "minimal + the token annotations": each grant also writes the library's
+    /// token and token-holder annotations (`lease-k8s/src/protocol.rs`), the token being the old
+    /// annotation + 1, so that it never goes back when the object is deleted and created again
+    /// (the resourceVersion is no such counter). Priced, not a floor.
+    annotate: bool,
+}
 
 impl KubeMinimal {
-    fn name(key: &LeaseKey) -> String {
-        format!("min-{}", key.as_str())
+    /// The floor.
+    pub(crate) fn new(api: Api<KubeLease>) -> Self {
+        KubeMinimal {
+            api,
+            annotate: false,
+        }
+    }
+
+    /// The floor with the library's token annotations on every grant.
+    pub(crate) fn annotated(api: Api<KubeLease>) -> Self {
+        KubeMinimal {
+            api,
+            annotate: true,
+        }
+    }
+
+    fn name(&self, key: &LeaseKey) -> String {
+        let side = if self.annotate { "mina" } else { "min" };
+        format!("{side}-{}", key.as_str())
+    }
+
+    /// Sets the token annotations of a grant to `owner` over `old` ones; the token is returned.
+    fn annotate(&self, meta: &mut ObjectMeta, owner: &str) -> Option<i64> {
+        if !self.annotate {
+            return None;
+        }
+        let a = meta.annotations.get_or_insert_with(Default::default);
+        let token = a
+            .get(lease_k8s::protocol::TOKEN_ANNOTATION)
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(0)
+            .saturating_add(1);
+        a.insert(
+            lease_k8s::protocol::TOKEN_ANNOTATION.to_string(),
+            token.to_string(),
+        );
+        a.insert(
+            lease_k8s::protocol::TOKEN_HOLDER_ANNOTATION.to_string(),
+            owner.to_string(),
+        );
+        Some(token)
     }
 }
 
@@ -442,7 +489,7 @@ impl Raw for KubeMinimal {
         "GET of an absent Lease"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let name = Self::name(key);
+        let name = self.name(key);
         let secs = i32::try_from(ttl.as_secs().max(1)).unwrap_or(i32::MAX);
         let t = micro_now();
         let spec = |old: Option<&LeaseSpec>| LeaseSpec {
@@ -457,16 +504,18 @@ impl Raw for KubeMinimal {
             ),
             ..LeaseSpec::default()
         };
-        let written = match self.0.get_opt(&name).await.map_err(s)? {
+        let annotated;
+        let written = match self.api.get_opt(&name).await.map_err(s)? {
             None => {
-                let obj = KubeLease {
+                let mut obj = KubeLease {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         ..ObjectMeta::default()
                     },
                     spec: Some(spec(None)),
                 };
-                match self.0.create(&PostParams::default(), &obj).await {
+                annotated = self.annotate(&mut obj.metadata, owner);
+                match self.api.create(&PostParams::default(), &obj).await {
                     Ok(o) => o,
                     Err(_) => return Ok(None),
                 }
@@ -482,19 +531,22 @@ impl Raw for KubeMinimal {
                     return Ok(None);
                 }
                 obj.spec = Some(spec(Some(&old)));
+                annotated = self.annotate(&mut obj.metadata, owner);
                 // The object keeps its resourceVersion: the REPLACE fails if anyone wrote since.
-                match self.0.replace(&name, &PostParams::default(), &obj).await {
+                match self.api.replace(&name, &PostParams::default(), &obj).await {
                     Ok(o) => o,
                     Err(_) => return Ok(None),
                 }
             }
         };
-        let token = written
-            .metadata
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse::<i64>().ok())
-            .unwrap_or(0);
+        let token = annotated.unwrap_or_else(|| {
+            written
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0)
+        });
         let mut g = grant(key, owner, token);
         g.object = Some(Box::new(written));
         Ok(Some(g))
@@ -504,14 +556,14 @@ impl Raw for KubeMinimal {
         let mut spec = obj.spec.take().unwrap_or_default();
         spec.holder_identity = Some(String::new());
         obj.spec = Some(spec);
-        self.0
-            .replace(&Self::name(&g.key), &PostParams::default(), &obj)
+        self.api
+            .replace(&self.name(&g.key), &PostParams::default(), &obj)
             .await
             .map_err(s)?;
         Ok(())
     }
     async fn ping(&self) -> R<()> {
-        self.0
+        self.api
             .get_opt("lease-bench-absent-rtt-probe")
             .await
             .map_err(s)?;

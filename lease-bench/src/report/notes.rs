@@ -53,7 +53,10 @@ impl Report {
              statements on the minimal table with a `BEFORE UPDATE OF fencing_token` row trigger \
              whose `WHEN` is false for them, as the library's floor trigger's is for the \
              library's own grants and releases (PostgreSQL locks the row before it evaluates \
-             `WHEN`: one more WAL record per update; ADR 0010)."
+             `WHEN`: one more WAL record per update; ADR 0010). Kubernetes: the minimal requests \
+             with the library's two token annotations written on every grant (the token is the \
+             old annotation + 1, a counter that survives the object's deletion, which the \
+             resourceVersion is not)."
         );
         let _ = writeln!(
             s,

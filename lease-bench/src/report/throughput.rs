@@ -87,7 +87,7 @@ impl Report {
              the library's own protocol issued directly, and the library. Each rate is over the \
              minimal's in the same run; a difference between two rows smaller than the minimal \
              A/A's distance from 1 (table 1) is within the noise. The ablations are described in \
-             the notes of table 1b.\n"
+             *Notes*.\n"
         );
         let _ = writeln!(s, "| backend | clients | side | ops/s | over minimal |");
         let _ = writeln!(s, "|---|---|---|---|---|");
