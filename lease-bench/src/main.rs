@@ -594,8 +594,8 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
         });
     }
 
-    // 2. latency: every side in turn, one sample each (which side goes first rotates), so that
-    // a burst of load on the machine hits all alike.
+    // 2. latency: every side in turn, one sample each (in the order measure::round_order gives
+    // each round), so that a burst of load on the machine hits all alike.
     let owner = lease_core::OwnerId::random();
     let mut lat: Vec<Result<Vec<Duration>, String>> = vec![Ok(Vec::new()); sides.len()];
     let latency_samples = if plan.sections.has("latency") {

@@ -39,6 +39,14 @@ impl ThroughputRow {
     pub(crate) fn aa(&self, i: usize) -> Option<f64> {
         self.rates.get(i).and_then(|r| r.1)
     }
+    /// Each ablation's label with its rate (they follow the sides in `rates`).
+    pub(crate) fn ablation_rates(&self) -> impl Iterator<Item = (&'static str, M<f64>)> + '_ {
+        let n = crate::measure::SIDES.len();
+        self.ablations
+            .iter()
+            .enumerate()
+            .map(move |(i, label)| (*label, self.rate(n + i)))
+    }
 }
 
 /// Everything measured on one backend.

@@ -89,16 +89,9 @@ impl Report {
                              and prices guarantees one by one where it has ablation rows."
                         }
                     );
-                    let n = crate::measure::SIDES.len();
                     let priced: Vec<String> = row
-                        .ablations
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, label)| {
-                            row.rate(n + i)
-                                .ok()
-                                .map(|a| format!("{label} {:.2}", a / m))
-                        })
+                        .ablation_rates()
+                        .filter_map(|(label, a)| a.ok().map(|a| format!("{label} {:.2}", a / m)))
                         .collect();
                     if !priced.is_empty() {
                         let _ = writeln!(

@@ -75,11 +75,7 @@ impl Report {
         {
             return;
         }
-        let _ = writeln!(
-            s,
-            "## 1c. Where a throughput gap goes
-"
-        );
+        let _ = writeln!(s, "## 1c. Where a throughput gap goes\n");
         let _ = writeln!(
             s,
             "Measured with table 1, in the same rounds: the minimal lease, the minimal lease with \
@@ -91,16 +87,13 @@ impl Report {
         );
         let _ = writeln!(s, "| backend | clients | side | ops/s | over minimal |");
         let _ = writeln!(s, "|---|---|---|---|---|");
-        let n = crate::measure::SIDES.len();
         for r in self.measured() {
             for row in r.throughput.iter().filter(|row| !row.ablations.is_empty()) {
                 let min = row.rate(MIN);
-                let mut steps: Vec<(&str, usize)> = vec![("minimal", MIN)];
-                steps.extend(row.ablations.iter().enumerate().map(|(i, l)| (*l, n + i)));
-                steps.push(("same protocol", RAW));
-                steps.push(("library", LIB));
-                for (label, i) in steps {
-                    let rate = row.rate(i);
+                let steps = std::iter::once(("minimal", min.clone()))
+                    .chain(row.ablation_rates())
+                    .chain([("same protocol", row.rate(RAW)), ("library", row.rate(LIB))]);
+                for (label, rate) in steps {
                     let over = match (&rate, &min) {
                         (Ok(a), Ok(b)) if *b > 0.0 => format!("{:.3}", a / b),
                         _ => "-".into(),
