@@ -253,10 +253,18 @@ async fn connect(name: &str) -> Result<Target, String> {
                     "minimal + update trigger (its WHEN false)",
                     minimal::PgAblation::UpdateTrigger,
                 ),
+                (
+                    "minimal + the clock-floored token",
+                    minimal::PgAblation::TokenFloor,
+                ),
             ] {
                 let side = minimal::PgMinimal::with(store.pool().clone(), ablation).await?;
                 ablations.push((label, Arc::new(side)));
             }
+            ablations.push((
+                report::LIBRARY_ACQUIRE,
+                Arc::new(raw::PgRaw::with_minimal_release(&store)),
+            ));
             let pg = store.clone();
             let store: Arc<dyn LeaseStore> = Arc::new(store);
             Ok(Target {
@@ -282,7 +290,7 @@ async fn connect(name: &str) -> Result<Target, String> {
             let store = lease_redis::RedisLeaseStore::connect_with(&url, options)
                 .await
                 .map_err(e)?;
-            let raw = raw::RedisRaw::new(&store, client);
+            let raw = raw::RedisRaw::new(&store, client.clone());
             let version = raw.version().await?;
             let minimal = minimal::RedisMinimal::new(store.connection());
             let con = store.connection();
@@ -301,11 +309,22 @@ async fn connect(name: &str) -> Result<Target, String> {
                         )),
                     ),
                     (
+                        "minimal + the clock-floored token",
+                        Arc::new(minimal::RedisMinimal::with(
+                            con.clone(),
+                            minimal::RedisAblation::TokenFloor,
+                        )),
+                    ),
+                    (
                         "minimal + release notification (PUBLISH)",
                         Arc::new(minimal::RedisMinimal::with(
                             con,
                             minimal::RedisAblation::ReleaseNotification,
                         )),
+                    ),
+                    (
+                        report::LIBRARY_ACQUIRE,
+                        Arc::new(raw::RedisRaw::with_minimal_release(&store, client)),
                     ),
                 ],
                 server: Some(sys::ServerProcs {

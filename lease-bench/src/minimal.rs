@@ -3,9 +3,11 @@
 //! against (not the library's own protocol, which `raw.rs` issues to measure the wrapper).
 //!
 //! - PostgreSQL: one upsert on a plain table without trigger; release is one guarded `UPDATE`.
-//!   Ablations ([`PgAblation`]) add the library's table layout or an update trigger, to price
-//!   them.
+//!   Ablations ([`PgAblation`]) add the library's table layout, an update trigger or the
+//!   library's clock-floored token, to price them.
 //! - Redis: `SET NX PX` plus `INCR` in one script; release is a compare-and-delete script.
+//!   Ablations ([`RedisAblation`]) add a `TIME` read, the library's clock-floored token or the
+//!   release's `PUBLISH`.
 //! - etcd: a lease grant, then a txn guarded by `create_revision == 0` that puts the key with
 //!   the lease (the token is the txn's revision); release revokes the lease.
 //! - Kubernetes: a GET, then a resourceVersion-guarded REPLACE (or a CREATE); release is a
@@ -95,6 +97,17 @@ CREATE OR REPLACE TRIGGER lease_bench_minimal_trigger_update \
      BEFORE UPDATE OF fencing_token ON lease_bench_minimal_trigger FOR EACH ROW \
      WHEN (NEW.fencing_token < OLD.fencing_token) EXECUTE FUNCTION lease_bench_never()";
 
+/// The ablation [`PgAblation::TokenFloor`]: the minimal upsert whose token is the library's,
+/// `greatest(old + 1, the server's clock in microseconds)` (the floor of ADR 0010 that keeps a
+/// token from repeating after the row's deletion or a failover), on the minimal table.
+static PG_FLOOR_ACQUIRE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    PG_ACQUIRE.replace(
+        "fencing_token = l.fencing_token + 1",
+        "fencing_token = greatest(l.fencing_token + 1, \
+           floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)",
+    )
+});
+
 /// One of the library's PostgreSQL costs added to the minimal lease, to price it (not a floor).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PgAblation {
@@ -102,6 +115,8 @@ pub(crate) enum PgAblation {
     LibraryLayout,
     /// The minimal table with an update trigger whose function never runs.
     UpdateTrigger,
+    /// The minimal upsert with the library's clock-floored token.
+    TokenFloor,
 }
 
 /// The PostgreSQL floor (or an ablation of it), on the library store's pool.
@@ -139,6 +154,14 @@ impl PgMinimal {
                     pool,
                     acquire: PG_LAYOUT_ACQUIRE,
                     release: PG_LAYOUT_RELEASE,
+                }
+            }
+            PgAblation::TokenFloor => {
+                sqlx::query(PG_TABLE).execute(&pool).await.map_err(s)?;
+                PgMinimal {
+                    pool,
+                    acquire: PG_FLOOR_ACQUIRE.as_str(),
+                    release: PG_RELEASE,
                 }
             }
             PgAblation::UpdateTrigger => {
@@ -257,11 +280,31 @@ end
 return 0
 ";
 
+/// The minimal acquire with the library's token (an ablation): `max(counter + 1, server TIME in
+/// microseconds)`, computed as the library's acquire computes it (the clock's digits compared
+/// with the previous counter's as strings, `SET .. GET` on the counter, a second `SET` only when
+/// the counter is not below the clock), so that a token never repeats after the counter's loss.
+const REDIS_ACQUIRE_FLOOR: &str = r"
+local t = redis.call('TIME')
+local s = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local old = redis.call('SET', KEYS[2], s, 'GET')
+  if old and (#old > #s or (#old == #s and old >= s)) then
+    s = string.format('%.0f', tonumber(old) + 1)
+    redis.call('SET', KEYS[2], s)
+  end
+  return s
+end
+return false
+";
+
 /// One of the library's guarantees added to the minimal Redis lease, to price it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RedisAblation {
     /// `TIME` before the acquire (the library's token floor reads the server clock).
     ServerClock,
+    /// The token floored by the server clock, computed as the library does.
+    TokenFloor,
     /// `PUBLISH` in the release (the library's release notification).
     ReleaseNotification,
 }
@@ -290,6 +333,7 @@ impl RedisMinimal {
         let mut m = Self::new(con);
         match ablation {
             RedisAblation::ServerClock => m.acquire = redis::Script::new(REDIS_ACQUIRE_TIME),
+            RedisAblation::TokenFloor => m.acquire = redis::Script::new(REDIS_ACQUIRE_FLOOR),
             RedisAblation::ReleaseNotification => {
                 m.release = redis::Script::new(REDIS_RELEASE_PUBLISH);
                 m.publish = true;

@@ -144,15 +144,42 @@ pub(crate) struct PgRaw {
     channel: String,
     /// Readings of the server's transaction counter so far (each is a transaction itself).
     stat_reads: std::sync::atomic::AtomicU64,
+    /// The release statement: the library's `release_notify`, or (the ablation
+    /// [`PgRaw::with_minimal_release`]) the minimal one.
+    release: String,
 }
 
 impl PgRaw {
     pub(crate) fn new(store: &lease_postgres::PostgresLeaseStore) -> Self {
+        let sql =
+            lease_postgres::protocol::Statements::new(store.table(), store.options().layout());
         PgRaw {
             pool: store.pool().clone(),
-            sql: lease_postgres::protocol::Statements::new(store.table(), store.options().layout()),
+            release: sql.release_notify.clone(),
+            sql,
             channel: store.notify_channel().to_string(),
             stat_reads: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// An ablation (not a floor): the library's acquire on the library's own table (its
+    /// triggers included), and the minimal release, a guarded `UPDATE` by key, owner and token
+    /// with neither the library's expiry check, nor the wake-up mark, nor `RETURNING`. Over the
+    /// minimal, it prices the library's grant; the library's own protocol over it prices the
+    /// library's release.
+    pub(crate) fn with_minimal_release(store: &lease_postgres::PostgresLeaseStore) -> Self {
+        let (owner, cast) = match store.options().layout() {
+            lease_postgres::TableLayout::Seed => ("owner_id", "::uuid"),
+            _ => ("owner", ""),
+        };
+        let release = format!(
+            "UPDATE {} SET lease_until = '-infinity' \
+             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3",
+            store.table()
+        );
+        PgRaw {
+            release,
+            ..Self::new(store)
         }
     }
 }
@@ -195,9 +222,10 @@ impl Raw for PgRaw {
         }))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        // The release notifies the table's channel in the same statement (LISTEN/NOTIFY watch)
-        // when an acquire was refused since the last notification (the refusal marked the row).
-        sqlx::query(AssertSqlSafe(self.sql.release_notify.as_str()))
+        // The library's release notifies the table's channel in the same statement
+        // (LISTEN/NOTIFY watch) when an acquire was refused since the last notification (the
+        // refusal marked the row); the ablation's minimal release does not.
+        sqlx::query(AssertSqlSafe(self.release.as_str()))
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
@@ -313,6 +341,17 @@ pub(crate) struct RedisRaw {
     release: redis::Script,
 }
 
+/// The minimal release on the library's record (the ablation [`RedisRaw::with_minimal_release`]):
+/// compare and delete, the comparison being the library's (the record's prefix, which carries
+/// the token and the owner), with no `PUBLISH`. `ARGV[2]` and `ARGV[3]` are ignored.
+const REDIS_MINIMAL_RELEASE: &str = r"
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'string' and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
+
 impl RedisRaw {
     pub(crate) fn new(store: &lease_redis::RedisLeaseStore, client: redis::Client) -> Self {
         RedisRaw {
@@ -321,6 +360,20 @@ impl RedisRaw {
             layout: store.layout().clone(),
             acquire: redis::Script::new(lease_redis::protocol::ACQUIRE_LUA),
             release: redis::Script::new(lease_redis::protocol::RELEASE_LUA),
+        }
+    }
+
+    /// An ablation (not a floor): the library's acquire script on the library's keys, and a
+    /// release that only compares and deletes (the library's release without its `PUBLISH`).
+    /// Over the minimal, it prices the library's grant; the library's own protocol over it
+    /// prices the release notification inside the library's protocol.
+    pub(crate) fn with_minimal_release(
+        store: &lease_redis::RedisLeaseStore,
+        client: redis::Client,
+    ) -> Self {
+        RedisRaw {
+            release: redis::Script::new(REDIS_MINIMAL_RELEASE),
+            ..Self::new(store, client)
         }
     }
 }

@@ -99,5 +99,21 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             }
         }
     }
+    // The ablations ran too (table 1c; the backends that have them), each with a figure.
+    let ablated = ["postgres", "redis", "k8s"];
+    if measured.iter().any(|b| ablated.contains(b)) {
+        let steps = section(&report, "## 1c. Where a throughput gap goes");
+        for b in measured.iter().filter(|b| ablated.contains(b)) {
+            let rows: Vec<&str> = steps
+                .lines()
+                .filter(|l| l.starts_with(&format!("| {b} |")))
+                .collect();
+            // minimal, same protocol and library at 1 and 8 clients, and at least one ablation.
+            assert!(rows.len() > 6, "{b}: too few rows in table 1c:\n{steps}");
+            for row in rows {
+                assert!(!row.contains("error:"), "{b}: an ablation failed: {row}");
+            }
+        }
+    }
     assert!(report.contains("## Notes"), "the notes are missing");
 }

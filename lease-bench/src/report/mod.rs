@@ -17,6 +17,10 @@ use crate::measure::{LIB, MIN, RenewalLoad, quantile_ms};
 
 type M<T> = Result<T, String>;
 
+/// The label of the ablation that runs the library's acquire with the minimal release: the
+/// notes split a protocol cost into acquire and release by it.
+pub(crate) const LIBRARY_ACQUIRE: &str = "library's acquire, minimal release";
+
 /// One throughput row: the number of clients and, per side of [`crate::measure::SIDES`] and
 /// then per ablation, its rate and A/A ratio.
 #[derive(Debug)]

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::latency::side_quantile;
-use super::{Report, median};
+use super::{LIBRARY_ACQUIRE, Report, median};
 use crate::measure::{LIB, MIN, RAW, RENEW_CONCURRENCY};
 
 impl Report {
@@ -46,14 +46,24 @@ impl Report {
             s,
             "- **What the ablation rows of tables 1b and 1c send** (each prices one cost of the library's \
              over the minimal; none is a floor). Redis: the minimal acquire script with a `TIME` \
-             read first (the token's clock floor), and the minimal release with a `PUBLISH` (the \
-             release wake-up). PostgreSQL: the minimal statements on a table of the library's \
+             read first (the clock alone); the minimal acquire script whose token is the \
+             library's, the counter + 1 or the server's clock in microseconds if higher, computed \
+             as the library's script computes it (a token that does not repeat after the \
+             counter's loss); the minimal release with a `PUBLISH` (the release wake-up); and the \
+             library's acquire script with a release that only compares and deletes (the \
+             library's release without its `PUBLISH`). PostgreSQL: the minimal statements on a table of the library's \
              layout (a text owner, since an owner id is any string; `ttl_ms` written with each \
              grant; the `wake` column; the three CHECKs), without triggers; and the minimal \
              statements on the minimal table with a `BEFORE UPDATE OF fencing_token` row trigger \
              whose `WHEN` is false for them, as the library's floor trigger's is for the \
              library's own grants and releases (PostgreSQL locks the row before it evaluates \
-             `WHEN`: one more WAL record per update; ADR 0010). Kubernetes: the minimal requests \
+             `WHEN`: one more WAL record per update; ADR 0010); the minimal upsert whose token \
+             is the library's, `greatest(old + 1, the server's clock in microseconds)` (ADR \
+             0010); and the library's acquire on the library's own table, triggers included, \
+             with the minimal release (no expiry check, no wake-up mark, no `RETURNING`). The \
+             last row of each backend splits its protocol cost in two: its rate over the \
+             minimal's prices the library's acquire, and the library's own protocol over it \
+             prices the library's release. Kubernetes: the minimal requests \
              with the library's two token annotations written on every grant (the token is the \
              old annotation + 1, a counter that survives the object's deletion, which the \
              resourceVersion is not)."
@@ -96,10 +106,25 @@ impl Report {
                     if !priced.is_empty() {
                         let _ = writeln!(
                             s,
-                            "  Measured with it (table 1c), the minimal lease with one of the \
-                             library's costs added, over the minimal: {}; minimal A/A {}.",
+                            "  Measured with it (table 1c), each ablation over the minimal: {}; \
+                             minimal A/A {}.",
                             priced.join(", "),
                             row.aa(MIN).map_or("-".into(), |x| format!("{x:.3}"))
+                        );
+                    }
+                    if let Some(Ok(g)) = row
+                        .ablation_rates()
+                        .find(|(label, _)| *label == LIBRARY_ACQUIRE)
+                        .map(|(_, a)| a)
+                    {
+                        let _ = writeln!(
+                            s,
+                            "  So the protocol cost {:.2} = the library's acquire {:.2} (its \
+                             acquire with the minimal release, over the minimal) x the library's \
+                             release {:.2} (its own protocol over that ablation).",
+                            w / m,
+                            g / m,
+                            w / g
                         );
                     }
                 }
@@ -246,5 +271,56 @@ impl Report {
              half a round trip, and a figure can be slightly negative when the store expires a \
              key a little early by the client's clock."
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::measure::{LIB, MIN, RAW};
+    use crate::report::{BackendRun, LIBRARY_ACQUIRE, Report, ThroughputRow};
+
+    #[test]
+    fn a_throughput_miss_is_split_into_acquire_and_release_by_the_ablation() {
+        let mut r = BackendRun::new("test");
+        let mut rates = vec![(Ok(100.0), None); 5];
+        rates[LIB] = (Ok(90.0), None);
+        rates[RAW] = (Ok(90.0), None);
+        rates[MIN] = (Ok(100.0), Some(1.0));
+        // The library's acquire with the minimal release: 0.95 of the minimal.
+        rates.push((Ok(95.0), None));
+        r.throughput = vec![ThroughputRow {
+            clients: 8,
+            rates,
+            ablations: vec![LIBRARY_ACQUIRE],
+        }];
+        let report = Report {
+            runs: vec![r],
+            machine: Vec::new(),
+            command: String::new(),
+            started: jiff::Timestamp::UNIX_EPOCH,
+            finished: jiff::Timestamp::UNIX_EPOCH,
+            smoke: true,
+            optimized: false,
+            throughput_for: Duration::from_secs(1),
+            throughput_block: Duration::from_millis(100),
+            cpu_block: Duration::from_millis(100),
+            cpu_rounds: 1,
+        };
+        let mut s = String::new();
+        report.notes(&mut s);
+        assert!(
+            s.contains("So the protocol cost 0.90 = the library's acquire 0.95")
+                && s.contains("the library's release 0.95"),
+            "{s}"
+        );
+        // Without that ablation, no split is claimed.
+        let mut report = report;
+        report.runs[0].throughput[0].ablations.clear();
+        report.runs[0].throughput[0].rates.pop();
+        let mut s = String::new();
+        report.notes(&mut s);
+        assert!(!s.contains("So the protocol cost"), "{s}");
     }
 }

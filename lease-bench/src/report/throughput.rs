@@ -78,9 +78,10 @@ impl Report {
         let _ = writeln!(s, "## 1c. Where a throughput gap goes\n");
         let _ = writeln!(
             s,
-            "Measured with table 1, in the same rounds: the minimal lease, the minimal lease with \
-             one of the library's costs added (an *ablation*: not a floor, it prices that cost), \
-             the library's own protocol issued directly, and the library. Each rate is over the \
+            "Measured with table 1, in the same rounds: the minimal lease, the *ablations* (the \
+             minimal lease with one of the library's costs added, or the library's acquire with \
+             the minimal release: not floors, each prices a cost), the library's own protocol \
+             issued directly, and the library. Each rate is over the \
              minimal's in the same run; a difference between two rows smaller than the minimal \
              A/A's distance from 1 (table 1) is within the noise. The ablations are described in \
              *Notes*.\n"
