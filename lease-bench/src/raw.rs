@@ -163,25 +163,23 @@ impl PgRaw {
     }
 
     /// An ablation (not a floor): the library's acquire on the library's own table (its
-    /// triggers included), and the minimal release, a guarded `UPDATE` by key, owner and token
-    /// with neither the library's expiry check, nor the wake-up mark, nor `RETURNING`. Over the
+    /// triggers included), and the minimal release (see [`pg_minimal_release`]). Over the
     /// minimal, it prices the library's grant; the library's own protocol over it prices the
     /// library's release.
     pub(crate) fn with_minimal_release(store: &lease_postgres::PostgresLeaseStore) -> Self {
-        let (owner, cast) = match store.options().layout() {
-            lease_postgres::TableLayout::Seed => ("owner_id", "::uuid"),
-            _ => ("owner", ""),
-        };
-        let release = format!(
-            "UPDATE {} SET lease_until = '-infinity' \
-             WHERE resource_key = $1 AND {owner} = $2{cast} AND fencing_token = $3",
-            store.table()
-        );
+        let raw = Self::new(store);
         PgRaw {
-            release,
-            ..Self::new(store)
+            release: pg_minimal_release(&raw.sql),
+            ..raw
         }
     }
+}
+
+/// The library's plain release (`Statements::release`, a guarded `UPDATE` by key, owner and
+/// token) without its expiry check: no wake-up mark, no `RETURNING`, as the minimal releases.
+fn pg_minimal_release(sql: &lease_postgres::protocol::Statements) -> String {
+    sql.release
+        .replace(" AND lease_until > clock_timestamp()", "")
 }
 
 #[async_trait]
@@ -342,15 +340,11 @@ pub(crate) struct RedisRaw {
 }
 
 /// The minimal release on the library's record (the ablation [`RedisRaw::with_minimal_release`]):
-/// compare and delete, the comparison being the library's (the record's prefix, which carries
-/// the token and the owner), with no `PUBLISH`. `ARGV[2]` and `ARGV[3]` are ignored.
-const REDIS_MINIMAL_RELEASE: &str = r"
-local cur = redis.pcall('GET', KEYS[1])
-if type(cur) == 'string' and string.sub(cur, 1, #ARGV[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-";
+/// the library's release script without its `PUBLISH`, so compare (the record's prefix, which
+/// carries the token and the owner) and delete. `ARGV[2]` and `ARGV[3]` go unused.
+static REDIS_MINIMAL_RELEASE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    lease_redis::protocol::RELEASE_LUA.replace("  redis.call('PUBLISH', ARGV[2], ARGV[3])\n", "")
+});
 
 impl RedisRaw {
     pub(crate) fn new(store: &lease_redis::RedisLeaseStore, client: redis::Client) -> Self {
@@ -372,7 +366,7 @@ impl RedisRaw {
         client: redis::Client,
     ) -> Self {
         RedisRaw {
-            release: redis::Script::new(REDIS_MINIMAL_RELEASE),
+            release: redis::Script::new(&REDIS_MINIMAL_RELEASE),
             ..Self::new(store, client)
         }
     }
@@ -994,6 +988,25 @@ impl Raw for KubeRaw {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn minimal_releases_are_the_librarys_without_its_extras() {
+        // Derived from the library's text by removing one clause: a change there that the
+        // derivation no longer matches must fail here, not silently measure the library's release.
+        let sql = lease_postgres::protocol::Statements::new(
+            &lease_postgres::TableName::default(),
+            lease_postgres::TableLayout::default(),
+        );
+        let pg = pg_minimal_release(&sql);
+        assert_ne!(pg, sql.release);
+        assert!(
+            pg.starts_with("UPDATE ") && !pg.contains("clock_timestamp"),
+            "{pg}"
+        );
+        assert!(pg.ends_with("AND fencing_token = $3"), "{pg}");
+        let lua = REDIS_MINIMAL_RELEASE.as_str();
+        assert!(!lua.contains("PUBLISH") && lua.contains("'DEL'"), "{lua}");
+    }
 
     #[test]
     fn apiserver_requests_count_only_leases() {
