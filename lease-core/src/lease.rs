@@ -98,11 +98,56 @@ impl LeaseKey {
         LeaseKey(Arc::from(out.as_str()))
     }
 
+    /// A key in the namespace reserved for keys the library derives for its own use beside
+    /// `self`: `SELF.lease--ROLE` (an election's handover reservation, a shard set's shard,
+    /// membership and mailbox keys).
+    ///
+    /// [`LeaseKey::new`] refuses `--` in a key, so no key a user can name is equal to a reserved
+    /// one, and since `role` may not contain `--` either, two different `(self, role)` pairs never
+    /// give the same key.
+    ///
+    /// ```
+    /// use lease_core::LeaseKey;
+    /// let jobs = LeaseKey::new("jobs")?;
+    /// let reservation = jobs.reserved("handover")?;
+    /// assert_eq!(reservation.as_str(), "jobs.lease--handover");
+    /// assert!(LeaseKey::new("jobs.lease--handover").is_err());
+    /// assert!(jobs.reserved("a--b").is_err());
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] if `role` is not itself a legal key, or the result is longer than
+    /// [`MAX_KEY_LEN`].
+    pub fn reserved(&self, role: &str) -> Result<LeaseKey> {
+        let key = format!("{}.{RESERVED_LABEL_PREFIX}{role}", self.0);
+        let reason = match validate_key(role) {
+            Err(reason) => Some(reason),
+            Ok(()) if key.len() > MAX_KEY_LEN => Some("a key must be at most 200 bytes"),
+            Ok(()) => None,
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidKey {
+                key: truncate(&key),
+                reason,
+            }),
+            None => Ok(LeaseKey(Arc::from(key.as_str()))),
+        }
+    }
+
+    /// Whether this key lies in the library's reserved namespace (see [`LeaseKey::reserved`]).
+    pub fn is_reserved(&self) -> bool {
+        self.0.contains("--")
+    }
+
     /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
+
+/// The first label of the part a [`LeaseKey::reserved`] key adds starts with this.
+const RESERVED_LABEL_PREFIX: &str = "lease--";
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -133,6 +178,9 @@ fn validate_key(key: &str) -> std::result::Result<(), &'static str> {
                 return Err("a key may contain only lowercase ASCII letters, digits, '-' and '.'");
             }
         }
+    }
+    if key.contains("--") {
+        return Err("'--' is reserved for the keys the library derives for its own use");
     }
     Ok(())
 }
@@ -297,11 +345,68 @@ impl OwnerId {
         }
     }
 
+    /// An owner for one live *instance* of a stable identity: `ID#` followed by 16 random hex
+    /// digits. Elections and shard sets hold their leases under such owners, so that two
+    /// processes started with the same id (a fixed `--worker`, a pod name reused by a
+    /// StatefulSet, PID 1 in two containers) are two different owners to the store and can never
+    /// both hold one key; [`OwnerId::identity`] gives `ID` back.
+    ///
+    /// ```
+    /// use lease_core::OwnerId;
+    /// let a = OwnerId::instance("worker-1")?;
+    /// let b = OwnerId::instance("worker-1")?;
+    /// assert_ne!(a, b);
+    /// assert_eq!(a.identity(), "worker-1");
+    /// assert_eq!(b.identity(), "worker-1");
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOwner`] if `id` is not a legal owner id or leaves no room (17 bytes) for
+    /// the instance part.
+    pub fn instance(id: &str) -> Result<Self> {
+        if id.len() > MAX_OWNER_LEN - INSTANCE_SUFFIX_LEN {
+            return Err(Error::InvalidOwner {
+                owner: truncate(id),
+                reason: "an instance's id must be at most 111 bytes (17 are kept for the instance)",
+            });
+        }
+        OwnerId::new(id)?;
+        let nonce = uuid::Uuid::new_v4().as_u64_pair().0;
+        OwnerId::new(format!("{id}#{nonce:016x}"))
+    }
+
+    /// The stable identity of an [instance](OwnerId::instance) owner (the part before `#` and
+    /// its 16 hex digits); any other owner id is its own identity.
+    ///
+    /// ```
+    /// use lease_core::OwnerId;
+    /// assert_eq!(OwnerId::new("web#7")?.identity(), "web#7");
+    /// assert_eq!(OwnerId::new("web#00000000000000ff")?.identity(), "web");
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    pub fn identity(&self) -> &str {
+        let s = &*self.0;
+        if s.len() > INSTANCE_SUFFIX_LEN {
+            let (id, suffix) = s.split_at(s.len() - INSTANCE_SUFFIX_LEN);
+            let mut suffix = suffix.bytes();
+            if suffix.next() == Some(b'#')
+                && suffix.all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return id;
+            }
+        }
+        s
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
+
+/// `#` and 16 hex digits: the part [`OwnerId::instance`] appends.
+const INSTANCE_SUFFIX_LEN: usize = 17;
 
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
