@@ -161,7 +161,8 @@ pub struct DrainGuard {
 /// Who leads, as an observer sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Leadership {
-    /// The current leader, if any.
+    /// The current leader's identity (the id it joined with, not the instance that holds the
+    /// lease), if any.
     pub leader: Option<OwnerId>,
     /// Its term.
     pub term: Option<FencingToken>,
@@ -222,6 +223,10 @@ impl Election {
     /// presence lease (`KEY.c.I`); a leader that is not preferred, or less preferred, looks every
     /// renewal interval for a better one present and [hands over](Candidate::handover) to it
     /// (bounded by the TTL). Leadership is never taken by force: only the leader yields.
+    ///
+    /// The ids are identities, as given to [`Election::join`]. Of several candidates joined with
+    /// one preferred id, one holds the presence lease; the leader hands over to the id, and
+    /// whichever of them claims the lead first takes it.
     pub fn with_preferred(mut self, preferred: Vec<OwnerId>) -> Self {
         self.preferred = preferred;
         self
@@ -243,13 +248,50 @@ impl Election {
         self
     }
 
-    /// Joins as `id` and starts campaigning in a background task.
+    /// Joins as `id` and starts campaigning in a background task (see [`Election::try_join`]).
+    ///
+    /// An `id` that [`Election::try_join`] refuses (longer than 111 bytes: no room for the
+    /// instance part) gives a candidate that has left at once: it never leads and
+    /// [`Candidate::next_event`] returns `None`; the error is logged. Use
+    /// [`Election::try_join`] to get it.
     pub fn join(&self, id: OwnerId) -> Candidate {
+        match self.try_join(id.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(key = %self.key, id = %id, error = %e, "cannot join the election");
+                let (_, events) = mpsc::unbounded_channel();
+                let (_, role) = watch::channel(Role::Follower);
+                let (commands, _) = mpsc::unbounded_channel();
+                Candidate {
+                    owner: id.clone(),
+                    id,
+                    events,
+                    role,
+                    stop: CancellationToken::new(),
+                    commands,
+                    task: None,
+                }
+            }
+        }
+    }
+
+    /// Joins as `id` and starts campaigning in a background task.
+    ///
+    /// `id` is the candidate's stable identity: what [`Candidate::id`], [`Leadership::leader`],
+    /// [`Election::with_preferred`] and [`Candidate::handover`] speak of. The candidate holds its
+    /// leases under an [instance](OwnerId::instance) of it ([`Candidate::owner`]), so two
+    /// processes that join with the same id are two owners to the store and never both lead.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOwner`](crate::Error::InvalidOwner) if `id` leaves no room for the
+    /// instance part (longer than 111 bytes).
+    pub fn try_join(&self, id: OwnerId) -> crate::Result<Candidate> {
+        let owner = OwnerId::instance(id.as_str())?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (role_tx, role_rx) = watch::channel(Role::Follower);
         let stop = CancellationToken::new();
         let mut sup =
-            Supervisor::from_arc(self.store.clone(), self.config.clone()).with_owner(id.clone());
+            Supervisor::from_arc(self.store.clone(), self.config.clone()).with_owner(owner.clone());
         if let Some(h) = &self.hook {
             sup = sup.with_hook(h.clone());
         }
@@ -259,6 +301,7 @@ impl Election {
             .filter_map(|i| LeaseKey::new(format!("{}.c.{i}", self.key)).ok())
             .collect();
         let plan = Plan {
+            identity: id.clone(),
             reservation: self.reservation_key(),
             presence,
             preferred: self.preferred.clone(),
@@ -274,14 +317,15 @@ impl Election {
             stop.clone(),
             plan,
         ));
-        Candidate {
+        Ok(Candidate {
             id,
+            owner,
             events: events_rx,
             role: role_rx,
             stop,
             commands: cmd_tx,
             task: Some(task),
-        }
+        })
     }
 
     /// Watches who leads. Updates on change (woken by the store's watch where it has one, and by
@@ -310,6 +354,7 @@ impl Election {
 #[derive(Debug)]
 pub struct Candidate {
     id: OwnerId,
+    owner: OwnerId,
     events: mpsc::UnboundedReceiver<ElectionEvent>,
     role: watch::Receiver<Role>,
     stop: CancellationToken,
@@ -322,6 +367,8 @@ type Handover = (OwnerId, Duration, oneshot::Sender<bool>);
 
 /// What the campaign needs for handovers and preferred candidates.
 struct Plan {
+    /// The id the candidate joined with (its leases are held under an instance of it).
+    identity: OwnerId,
     reservation: Option<LeaseKey>,
     presence: Vec<LeaseKey>,
     preferred: Vec<OwnerId>,
@@ -332,7 +379,8 @@ struct Plan {
 }
 
 impl Candidate {
-    /// Planned handover to `successor`: if this candidate leads, it leaves a reservation
+    /// Planned handover to `successor` (an id as given to [`Election::join`]; of several
+    /// candidates joined with it, whichever claims first leads): if this candidate leads, it leaves a reservation
     /// (`KEY.handover`, held for `successor`), ends its term and drains: it cancels the term's
     /// `work` token and waits until every [`DrainGuard`] of the term is dropped (up to the
     /// [drain timeout](Election::with_drain_timeout), still holding the lease), then releases.
@@ -358,9 +406,16 @@ impl Candidate {
         rx.await.unwrap_or(false)
     }
 
-    /// The candidate's id.
+    /// The candidate's id: the identity it joined with.
     pub fn id(&self) -> &OwnerId {
         &self.id
+    }
+
+    /// The owner the candidate's leases are held under: an [instance](OwnerId::instance) of
+    /// [`Candidate::id`], different for every candidate (what the store and the
+    /// [`Hook`]'s leases show).
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
     }
 
     /// The next event, or `None` once the candidate left the election.
@@ -492,8 +547,14 @@ async fn campaign(
             };
         }
         // A handover reserved for someone else: stay out until it is claimed or expires.
-        if let Some(left) =
-            reserved_for_other(&*store, plan.reservation.as_ref(), sup.owner(), op).await
+        if let Some(left) = reserved_for_other(
+            &*store,
+            plan.reservation.as_ref(),
+            &plan.identity,
+            sup.owner(),
+            op,
+        )
+        .await
         {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -505,20 +566,34 @@ async fn campaign(
             Ok(Acquisition::Acquired(guard)) => {
                 // Acquired while a reservation for someone else stands: give the key back at
                 // once, without announcing a term.
-                if reserved_for_other(&*store, plan.reservation.as_ref(), sup.owner(), op)
-                    .await
-                    .is_some()
+                if reserved_for_other(
+                    &*store,
+                    plan.reservation.as_ref(),
+                    &plan.identity,
+                    sup.owner(),
+                    op,
+                )
+                .await
+                .is_some()
                 {
                     let _ = guard.release().await;
                     continue;
                 }
-                clear_reservation(&*store, plan.reservation.as_ref(), sup.owner(), ttl, op).await;
+                clear_reservation(
+                    &*store,
+                    plan.reservation.as_ref(),
+                    &plan.identity,
+                    sup.owner(),
+                    ttl,
+                    op,
+                )
+                .await;
                 failures = 0;
                 let term = guard.token();
                 out.term = Some(term);
                 out.role.send_replace(Role::Leader { term });
                 tracing::info!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, "elected leader");
-                sup.hook().leadership(&key, sup.owner(), Some(term));
+                sup.hook().leadership(&key, &plan.identity, Some(term));
                 let work = guard.cancellation();
                 let (drained, held) = watch::channel(());
                 let _ = out.events.send(ElectionEvent::Elected {
@@ -561,7 +636,7 @@ async fn campaign(
                         }
                         _ = sleep(tick), if better > 0 => {
                             if let Some(successor) = better_present(&*store, &plan.presence[..better], op).await
-                                && successor != *sup.owner()
+                                && successor != plan.identity
                                 && reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(ttl), op).await
                             {
                                 tracing::info!(key = %key, owner = %sup.owner(), successor = %successor, "yielding to a preferred candidate");
@@ -577,7 +652,7 @@ async fn campaign(
                 drop(guard);
                 out.role.send_replace(Role::Follower);
                 out.term = None;
-                sup.hook().leadership(&key, sup.owner(), None);
+                sup.hook().leadership(&key, &plan.identity, None);
                 if matches!(reason, StepDownReason::Lost(_)) {
                     tracing::warn!(backend = sup.store().backend(), key = %key, owner = %sup.owner(), term = %term, %reason, "stepped down");
                 } else {
@@ -660,16 +735,26 @@ impl TermEnd {
     }
 }
 
-/// The time left of a handover reservation held for someone other than `me`.
+/// Whether a reservation held by `holder` is for this candidate: for its identity (as the
+/// leader names successors) or for its instance itself.
+fn reserved_for_me(holder: &OwnerId, identity: &OwnerId, instance: &OwnerId) -> bool {
+    holder == identity || holder == instance
+}
+
+/// The time left of a handover reservation held for someone other than this candidate.
 async fn reserved_for_other(
     store: &dyn LeaseStore,
     reservation: Option<&LeaseKey>,
-    me: &OwnerId,
+    identity: &OwnerId,
+    instance: &OwnerId,
     op: Duration,
 ) -> Option<Duration> {
     let key = reservation?;
     let state = timeout(op, store.inspect(key)).await.ok()?.ok()?;
-    state.holder.filter(|h| h.owner != *me).map(|h| h.remaining)
+    state
+        .holder
+        .filter(|h| !reserved_for_me(&h.owner, identity, instance))
+        .map(|h| h.remaining)
 }
 
 /// Writes a reservation of the lead for `successor`, valid for `within` (rounded up to what the
@@ -701,24 +786,28 @@ async fn reserve(
     )
 }
 
-/// Removes a reservation held for `me` once `me` leads (best effort: it expires anyway).
+/// Removes a reservation held for this candidate once it leads (best effort: it expires anyway).
 async fn clear_reservation(
     store: &dyn LeaseStore,
     reservation: Option<&LeaseKey>,
-    me: &OwnerId,
+    identity: &OwnerId,
+    instance: &OwnerId,
     ttl: Duration,
     op: Duration,
 ) {
     let Some(key) = reservation else { return };
     if let Ok(Ok(state)) = timeout(op, store.inspect(key)).await
-        && let Some(h) = state.holder.filter(|h| h.owner == *me)
+        && let Some(h) = state
+            .holder
+            .filter(|h| reserved_for_me(&h.owner, identity, instance))
     {
-        let lease = Lease::resume(key.clone(), me.clone(), h.token, ttl);
+        let lease = Lease::resume(key.clone(), h.owner, h.token, ttl);
         let _ = timeout(op, store.release(&lease)).await;
     }
 }
 
-/// The first preferred candidate present (holding its presence lease), best first.
+/// The identity of the first preferred candidate present (holding its presence lease), best
+/// first.
 async fn better_present(
     store: &dyn LeaseStore,
     keys: &[LeaseKey],
@@ -728,7 +817,7 @@ async fn better_present(
         if let Ok(Ok(state)) = timeout(op, store.inspect(k)).await
             && let Some(h) = state.holder
         {
-            return Some(h.owner);
+            return Some(h.owner.to_identity());
         }
     }
     None
@@ -751,7 +840,7 @@ async fn observe(
     loop {
         if let Ok(Ok(state)) = timeout(op_timeout, store.inspect(&key)).await {
             let now = Leadership {
-                leader: state.holder.as_ref().map(|h| h.owner.clone()),
+                leader: state.holder.as_ref().map(|h| h.owner.to_identity()),
                 term: state.holder.as_ref().map(|h| h.token),
             };
             tx.send_if_modified(|cur| {
@@ -992,5 +1081,130 @@ mod handover_tests {
         // p keeps the lead; a does not take it back.
         tokio::time::sleep(TTL * 3).await;
         assert!(p.is_leader() && !a.is_leader());
+    }
+}
+
+#[cfg(test)]
+mod instance_tests {
+    use super::*;
+    use crate::MemoryLeaseStore;
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    fn election(store: &MemoryLeaseStore) -> Election {
+        Election::new(
+            store.clone(),
+            LeaseKey::new("instances").unwrap(),
+            SupervisorConfig::new(TTL).with_acquire_wait(TTL),
+        )
+    }
+
+    /// Two processes joined with one stable id are two owners to the store: the second never
+    /// believes it leads while the first does, and users still see the id they chose.
+    #[tokio::test(start_paused = true)]
+    async fn two_candidates_with_one_id_never_both_lead() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store);
+        let id = OwnerId::new("node-1").unwrap();
+        let a = e.join(id.clone());
+        let mut role_a = a.subscribe();
+        role_a
+            .wait_for(|r| matches!(r, Role::Leader { .. }))
+            .await
+            .unwrap();
+        let mut observer = e.observe();
+        let b = e.join(id.clone());
+        let mut role_b = b.subscribe();
+        // Sample both beliefs over several TTLs of campaigning and renewals.
+        let until = tokio::time::Instant::now() + TTL * 4;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => break,
+                _ = role_a.changed() => {}
+                _ = role_b.changed() => {}
+            }
+            assert!(
+                !(a.is_leader() && b.is_leader()),
+                "two instances of one id both lead: {:?} {:?}",
+                a.role(),
+                b.role()
+            );
+        }
+        assert!(
+            a.is_leader() && !b.is_leader(),
+            "{:?} {:?}",
+            a.role(),
+            b.role()
+        );
+        assert_eq!(a.id(), &id);
+        assert_eq!(b.id(), &id);
+        let seen = observer.current();
+        let seen = if seen.leader.is_some() {
+            seen
+        } else {
+            observer.changed().await.unwrap()
+        };
+        assert_eq!(seen.leader, Some(id.clone()));
+        // The store sees two owners: the holder is an instance of the id, not the id itself.
+        let holder = store.inspect(e.key()).await.unwrap().holder.unwrap();
+        assert_ne!(holder.owner, id);
+        assert_eq!(holder.owner.identity(), id.as_str());
+        // Once the leader leaves, the other instance takes over.
+        a.resign().await;
+        role_b
+            .wait_for(|r| matches!(r, Role::Leader { .. }))
+            .await
+            .unwrap();
+    }
+
+    /// A handover names an identity: of its two live instances exactly one takes the lead, and
+    /// no other candidate does.
+    #[tokio::test(start_paused = true)]
+    async fn a_handover_to_an_id_with_two_instances_elects_one_of_them() {
+        let store = MemoryLeaseStore::new();
+        let e = election(&store);
+        let a = e.join(OwnerId::new("a").unwrap());
+        a.subscribe()
+            .wait_for(|r| matches!(r, Role::Leader { .. }))
+            .await
+            .unwrap();
+        let c = OwnerId::new("c").unwrap();
+        let (c1, c2) = (e.join(c.clone()), e.join(c.clone()));
+        let b = e.join(OwnerId::new("b").unwrap());
+        tokio::time::sleep(TTL).await;
+        assert!(a.handover(&c, TTL).await);
+        let mut r1 = c1.subscribe();
+        let mut r2 = c2.subscribe();
+        tokio::time::timeout(TTL, async {
+            tokio::select! {
+                r = r1.wait_for(|r| matches!(r, Role::Leader { .. })) => { r.unwrap(); }
+                r = r2.wait_for(|r| matches!(r, Role::Leader { .. })) => { r.unwrap(); }
+            }
+        })
+        .await
+        .expect("an instance of c leads");
+        tokio::time::sleep(TTL * 3).await;
+        assert!(
+            c1.is_leader() != c2.is_leader(),
+            "{:?} {:?}",
+            c1.role(),
+            c2.role()
+        );
+        assert!(!a.is_leader() && !b.is_leader());
+        assert_eq!(e.observe().changed().await.unwrap().leader, Some(c));
+    }
+
+    #[tokio::test]
+    async fn an_id_without_room_for_the_instance_is_refused() {
+        let e = election(&MemoryLeaseStore::new());
+        let long = OwnerId::new("x".repeat(112)).unwrap();
+        assert!(matches!(
+            e.try_join(long.clone()),
+            Err(crate::Error::InvalidOwner { .. })
+        ));
+        let mut c = e.join(long);
+        assert!(c.next_event().await.is_none());
+        assert!(!c.is_leader());
+        assert!(e.try_join(OwnerId::new("x".repeat(111)).unwrap()).is_ok());
     }
 }

@@ -66,8 +66,8 @@ pub trait Hook: Send + Sync + fmt::Debug {
     fn ended(&self, lease: &Lease, held_for: Duration, released: Option<ReleaseOutcome>) {
         let _ = (lease, held_for, released);
     }
-    /// Leadership of an election changed for `candidate`: `Some(term)` when elected, `None` when
-    /// it stepped down.
+    /// Leadership of an election changed for `candidate` (the id it joined with, not the instance
+    /// that holds the lease): `Some(term)` when elected, `None` when it stepped down.
     fn leadership(&self, key: &LeaseKey, candidate: &OwnerId, term: Option<FencingToken>) {
         let _ = (key, candidate, term);
     }

@@ -399,6 +399,26 @@ impl OwnerId {
         s
     }
 
+    /// The stable identity as an owner id: [`OwnerId::identity`] without a new validation (a
+    /// prefix of a legal id that ends before `#` is legal). Elections report their leaders this
+    /// way, so users see the id they chose, not the instance.
+    ///
+    /// ```
+    /// use lease_core::OwnerId;
+    /// let id = OwnerId::new("worker-1")?;
+    /// assert_eq!(OwnerId::instance("worker-1")?.to_identity(), id);
+    /// assert_eq!(id.to_identity(), id);
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    pub fn to_identity(&self) -> OwnerId {
+        let id = self.identity();
+        if id.len() == self.0.len() {
+            self.clone()
+        } else {
+            OwnerId(Arc::from(id))
+        }
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
