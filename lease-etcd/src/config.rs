@@ -26,9 +26,13 @@ pub enum LeaseSharing {
     /// Renewals of those keys within a tenth of the TTL share one keepalive, so a process holding
     /// thousands of keys sends a few keepalives per interval. Per-key expiry is enforced by the
     /// store itself: a background task deletes a key (by transaction on its create revision and
-    /// etcd lease) once its holder stopped renewing it for its TTL, and deletes the key of an
-    /// acquire whose outcome its caller never learned (an error, or a dropped future) within
-    /// about 100 ms. If the process dies, the shared etcd lease expires and etcd deletes every
+    /// etcd lease) once its holder stopped renewing it for its TTL (checked every 100 ms), and
+    /// deletes the key of an acquire whose outcome its caller never learned (an error, or a
+    /// dropped future): at the next check if the put has committed by then; a put that commits
+    /// later (its request was still on its way to etcd, or queued there) is found by reading the
+    /// keys of its etcd lease, 0.1 s after that check and then at doubling intervals up to once
+    /// per TTL for as long as the etcd lease lives, and deleted then: within about one TTL of its
+    /// commit, sooner when it commits soon. If the process dies, the shared etcd lease expires and etcd deletes every
     /// key. A lease renewed through another store (another process) has its key moved onto that
     /// store's etcd lease first (one extra write), so only one store ever sweeps it. The cost: a
     /// key whose holder hangs while the process lives is freed by the sweeper rather than by etcd.

@@ -88,7 +88,8 @@
 //! of keys renews thousands of etcd leases. With [`LeaseSharing::PerTtl`] all keys a store grants
 //! with the same TTL share one etcd lease, renewals within a tenth of the TTL share one
 //! keepalive, and a background sweeper deletes keys whose holders stopped renewing (and keys of
-//! acquires whose outcome was never learned); a lease renewed through another store has its key
+//! acquires whose outcome was never learned, including puts that commit after the sweeper first
+//! looked: it reads the keys of the etcd lease until it finds them or the lease is gone); a lease renewed through another store has its key
 //! moved onto that store's etcd lease. A store with [`LeaseSharing::PerGrant`] refuses
 //! (`InvalidInput`) to renew a key that lives on a shared etcd lease. The trade-offs are in
 //! `docs/adr/0030-etcd-lease-sharing.md`.

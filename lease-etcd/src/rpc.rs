@@ -5,7 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    GetOptions, GetResponse, LeaseGrantResponse, LeaseTimeToLiveResponse, Txn, TxnResponse,
+    GetOptions, GetResponse, LeaseGrantResponse, LeaseTimeToLiveOptions, LeaseTimeToLiveResponse,
+    Txn, TxnResponse,
 };
 use lease_core::{AcquireRequest, Error, Result};
 use tokio::time::Instant;
@@ -121,6 +122,19 @@ impl EtcdLeaseStore {
             async move { lc.time_to_live(lease_id, None).await }
         })
         .await
+    }
+
+    /// The keys attached to etcd lease `lease_id` (`LeaseTimeToLive` with `keys`), or `None` if
+    /// etcd no longer knows the lease (it expired or was revoked: nothing can be put on it).
+    pub(crate) async fn lease_keys(&self, lease_id: i64) -> Result<Option<Vec<Vec<u8>>>> {
+        let resp = self
+            .call("lease_time_to_live", || {
+                let mut lc = self.client.lease_client();
+                let opts = LeaseTimeToLiveOptions::new().with_keys();
+                async move { lc.time_to_live(lease_id, Some(opts)).await }
+            })
+            .await?;
+        Ok((resp.ttl() >= 0).then(|| resp.keys().to_vec()))
     }
 
     /// One keepalive: `false` if etcd answered that the lease does not exist (TTL <= 0).

@@ -33,6 +33,11 @@ enum State {
     /// The put's outcome is unknown (it failed, or its future was dropped): the sweeper reads
     /// the key to resolve it.
     Abandoned { kind: PutKind },
+    /// The sweeper's read did not find the abandoned put applied, but it may still be (a request
+    /// on its way to etcd, or queued there, commits after the read): the sweeper looks for the
+    /// key among the keys of its etcd lease (see [`Scan`]) until it finds it or the etcd lease
+    /// is gone.
+    Unseen { kind: PutKind },
     /// Held with this create revision until `expires` unless renewed.
     Known {
         create_revision: i64,
@@ -54,6 +59,15 @@ pub(crate) enum PutKind {
 
 type Slot = Arc<tokio::sync::Mutex<Option<Instant>>>;
 
+/// When the sweeper next reads the keys of an etcd lease that may receive a late put
+/// ([`State::Unseen`]): first at the next sweep, then at doubling intervals up to the lease's TTL.
+#[derive(Debug, Clone, Copy)]
+struct Scan {
+    next: Instant,
+    every: Duration,
+    ttl: Duration,
+}
+
 /// The shared etcd leases of one store and the keys they back.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
@@ -70,6 +84,9 @@ pub(crate) struct Shared {
     /// TTL in seconds -> held while an etcd lease for that TTL is granted, so that concurrent
     /// first acquires share one grant instead of each granting (and then keeping alive) its own.
     granting: Mutex<HashMap<i64, Arc<tokio::sync::Mutex<()>>>>,
+    /// etcd lease id -> when to read its keys next, for the leases with keys in
+    /// [`State::Unseen`].
+    scans: Mutex<HashMap<i64, Scan>>,
     /// Distinguishes the lock keys of one etcd lease.
     nonce: std::sync::atomic::AtomicU64,
 }
@@ -242,7 +259,7 @@ impl Shared {
                 true
             }
             Some(Tracked {
-                state: State::Pending { .. } | State::Abandoned { .. },
+                state: State::Pending { .. } | State::Abandoned { .. } | State::Unseen { .. },
                 ..
             }) => false,
             _ => {
@@ -309,8 +326,77 @@ impl Shared {
             match &mut t.state {
                 State::Known { deleting, .. } => *deleting = false,
                 State::Pending { kind } => t.state = State::Abandoned { kind: *kind },
-                State::Abandoned { .. } => {}
+                State::Abandoned { .. } | State::Unseen { .. } => {}
             }
+        }
+    }
+
+    /// The sweeper's read did not find `key`'s abandoned put applied: keep it as
+    /// [`State::Unseen`] and read the keys of its etcd lease from the next sweep on.
+    fn unseen(&self, key: &[u8], kind: PutKind, now: Instant) {
+        let (lease_id, ttl) = {
+            let mut held = lock(&self.held);
+            let Some(t) = held.get_mut(key) else { return };
+            t.state = State::Unseen { kind };
+            (t.lease_id, t.ttl)
+        };
+        let first = Scan {
+            next: now + SWEEP_EVERY,
+            every: SWEEP_EVERY,
+            ttl,
+        };
+        let mut scans = lock(&self.scans);
+        let scan = scans.entry(lease_id).or_insert(first);
+        // A fresh late put is likeliest soon: scan quickly again.
+        *scan = Scan {
+            next: scan.next.min(first.next),
+            ..first
+        };
+    }
+
+    /// The etcd leases whose keys are due to be read.
+    fn scans_due(&self, now: Instant) -> Vec<i64> {
+        lock(&self.scans)
+            .iter()
+            .filter(|(_, s)| s.next <= now)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Claims `key`, found on etcd lease `lease_id`, for resolution if it is [`State::Unseen`]
+    /// there: its TTL and put kind.
+    fn claim_unseen(&self, key: &[u8], lease_id: i64) -> Option<(Duration, PutKind)> {
+        let mut held = lock(&self.held);
+        let t = held.get_mut(key)?;
+        match t.state {
+            State::Unseen { kind } if t.lease_id == lease_id => {
+                t.state = State::Pending { kind };
+                Some((t.ttl, kind))
+            }
+            _ => None,
+        }
+    }
+
+    /// After a read of etcd lease `lease_id`'s keys (`gone`: etcd no longer knows the lease, so
+    /// no put onto it can ever commit): forgets its unseen puts if it is gone, and schedules the
+    /// next read while any remain.
+    fn scanned(&self, lease_id: i64, gone: bool, now: Instant) {
+        let remaining = {
+            let mut held = lock(&self.held);
+            if gone {
+                held.retain(|_, t| {
+                    !(t.lease_id == lease_id && matches!(t.state, State::Unseen { .. }))
+                });
+            }
+            held.values()
+                .any(|t| t.lease_id == lease_id && matches!(t.state, State::Unseen { .. }))
+        };
+        let mut scans = lock(&self.scans);
+        if !remaining {
+            scans.remove(&lease_id);
+        } else if let Some(s) = scans.get_mut(&lease_id) {
+            s.every = s.every.saturating_mul(2).min(s.ttl.max(SWEEP_EVERY));
+            s.next = now + s.every;
         }
     }
 
@@ -403,7 +489,31 @@ async fn sweep(shared: Weak<Shared>, store: EtcdLeaseStore) {
                 } => resolve(&shared, &store, key, lease_id, ttl, kind).await,
             }
         }
+        for lease_id in shared.scans_due(Instant::now()) {
+            scan(&shared, &store, lease_id).await;
+        }
     }
+}
+
+/// Reads the keys of etcd lease `lease_id` and resolves those of its puts the sweeper's read
+/// missed ([`State::Unseen`]) that have committed since.
+async fn scan(shared: &Shared, store: &EtcdLeaseStore, lease_id: i64) {
+    let keys = match store.lease_keys(lease_id).await {
+        Ok(keys) => keys,
+        Err(e) => {
+            shared.scanned(lease_id, false, Instant::now());
+            tracing::debug!(backend = BACKEND, lease_id, error = %e, "reading the keys of a shared etcd lease failed; retrying");
+            return;
+        }
+    };
+    let gone = keys.is_none();
+    for key in keys.unwrap_or_default() {
+        if let Some((ttl, kind)) = shared.claim_unseen(&key, lease_id) {
+            tracing::debug!(backend = BACKEND, lock_key = %String::from_utf8_lossy(&key), lease_id, "an abandoned put committed after the sweeper's read; resolving it");
+            resolve(shared, store, key, lease_id, ttl, kind).await;
+        }
+    }
+    shared.scanned(lease_id, gone, Instant::now());
 }
 
 /// Deletes `key` if it still has `create_revision` and `lease_id` (and `mod_revision`, if
@@ -429,10 +539,12 @@ async fn expire(
     }
 }
 
-/// Finds out whether an abandoned put of `key` onto etcd lease `lease_id` happened. If not (or
-/// the key has moved on), forgets it. An acquire's key is deleted at once (its caller was told
-/// nothing). A moved key is kept one TTL from now: every deadline reported for it by another
-/// store came from a renewal answered before this read.
+/// Finds out whether an abandoned put of `key` onto etcd lease `lease_id` happened. An
+/// acquire's key is deleted at once (its caller was told nothing). A moved key is kept one TTL
+/// from now: every deadline reported for it by another store came from a renewal answered before
+/// this read. A key not found may still be put (the request is on its way or queued in etcd): it
+/// becomes [`State::Unseen`] and is looked for among the keys of its etcd lease. An acquire's key
+/// found on another etcd lease was put and then moved away: forgotten.
 async fn resolve(
     shared: &Shared,
     store: &EtcdLeaseStore,
@@ -453,9 +565,16 @@ async fn resolve(
         }
     };
     let read = Instant::now();
-    let Some(kv) = kv.filter(|kv| kv.lease() == lease_id) else {
-        shared.forget(&key);
-        return;
+    let kv = match kv {
+        Some(kv) if kv.lease() == lease_id => kv,
+        Some(_) if kind == PutKind::Acquire => {
+            shared.forget(&key);
+            return;
+        }
+        _ => {
+            shared.unseen(&key, kind, read);
+            return;
+        }
     };
     match kind {
         PutKind::Acquire => {

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -66,6 +67,10 @@ pub struct EtcdLeaseStore {
     pub(crate) shared: Option<Arc<Shared>>,
     /// The key of the tags this store puts in handles (see [`Secret`]).
     pub(crate) secret: Arc<Secret>,
+    /// A test hook: how long (in microseconds) an acquire's transaction waits before it is sent,
+    /// in a task of its own that outlives the acquire (see
+    /// [`delay_acquire_puts`](EtcdLeaseStore::delay_acquire_puts)). Zero: sent at once.
+    pub(crate) put_delay: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for EtcdLeaseStore {
@@ -148,6 +153,7 @@ impl EtcdLeaseStore {
             min_ttl: Duration::from_secs(1),
             shared: None,
             secret: Arc::new(Secret::random()),
+            put_delay: Arc::new(AtomicU64::new(0)),
         };
         store.min_ttl = store.probe_min_ttl().await?;
         if store.options.lease_sharing() == LeaseSharing::PerTtl {
@@ -171,6 +177,36 @@ impl EtcdLeaseStore {
     /// cover.
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// A test hook, not part of the API: from now on every acquire's transaction is sent `by`
+    /// later, from a task of its own that goes on when the acquire is dropped, as a request
+    /// already on its way to etcd does. Tests use it to make a put commit after the caller gave
+    /// up on it. `Duration::ZERO` turns it off. Applies to this store and its clones.
+    #[doc(hidden)]
+    pub fn delay_acquire_puts(&self, by: Duration) {
+        let micros = u64::try_from(by.as_micros()).unwrap_or(u64::MAX);
+        self.put_delay.store(micros, Ordering::Relaxed);
+    }
+
+    /// An acquire's transaction: sent at once, or (test hook) after the delay, by a task that
+    /// outlives this future.
+    async fn acquire_txn(&self, txn: etcd_client::Txn) -> Result<etcd_client::TxnResponse> {
+        let delay = self.put_delay.load(Ordering::Relaxed);
+        if delay == 0 {
+            return self.txn(txn).await;
+        }
+        let store = self.clone();
+        let sent = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_micros(delay)).await;
+            store.txn(txn).await
+        });
+        match sent.await {
+            Ok(r) => r,
+            Err(e) => Err(protocol(format!(
+                "the delayed acquire transaction failed: {e}"
+            ))),
+        }
     }
 
     fn mutex_prefix(&self, key: &LeaseKey) -> String {
@@ -408,7 +444,9 @@ impl LeaseStore for EtcdLeaseStore {
     ///
     /// # Cancellation safety
     /// Not cancel safe: a dropped acquire may have granted the key (it then expires after its
-    /// TTL, or with [`LeaseSharing::PerTtl`] is deleted by the sweeper within about 100 ms).
+    /// TTL, or with [`LeaseSharing::PerTtl`] is deleted by the sweeper: within about 100 ms of
+    /// being given up if the put has committed by then, else within about one TTL of its commit;
+    /// see [`LeaseSharing::PerTtl`]).
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         lease_core::backend::validate_ttl(req.ttl, self.min_ttl)?;
         check_owner(&req.owner)?;
@@ -461,7 +499,7 @@ impl LeaseStore for EtcdLeaseStore {
                 &req.owner,
                 lease_id,
             );
-            let resp = match self.txn(txn).await {
+            let resp = match self.acquire_txn(txn).await {
                 Ok(resp) => resp,
                 Err(e) => {
                     // The outcome is unknown: revoking removes a grant that may have happened;

@@ -20,6 +20,10 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
         LeaseSharing::PerTtl => vec![
             case!("etcd", a_dropped_acquire_leaves_no_key_alive),
             case!("etcd", a_failed_acquire_leaves_no_key_alive),
+            case!(
+                "etcd",
+                a_put_committed_after_the_sweepers_read_leaves_no_key_alive
+            ),
         ],
         _ => Vec::new(),
     }
@@ -139,4 +143,82 @@ pub(crate) async fn a_dropped_acquire_leaves_no_key_alive(ctx: Ctx) -> CaseResul
 /// kept alive by the shared etcd lease.
 pub(crate) async fn a_failed_acquire_leaves_no_key_alive(ctx: Ctx) -> CaseResult {
     abandoned_acquire_frees_the_key(ctx, Abandon::Reset).await
+}
+
+/// An acquire dropped before its put reaches etcd, the put committing a second later (the test
+/// hook sends it from a task that outlives the acquire, as a request already on the wire is
+/// applied): the sweeper's first read of the key finds nothing, and the key that appears later
+/// on the shared etcd lease, kept alive by another key's renewals, must still be deleted.
+pub(crate) async fn a_put_committed_after_the_sweepers_read_leaves_no_key_alive(
+    ctx: Ctx,
+) -> CaseResult {
+    let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
+    let store = EtcdLeaseStore::connect_with(&super::url(), options).await?;
+    let direct = EtcdLeaseStore::connect_with(&super::url(), super::options()).await?;
+    let ttl = Duration::from_secs(3);
+    let (kept, abandoned) = (ctx.key("kept"), ctx.key("late"));
+    let a = OwnerId::with_label("a");
+    let mut keep = ctx.must_acquire_with(&store, &kept, &a, ttl).await?;
+
+    let prefix = format!("{}/", direct.options().lock_name(&abandoned));
+    let mut events = direct
+        .client()
+        .watch(prefix, Some(WatchOptions::new().with_prefix()))
+        .await?;
+    match events.message().await? {
+        Some(r) if r.created() => {}
+        other => return Err(format!("watch not created: {other:?}").into()),
+    }
+    store.delay_acquire_puts(Duration::from_secs(1));
+    let req = AcquireRequest::new(abandoned.clone(), OwnerId::with_label("b"), ttl);
+    // Given up long before the put is sent; the sweeper reads the key within 100 ms of that.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), store.acquire(&req)).await;
+    if let Ok(r) = gave_up {
+        return Err(format!("the delayed acquire answered: {r:?}").into());
+    }
+    store.delay_acquire_puts(Duration::ZERO);
+    let put_seen = async {
+        loop {
+            match events.message().await {
+                Ok(Some(r)) if r.events().iter().any(|e| e.event_type() == EventType::Put) => {
+                    return Ok::<(), Failed>(());
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("the watch ended".into()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), put_seen)
+        .await
+        .map_err(|_| "the late put was not seen within 20 s")??;
+    let committed = Instant::now();
+
+    // The late key is on the same shared etcd lease as `kept`, which stays renewed.
+    let other = ctx.request(&abandoned, &OwnerId::with_label("c"), ttl);
+    let waiter = super::wait_and_acquire(&direct, &other, Duration::from_millis(200), ttl * 4);
+    tokio::pin!(waiter);
+    let got = loop {
+        tokio::select! {
+            got = &mut waiter => break got,
+            () = tokio::time::sleep(ttl / 4) => match store.renew(&keep).await? {
+                RenewOutcome::Renewed(next) => keep = next,
+                RenewOutcome::Lost => return Err("the renewed key was lost".into()),
+            },
+        }
+    };
+    let lease = got.map_err(|e| format!("the late key locks others out: {e:?}"))?;
+    println!(
+        "late put: key free for another owner {:?} after it committed (ttl {ttl:?})",
+        committed.elapsed()
+    );
+    assert_eq!(
+        direct.release(&lease).await?,
+        lease_core::ReleaseOutcome::Released
+    );
+    assert!(matches!(
+        store.renew(&keep).await?,
+        RenewOutcome::Renewed(_)
+    ));
+    Ok(())
 }
