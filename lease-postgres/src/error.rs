@@ -128,7 +128,20 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
             format!("{op}: invalid connection settings"),
             Some(Box::new(e) as _),
         ),
-        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => {
+        // A certificate that does not verify (unknown issuer, expired, wrong name) or a TLS
+        // setting the server refuses: retrying cannot fix it, so it is a configuration error
+        // that names the cause. rustls reports a refused certificate as InvalidData.
+        sqlx::Error::Tls(_) => Error::config(
+            BACKEND,
+            format!("{op}: TLS handshake failed: {e}"),
+            Some(Box::new(e) as _),
+        ),
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => Error::config(
+            BACKEND,
+            format!("{op}: TLS handshake failed: {io}"),
+            Some(Box::new(e) as _),
+        ),
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => {
             Error::unavailable(
                 BACKEND,
                 format!("{op}: cannot reach the server"),
@@ -208,5 +221,11 @@ mod tests {
         let cfg = map(sqlx::Error::Configuration("bad".into()), cx);
         assert!(matches!(cfg, Error::Config { .. }));
         assert!(!cfg.is_retryable());
+        // rustls's refusal of a certificate arrives as InvalidData: a configuration error that
+        // names it, never "cannot reach the server" (retrying cannot fix a certificate).
+        let cert = std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate");
+        let tls = map(sqlx::Error::Io(cert), cx);
+        assert!(matches!(tls, Error::Config { .. }) && !tls.is_retryable(), "{tls:?}");
+        assert!(tls.to_string().contains("invalid peer certificate"), "{tls}");
     }
 }

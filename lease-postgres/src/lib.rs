@@ -47,6 +47,28 @@
 //!   [`Supervisor`](lease_core::supervisor::Supervisor) is woken by
 //!   [`watch`](lease_core::LeaseStore::watch) instead of polling. See `docs/adr/0011-postgres-listen-notify.md`.
 //!
+//! ## TLS and authentication
+//! The URL's libpq parameters go to the driver unchanged: `sslmode=verify-full` with
+//! `sslrootcert=CA.pem` verifies the server's certificate and name, `sslcert=`/`sslkey=` add a
+//! client certificate (PostgreSQL's `cert` authentication), and `user:password@` authenticates by
+//! password (SCRAM). TLS is rustls with the webpki roots when no `sslrootcert` is named; no
+//! OpenSSL is linked. A certificate that does not verify (unknown issuer, expired, wrong name), a
+//! missing client certificate, a refused password or a server that requires TLS from a client
+//! without it are [`Error::Config`](lease_core::Error::Config) errors that name the cause, never
+//! retryable; an unreachable server is [`Error::Unavailable`](lease_core::Error::Unavailable).
+//!
+//! ```no_run
+//! use lease_postgres::PostgresLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = PostgresLeaseStore::connect(
+//!     "postgres://lease@db.internal:5432/app\
+//!      ?sslmode=verify-full&sslrootcert=/etc/lease/ca.pem\
+//!      &sslcert=/etc/lease/client.pem&sslkey=/etc/lease/client.key",
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Acquire
 //! ```no_run
 //! use std::time::Duration;
