@@ -120,6 +120,13 @@
 //! is at least the key's `last_fencing_token` and advances it in the same statement; `install`
 //! moves the mark to a new generation before the new owner starts.
 //!
+//! Both keep their marks in the same cluster as the data they guard, so they share its failover
+//! fate: a failover to an asynchronous standby that lost the newest commits loses the marks those
+//! commits raised, and a stale holder whose token lies between the surviving mark and the lost one
+//! is accepted once more (the writes it guards were lost in the same failover). The token floor
+//! keeps every *new* grant above the lost ones; to fence across a failover with no write
+//! accepted twice, run the cluster with synchronous replication.
+//!
 //! ## Advisory locks
 //! ```no_run
 //! # use lease_core::LeaseKey;
