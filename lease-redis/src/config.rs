@@ -40,6 +40,7 @@ pub struct RedisOptions {
     pub(crate) connect_retries: usize,
     pub(crate) replica_wait: Option<ReplicaWait>,
     pub(crate) poll_interval: Duration,
+    pub(crate) allow_eviction: bool,
 }
 
 impl Default for RedisOptions {
@@ -51,6 +52,7 @@ impl Default for RedisOptions {
             connect_retries: 2,
             replica_wait: None,
             poll_interval: Duration::from_millis(250),
+            allow_eviction: false,
         }
     }
 }
@@ -113,6 +115,21 @@ impl RedisOptions {
     /// always). Releases wake a watcher at once regardless, through the release channel.
     pub fn with_watch_poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
+        self
+    }
+
+    /// Whether to connect to a server whose `maxmemory-policy` is not `noeviction` (default
+    /// `false`: such a server is refused with [`Error::Config`]).
+    ///
+    /// A lease record carries a TTL, so under every other policy (`volatile-*` evicts keys with
+    /// a TTL, `allkeys-*` any key) a server that reaches `maxmemory` may **delete a held lease**
+    /// and grant the key to the next owner while the holder still believes it holds it, as a
+    /// failover does. With `true` the store connects anyway and logs a warning (`tracing`); only
+    /// the fencing token then keeps the protected resource safe, and only if its high-water mark
+    /// lives outside this Redis. The policy is read once, at connect; see the crate docs
+    /// ("Eviction") for what happens when `CONFIG GET` is not permitted.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.allow_eviction = allow;
         self
     }
 

@@ -105,6 +105,22 @@
 //! early grant happen, with a greater token that the fenced resource then uses to reject the old
 //! holder. See `docs/adr/0020-redis-clock-floored-tokens.md`.
 //!
+//! **Eviction: the server must run `maxmemory-policy noeviction`.** A lease record carries a TTL,
+//! so under any other policy (`volatile-*` evicts keys with a TTL, `allkeys-*` any key; many
+//! managed services default to `volatile-lru`) a server that reaches `maxmemory` may delete a
+//! held lease and grant the key to the next owner. So [`connect`](RedisLeaseStore::connect) reads
+//! `CONFIG GET maxmemory-policy` (on a cluster, from every master) and refuses any other policy
+//! with [`Error::Config`](lease_core::Error::Config) naming it and the fix, unless
+//! [`RedisOptions::allow_eviction`] is set (then it logs a warning through `tracing`). Where the
+//! server does not let the client read its configuration (`CONFIG` renamed or denied by an ACL,
+//! as on many managed services) the store **connects and logs a warning**: refusing would make
+//! those services unusable, and their policy is set in the provider's console, where the
+//! operator must choose `noeviction`. The policy is read once: a later `CONFIG SET` is not
+//! noticed. Tests `redis::an_evicting_server_is_refused_at_connect`,
+//! `redis::with_eviction_allowed_a_held_lease_can_be_evicted_and_granted_again` (a real
+//! `volatile-ttl` server with 2 MB evicts a held record; a second owner is granted, with a greater
+//! token) and `redis::a_server_that_hides_its_policy_is_accepted`.
+//!
 //! **It cannot promise** that two owners never *believe* they hold the same key. Replication is
 //! asynchronous: if the primary grants a lease and fails before the grant reaches the replica
 //! that is promoted, the new primary grants the key again. [`RedisOptions::with_wait_for_replicas`]
@@ -153,12 +169,14 @@
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); response timeouts are
 //! [`Error::Timeout`](lease_core::Error::Timeout), and so is an operation that outlives the
 //! [operation deadline](RedisLeaseStore::op_deadline); an unparsable URL, a bad prefix, a zero
-//! timeout or failed authentication are [`Error::Config`](lease_core::Error::Config); anything
+//! timeout, failed authentication or a server that may evict leases are
+//! [`Error::Config`](lease_core::Error::Config); anything
 //! else is [`Error::Backend`](lease_core::Error::Backend).
 
 mod config;
 mod connection;
 mod error;
+mod eviction;
 mod fenced;
 pub mod protocol;
 mod store;

@@ -109,7 +109,9 @@ impl RedisLeaseStore {
     ///
     /// # Errors
     /// [`Error::Config`] for an unparsable URL, an illegal prefix, a zero response or connect
-    /// timeout, or a `WAIT` timeout not below the response timeout; [`Error::Unavailable`] if the
+    /// timeout, a `WAIT` timeout not below the response timeout, or a server whose
+    /// `maxmemory-policy` is not `noeviction` (unless [`RedisOptions::allow_eviction`]; see the
+    /// crate docs, "Eviction"); [`Error::Unavailable`] if the
     /// server cannot be reached (refused, unreachable), [`Error::Timeout`] if it does not answer
     /// within the [operation deadline](Self::op_deadline).
     ///
@@ -152,13 +154,15 @@ impl RedisLeaseStore {
         )
         .await?
         .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+        let con = RedisConnection {
+            inner: Conn::Single(con),
+        };
+        check_eviction(&con, &options, op_deadline).await?;
         let db = client.get_connection_info().redis_settings().db();
         Ok(RedisLeaseStore {
             inner: Arc::new(Inner {
                 clients: vec![client],
-                con: RedisConnection {
-                    inner: Conn::Single(con),
-                },
+                con,
                 layout,
                 db,
                 response_timeout: options.response_timeout,
@@ -195,12 +199,14 @@ impl RedisLeaseStore {
         let con = bounded("connect", op_deadline, cluster.get_async_connection())
             .await?
             .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+        let con = RedisConnection {
+            inner: Conn::Cluster(con),
+        };
+        check_eviction(&con, &options, op_deadline).await?;
         Ok(RedisLeaseStore {
             inner: Arc::new(Inner {
                 clients,
-                con: RedisConnection {
-                    inner: Conn::Cluster(con),
-                },
+                con,
                 layout,
                 db: 0,
                 response_timeout: options.response_timeout,
@@ -285,6 +291,20 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
         return bad("no node listed (expected host:port,host:port,...)");
     }
     Ok(Some(nodes))
+}
+
+/// [`eviction::check_policy`](crate::eviction::check_policy) under the operation deadline.
+async fn check_eviction(
+    con: &RedisConnection,
+    options: &RedisOptions,
+    op_deadline: Duration,
+) -> Result<()> {
+    bounded(
+        "connect",
+        op_deadline,
+        crate::eviction::check_policy(con, options.allow_eviction, options.response_timeout),
+    )
+    .await?
 }
 
 /// `op` unless `deadline` passes first, then [`Error::Timeout`] (retryable, outcome unknown).

@@ -4,6 +4,7 @@
 
 mod cases;
 mod clock;
+mod eviction;
 mod failover;
 mod input;
 mod many;
@@ -65,6 +66,7 @@ fn main() {
         restart::cases(),
         failover::cases(),
         clock::cases(),
+        eviction::cases(),
         watch::cases(),
         protocol::cases(),
     ]
