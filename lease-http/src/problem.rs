@@ -40,6 +40,30 @@ pub enum Problem {
         /// Why it was rejected.
         reason: String,
     },
+    /// `409 Conflict`, type `urn:lease:problem:unissued-fencing-token`: the token is above every
+    /// token the lease store has issued for the key (forged, or issued by another store), so it
+    /// was not recorded: a token nobody holds must not fence out the real holder. Members `key`,
+    /// `presented_token`, `last_issued_token` (a number, or `null` when the store reports none,
+    /// for example a key nobody holds on a store that keeps the last token only while held).
+    Unissued {
+        /// The resource key.
+        key: LeaseKey,
+        /// The token the request carried.
+        presented: FencingToken,
+        /// The last token the store reported issuing for the key.
+        last_issued: Option<FencingToken>,
+    },
+    /// `400 Bad Request`, type `urn:lease:problem:fencing-key-mismatch`: the layer takes the key
+    /// from the route (or a fixed key), and the request's `Fencing-Key` header names another.
+    /// Members `expected_key`, `presented_key`, `key_source`.
+    KeyMismatch {
+        /// The key the layer derived for this request.
+        expected: LeaseKey,
+        /// The key the `Fencing-Key` header named.
+        presented: String,
+        /// Where the layer takes the key from.
+        source: String,
+    },
     /// `503 Service Unavailable`, type `urn:lease:problem:fencing-unavailable`: the fenced
     /// resource failed or did not answer in time; nothing reached the handler. Member
     /// `retryable` (from [`lease_core::Error::is_retryable`], `true` for timeouts). The header
@@ -56,7 +80,8 @@ impl Problem {
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         match self {
-            Problem::Stale { .. } => StatusCode::CONFLICT,
+            Problem::Stale { .. } | Problem::Unissued { .. } => StatusCode::CONFLICT,
+            Problem::KeyMismatch { .. } => StatusCode::BAD_REQUEST,
             Problem::Missing { .. } => StatusCode::PRECONDITION_REQUIRED,
             Problem::Malformed { .. } => StatusCode::BAD_REQUEST,
             Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -67,6 +92,8 @@ impl Problem {
     pub fn type_uri(&self) -> &'static str {
         match self {
             Problem::Stale { .. } => "urn:lease:problem:stale-fencing-token",
+            Problem::Unissued { .. } => "urn:lease:problem:unissued-fencing-token",
+            Problem::KeyMismatch { .. } => "urn:lease:problem:fencing-key-mismatch",
             Problem::Missing { .. } => "urn:lease:problem:fencing-token-required",
             Problem::Malformed { .. } => "urn:lease:problem:malformed-fencing-header",
             Problem::Unavailable { .. } => "urn:lease:problem:fencing-unavailable",
@@ -92,6 +119,42 @@ impl Problem {
                     format!(
                         "fencing token {presented} for key {key:?} is stale: the highest accepted token is {high_water}",
                         key = key.as_str()
+                    ),
+                )
+            }
+            Problem::Unissued {
+                key,
+                presented,
+                last_issued,
+            } => {
+                body.insert("key".into(), json!(key.as_str()));
+                body.insert("presented_token".into(), json!(presented.get()));
+                body.insert(
+                    "last_issued_token".into(),
+                    json!(last_issued.map(FencingToken::get)),
+                );
+                let last = last_issued.map_or_else(|| "none".to_owned(), |t| t.to_string());
+                (
+                    "Unissued fencing token",
+                    format!(
+                        "fencing token {presented} for key {key:?} was never issued by the lease store (its last token for the key: {last}); it was not recorded",
+                        key = key.as_str()
+                    ),
+                )
+            }
+            Problem::KeyMismatch {
+                expected,
+                presented,
+                source,
+            } => {
+                body.insert("expected_key".into(), json!(expected.as_str()));
+                body.insert("presented_key".into(), json!(presented));
+                body.insert("key_source".into(), json!(source));
+                (
+                    "Fencing key mismatch",
+                    format!(
+                        "this route is fenced by key {expected:?} ({source}), but the Fencing-Key header names {presented:?}",
+                        expected = expected.as_str()
                     ),
                 )
             }

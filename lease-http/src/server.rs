@@ -1,20 +1,22 @@
 //! The server side: a tower layer that checks (and records) a request's fencing token against a
 //! [`FencedResource`] before the handler runs.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderName, Request, Response};
-use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOutcome};
+use lease_core::{FencedResource, FencingToken, LeaseKey, LeaseStore, WriteOutcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::key::{KeySource, single_header};
 use crate::problem::Problem;
 use crate::{FENCING_KEY, FENCING_TOKEN};
 
@@ -57,104 +59,24 @@ pub enum Requirement {
     Optional,
 }
 
-type KeyFn = dyn Fn(&Parts) -> Option<String> + Send + Sync;
-
-/// Where the layer finds the resource key of a request.
-#[derive(Clone)]
-pub struct KeySource(KeyKind);
-
-#[derive(Clone)]
-enum KeyKind {
-    Header(HeaderName),
-    Fixed(LeaseKey),
-    Fn(Arc<KeyFn>, &'static str),
-}
-
-impl KeySource {
-    /// The key is the value of a request header (default: [`FENCING_KEY`]).
-    pub fn header(name: HeaderName) -> Self {
-        KeySource(KeyKind::Header(name))
-    }
-    /// Every request is checked against one key (a layer per resource).
-    pub fn fixed(key: LeaseKey) -> Self {
-        KeySource(KeyKind::Fixed(key))
-    }
-    /// The key is computed from the request head: a route parameter parsed from
-    /// `parts.uri.path()`, a tenant header, ... `None` means "no key" (treated like a missing
-    /// header). `describe` names the source in `428`/`400` bodies (for example `"path /accounts/{id}"`).
-    pub fn from_fn<F>(describe: &'static str, f: F) -> Self
-    where
-        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
-    {
-        KeySource(KeyKind::Fn(Arc::new(f), describe))
-    }
-
-    fn describe(&self) -> String {
-        match &self.0 {
-            KeyKind::Header(h) => h.as_str().to_owned(),
-            KeyKind::Fixed(k) => format!("fixed key {}", k.as_str()),
-            KeyKind::Fn(_, d) => (*d).to_owned(),
-        }
-    }
-
-    fn extract(&self, parts: &Parts) -> Result<Option<LeaseKey>, Problem> {
-        let raw = match &self.0 {
-            KeyKind::Fixed(k) => return Ok(Some(k.clone())),
-            KeyKind::Header(h) => match single_header(parts, h)? {
-                Some(v) => v.to_owned(),
-                None => return Ok(None),
-            },
-            KeyKind::Fn(f, _) => match f(parts) {
-                Some(v) => v,
-                None => return Ok(None),
-            },
-        };
-        LeaseKey::new(&raw)
-            .map(Some)
-            .map_err(|e| Problem::Malformed {
-                header: self.describe(),
-                reason: e.to_string(),
-            })
-    }
-}
-
-impl fmt::Debug for KeySource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "KeySource({})", self.describe())
-    }
-}
-
-fn single_header<'a>(parts: &'a Parts, name: &HeaderName) -> Result<Option<&'a str>, Problem> {
-    let mut values = parts.headers.get_all(name).iter();
-    let Some(first) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(Problem::Malformed {
-            header: name.as_str().to_owned(),
-            reason: "more than one value".into(),
-        });
-    }
-    first.to_str().map(Some).map_err(|_| Problem::Malformed {
-        header: name.as_str().to_owned(),
-        reason: "not visible ASCII".into(),
-    })
-}
-
-/// A tower [`Layer`] that fences every request against a [`FencedResource`].
+/// A tower [`Layer`] that fences every request against a [`FencedResource`], with tokens
+/// confirmed by the [`LeaseStore`] that issues them.
 ///
 /// For each request the layer reads the token header ([`FENCING_TOKEN`] by default) and the key
-/// (see [`KeySource`]; [`FENCING_KEY`] by default), then calls
-/// [`FencedResource::install`]`(key, token)` **before** the inner service runs:
+/// (see [`KeySource`]: the route, a fixed key, or the [`FENCING_KEY`] header by default), then,
+/// **before** the inner service runs, confirms that the store issued the token (below) and calls
+/// [`FencedResource::install`]`(key, token)`:
 ///
 /// | request | response (handler not called) |
 /// |---|---|
-/// | token `>=` the key's high-water mark | handler runs, with an [`AcceptedToken`] in the extensions |
-/// | token `<` the mark | `409 Conflict`, problem+json naming `highest_accepted_token` |
+/// | token `>=` the key's high-water mark, issued by the store | handler runs, with an [`AcceptedToken`] in the extensions |
+/// | token `<` the mark | `409 Conflict` ([`Problem::Stale`]), naming `highest_accepted_token` |
+/// | token above every token the store issued for the key | `409 Conflict` ([`Problem::Unissued`]); the mark does not move |
 /// | no token header, route [`Requirement::Required`] | `428 Precondition Required` |
 /// | a token but no key | `428 Precondition Required` |
+/// | a route/fixed key and a `Fencing-Key` header naming another key | `400 Bad Request` ([`Problem::KeyMismatch`]) |
 /// | token not in `1..=i64::MAX`, repeated header, illegal key | `400 Bad Request` |
-/// | the resource fails or exceeds [`check_timeout`](Self::check_timeout) | `503 Service Unavailable`, `retryable` member |
+/// | the store or resource fails or exceeds [`check_timeout`](Self::check_timeout) | `503 Service Unavailable`, `retryable` member |
 ///
 /// # The guarantee, and its limit
 /// `install` is the resource's atomic check-and-record: an accepted token moves the high-water
@@ -171,6 +93,20 @@ fn single_header<'a>(parts: &'a Parts, name: &HeaderName) -> Result<Option<&'a s
 /// layer's check then serves as the early, cheap rejection and as the point where a new holder's
 /// first request fences out every older holder.
 ///
+/// # Only issued tokens move the mark
+/// Recording any token a client sends would let one request with a huge token (or a token of
+/// another store) raise the mark for good, after which every real holder gets `409`. So a token
+/// above the highest this layer has seen confirmed for the key is first confirmed with the
+/// issuer: one [`LeaseStore::inspect`], whose `last_token` must be at least the token. The
+/// confirmed maximum is remembered per key (in this layer and its clones), so a holder's
+/// requests after the first cost no extra round trip; a new holder's first request costs one.
+/// A token the store did not issue is refused with [`Problem::Unissued`] and records nothing.
+///
+/// This assumes that `inspect` sees every grant that completed before it was called (true of
+/// every backend of this library, which read from the primary or by quorum) and that the store
+/// given here is the one that issues the tokens. A store that reports `last_token` only while
+/// the key is held (etcd) confirms a token above the mark only while its lease is held.
+///
 /// # Cancellation
 /// If the response future is dropped while the check is in flight, the mark may or may not have
 /// moved, and the handler has not run. A mark moved by a request that never reached the handler is
@@ -178,30 +114,31 @@ fn single_header<'a>(parts: &'a Parts, name: &HeaderName) -> Result<Option<&'a s
 ///
 /// ```
 /// use std::sync::Arc;
-/// use lease_core::{FencedResource, FencingToken, MemoryFencedResource};
-/// use lease_http::{FenceLayer, KeySource, Problem, Requirement};
+/// use std::time::Duration;
+/// use lease_core::{AcquireRequest, FencedResource, LeaseKey, LeaseStore, MemoryFencedResource};
+/// use lease_core::{MemoryLeaseStore, OwnerId};
+/// use lease_http::{FenceLayer, KeySource, Problem};
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = Arc::new(MemoryLeaseStore::new());
 /// let resource: Arc<dyn FencedResource> = Arc::new(MemoryFencedResource::new());
-/// // The key is the `{id}` of `/accounts/{id}/...`.
-/// let layer = FenceLayer::new(resource)
-///     .key_source(KeySource::from_fn("path /accounts/{id}", |parts| {
-///         let rest = parts.uri.path().strip_prefix("/accounts/")?;
-///         Some(rest.split('/').next()?.to_owned())
-///     }))
-///     .requirement(Requirement::Required);
+/// // The key is the `{id}` of `/accounts/{id}/...`: a write to account a-1 is fenced by a-1.
+/// let layer = FenceLayer::new(resource, store.clone())
+///     .key_source(KeySource::path("/accounts/{id}/{*rest}", "id")?);
 /// let head = |token: u64| {
 ///     let req = http::Request::post("/accounts/a-1/deposit")
 ///         .header("Fencing-Token", token)
 ///         .body(())?;
 ///     Ok::<_, http::Error>(req.into_parts().0)
 /// };
-/// let accepted = layer.check(&head(5)?).await?.ok_or("no token")?;
-/// assert_eq!((accepted.key().as_str(), accepted.token().get()), ("a-1", 5));
-/// match layer.check(&head(4)?).await {
-///     Err(Problem::Stale { high_water, .. }) => assert_eq!(high_water, FencingToken::new(5)?),
-///     other => return Err(format!("expected 409, got {other:?}").into()),
-/// }
+/// let req = AcquireRequest::new(LeaseKey::new("a-1")?, OwnerId::new("worker-1")?, Duration::from_secs(30));
+/// let lease = store.acquire(&req).await?.lease().ok_or("held")?;
+/// let accepted = layer.check(&head(lease.token().get())?).await?.ok_or("no token")?;
+/// assert_eq!((accepted.key().as_str(), accepted.token()), ("a-1", lease.token()));
+/// // A token the store never issued is refused and does not move the mark.
+/// let forged = lease.token().get() + 1000;
+/// assert!(matches!(layer.check(&head(forged)?).await, Err(Problem::Unissued { .. })));
+/// assert!(layer.check(&head(lease.token().get())?).await.is_ok());
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
@@ -209,9 +146,15 @@ pub struct FenceLayer {
     config: Arc<Config>,
 }
 
+/// At most this many keys' confirmed maxima are remembered; past it the memory starts over
+/// (which costs one `inspect` per key again, never safety).
+const MAX_CONFIRMED_KEYS: usize = 65_536;
+
 #[derive(Clone)]
 struct Config {
     resource: Arc<dyn FencedResource>,
+    issuer: Arc<dyn LeaseStore>,
+    confirmed: Arc<Mutex<HashMap<LeaseKey, FencingToken>>>,
     key: KeySource,
     requirement: Requirement,
     token_header: HeaderName,
@@ -222,6 +165,7 @@ impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FenceLayer")
             .field("resource", &self.resource)
+            .field("issuer", &self.issuer.backend())
             .field("key", &self.key)
             .field("requirement", &self.requirement)
             .field("token_header", &self.token_header)
@@ -231,12 +175,16 @@ impl fmt::Debug for Config {
 }
 
 impl FenceLayer {
-    /// A layer over `resource`: token from [`FENCING_TOKEN`], key from [`FENCING_KEY`], token
-    /// required, checks bounded by [`DEFAULT_CHECK_TIMEOUT`].
-    pub fn new(resource: Arc<dyn FencedResource>) -> Self {
+    /// A layer over `resource`, confirming tokens with `issuer` (the lease store whose tokens
+    /// the clients present): token from [`FENCING_TOKEN`], key from the [`FENCING_KEY`] header
+    /// (prefer a route key, see [`key_source`](Self::key_source)), token required, checks
+    /// bounded by [`DEFAULT_CHECK_TIMEOUT`].
+    pub fn new(resource: Arc<dyn FencedResource>, issuer: Arc<dyn LeaseStore>) -> Self {
         FenceLayer {
             config: Arc::new(Config {
                 resource,
+                issuer,
+                confirmed: Arc::default(),
                 key: KeySource::header(FENCING_KEY),
                 requirement: Requirement::Required,
                 token_header: FENCING_TOKEN,
@@ -250,7 +198,8 @@ impl FenceLayer {
         self
     }
 
-    /// Where the key comes from.
+    /// Where the key comes from: [`KeySource::path`] (or `route_param`, `fixed`, `from_fn`) so
+    /// that what the request touches decides the key, or the `Fencing-Key` header (default).
     pub fn key_source(self, key: KeySource) -> Self {
         self.with(|c| c.key = key)
     }
@@ -265,8 +214,10 @@ impl FenceLayer {
         self.with(|c| c.token_header = name)
     }
 
-    /// Bounds each check; a check that takes longer answers `503` (retryable) and the handler does
-    /// not run. Any `Duration` is accepted (`Duration::MAX` means "as long as the resource takes").
+    /// Bounds each check (the store's confirmation and the resource's install together); a
+    /// check that takes longer answers `503` (retryable) and the handler does not run. Any
+    /// `Duration` is accepted: zero refuses every request that needs a round trip, and
+    /// `Duration::MAX` means "as long as the store and resource take".
     pub fn check_timeout(self, timeout: Duration) -> Self {
         self.with(|c| c.timeout = timeout)
     }
@@ -300,36 +251,80 @@ impl Config {
                 };
             }
         };
-        let Some(key) = self.key.extract(parts)? else {
+        let Some(key) = self.key.extract(parts).await? else {
             return Err(Problem::Missing {
                 missing: self.key.describe(),
             });
         };
-        let outcome = tokio::time::timeout(self.timeout, self.resource.install(&key, token)).await;
-        match outcome {
-            Ok(Ok(WriteOutcome::Accepted { .. })) => Ok(Some(AcceptedToken { key, token })),
-            Ok(Ok(WriteOutcome::Rejected {
+        match tokio::time::timeout(self.timeout, self.confirm_and_install(&key, token)).await {
+            Ok(Ok(())) => Ok(Some(AcceptedToken { key, token })),
+            Ok(Err(problem)) => Err(problem),
+            Err(_) => Err(Problem::Unavailable {
+                message: format!("no answer within {:?}", self.timeout),
+                retryable: true,
+            }),
+        }
+    }
+
+    fn confirmed(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, FencingToken>> {
+        // The map only caches maxima; a panic elsewhere cannot leave it inconsistent.
+        self.confirmed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses a token the issuer never issued (asking it once per new maximum), then installs.
+    async fn confirm_and_install(
+        &self,
+        key: &LeaseKey,
+        token: FencingToken,
+    ) -> Result<(), Problem> {
+        let known = self.confirmed().get(key).copied();
+        if known.is_none_or(|k| token > k) {
+            let state = self.issuer.inspect(key).await.map_err(|e| {
+                tracing::warn!(key = %key, error = %e, "fencing token confirmation failed");
+                Problem::Unavailable {
+                    message: e.to_string(),
+                    retryable: e.is_retryable(),
+                }
+            })?;
+            if let Some(last) = state.last_token {
+                let mut confirmed = self.confirmed();
+                if confirmed.len() >= MAX_CONFIRMED_KEYS && !confirmed.contains_key(key) {
+                    confirmed.clear();
+                }
+                let entry = confirmed.entry(key.clone()).or_insert(last);
+                *entry = (*entry).max(last);
+            }
+            if state.last_token.is_none_or(|last| token > last) {
+                tracing::warn!(key = %key, token = %token, last_issued = ?state.last_token, "unissued fencing token refused");
+                return Err(Problem::Unissued {
+                    key: key.clone(),
+                    presented: token,
+                    last_issued: state.last_token,
+                });
+            }
+        }
+        match self.resource.install(key, token).await {
+            Ok(WriteOutcome::Accepted { .. }) => Ok(()),
+            Ok(WriteOutcome::Rejected {
                 presented,
                 high_water,
-            })) => {
+            }) => {
                 tracing::debug!(key = %key, token = %presented, high_water = %high_water, "stale fencing token refused");
                 Err(Problem::Stale {
-                    key,
+                    key: key.clone(),
                     presented,
                     high_water,
                 })
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(key = %key, error = %e, "fencing check failed");
                 Err(Problem::Unavailable {
                     message: e.to_string(),
                     retryable: e.is_retryable(),
                 })
             }
-            Err(_) => Err(Problem::Unavailable {
-                message: format!("no answer within {:?}", self.timeout),
-                retryable: true,
-            }),
         }
     }
 }

@@ -39,6 +39,7 @@ fn request(url: &str) -> Result<http::Request<Full<bytes::Bytes>>, http::Error> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_layer_and_reqwest_attach_token_and_refuse_after_release() -> TestResult {
     let resource: Arc<dyn FencedResource> = Arc::new(MemoryFencedResource::new());
+    let store = Arc::new(MemoryLeaseStore::new());
     let calls = Arc::new(AtomicU64::new(0));
     let seen = calls.clone();
     let app = Router::new()
@@ -49,14 +50,11 @@ async fn client_layer_and_reqwest_attach_token_and_refuse_after_release() -> Tes
                 format!("{} {}", t.key(), t.token())
             }),
         )
-        .layer(FenceLayer::new(resource));
+        .layer(FenceLayer::new(resource, store.clone()));
     let addr = serve(app).await?;
     let url = format!("http://{addr}/ledger");
 
-    let sup = Supervisor::new(
-        MemoryLeaseStore::new(),
-        SupervisorConfig::new(Duration::from_secs(30)),
-    );
+    let sup = Supervisor::from_arc(store, SupervisorConfig::new(Duration::from_secs(30)));
     let key = LeaseKey::new("ledger")?;
     let Acquisition::Acquired(guard) = sup.acquire(&key).await? else {
         return Err("not acquired".into());

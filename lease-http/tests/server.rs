@@ -20,6 +20,41 @@ type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const TTL: Duration = Duration::from_secs(30);
 
+/// A fake issuer for the header-parsing cases: the memory store, but `inspect` reports that it
+/// issued every token up to `i64::MAX`, so the layer's confirmation never refuses.
+#[derive(Debug, Default)]
+struct IssuedEverything(MemoryLeaseStore);
+
+#[async_trait::async_trait]
+impl LeaseStore for IssuedEverything {
+    fn backend(&self) -> &'static str {
+        "issued-everything"
+    }
+    fn capabilities(&self) -> lease_core::Capabilities {
+        self.0.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> lease_core::Result<AcquireOutcome> {
+        self.0.acquire(req).await
+    }
+    async fn renew(
+        &self,
+        lease: &lease_core::Lease,
+    ) -> lease_core::Result<lease_core::RenewOutcome> {
+        self.0.renew(lease).await
+    }
+    async fn release(
+        &self,
+        lease: &lease_core::Lease,
+    ) -> lease_core::Result<lease_core::ReleaseOutcome> {
+        self.0.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> lease_core::Result<lease_core::KeyState> {
+        let mut state = self.0.inspect(key).await?;
+        state.last_token = Some(FencingToken::new(i64::MAX.unsigned_abs())?);
+        Ok(state)
+    }
+}
+
 async fn serve(app: Router) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -146,20 +181,17 @@ async fn storm(
 /// naming the new token, all N new-token writes reach the handler, and the resource saw exactly
 /// the accepted ones.
 async fn stale_and_fresh_writers(
-    store: &dyn LeaseStore,
+    store: Arc<dyn LeaseStore>,
     resource: Arc<dyn FencedResource>,
     route_key: bool,
 ) -> TestResult {
     const N: usize = 40;
     let key = LeaseKey::new(format!("acct-{}", uuid::Uuid::new_v4().simple()))?;
-    let (old, new) = two_generations(store, &key).await?;
+    let (old, new) = two_generations(&*store, &key).await?;
     let calls = Arc::new(AtomicU64::new(0));
-    let mut layer = FenceLayer::new(resource.clone());
+    let mut layer = FenceLayer::new(resource.clone(), store);
     if route_key {
-        layer = layer.key_source(KeySource::from_fn("path /accounts/{id}/deposit", |parts| {
-            let rest = parts.uri.path().strip_prefix("/accounts/")?;
-            Some(rest.split('/').next()?.to_owned())
-        }));
+        layer = layer.key_source(KeySource::path("/accounts/{id}/deposit", "id")?);
     }
     let addr = serve(ledger_app(resource.clone(), calls.clone(), layer)).await?;
     let (url, header_key) = if route_key {
@@ -204,21 +236,33 @@ async fn stale_and_fresh_writers(
     assert_eq!(state.counter, i64::try_from(total)?);
     assert_eq!(state.accepted, total);
     assert_eq!(state.high_water, Some(new));
+
+    // A token above every token the store issued is refused and does not move the mark.
+    let forged = (new.get() + 1_000).to_string();
+    let mut headers = vec![("Fencing-Token", forged.as_str())];
+    if !route_key {
+        headers.push(("Fencing-Key", key.as_str()));
+    }
+    let (s, v) = send(&url, &headers).await?;
+    assert_eq!(s, 409, "{v}");
+    assert_eq!(v["type"], "urn:lease:problem:unissued-fencing-token", "{v}");
+    assert_eq!(v["last_issued_token"], new.get(), "{v}");
+    assert_eq!(resource.read(&key).await?.high_water, Some(new));
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_stale_writers_get_409_fresh_reach_handler() -> TestResult {
-    let store = MemoryLeaseStore::new();
-    stale_and_fresh_writers(&store, Arc::new(MemoryFencedResource::new()), false).await
+    let store = Arc::new(MemoryLeaseStore::new());
+    stale_and_fresh_writers(store, Arc::new(MemoryFencedResource::new()), false).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_fenced_resource_key_from_route() -> TestResult {
     let path = std::env::temp_dir().join(format!("lease-http-{}.db", uuid::Uuid::new_v4()));
-    let store = lease_sqlite::SqliteLeaseStore::open(&path).await?;
+    let store = Arc::new(lease_sqlite::SqliteLeaseStore::open(&path).await?);
     let resource: Arc<dyn FencedResource> = Arc::new(store.fenced_resource());
-    let result = stale_and_fresh_writers(&store, resource, true).await;
+    let result = stale_and_fresh_writers(store.clone(), resource, true).await;
     store.close().await;
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
@@ -256,10 +300,11 @@ async fn send(
 async fn missing_malformed_and_optional_tokens() -> TestResult {
     let resource: Arc<dyn FencedResource> = Arc::new(MemoryFencedResource::new());
     let calls = Arc::new(AtomicU64::new(0));
+    let issuer: Arc<dyn LeaseStore> = Arc::new(IssuedEverything::default());
     let required = ledger_app(
         resource.clone(),
         calls.clone(),
-        FenceLayer::new(resource.clone()),
+        FenceLayer::new(resource.clone(), issuer.clone()),
     );
     let optional = Router::new()
         .route(
@@ -268,7 +313,7 @@ async fn missing_malformed_and_optional_tokens() -> TestResult {
                 t.map_or_else(|| "none".to_owned(), |t| t.token().to_string())
             }),
         )
-        .layer(FenceLayer::new(resource.clone()).requirement(Requirement::Optional));
+        .layer(FenceLayer::new(resource.clone(), issuer).requirement(Requirement::Optional));
     let addr = serve(required.merge(optional)).await?;
     let ledger = format!("http://{addr}/ledger");
 
@@ -331,20 +376,23 @@ async fn missing_malformed_and_optional_tokens() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_failure_is_503_and_handler_does_not_run() -> TestResult {
     let path = std::env::temp_dir().join(format!("lease-http-{}.db", uuid::Uuid::new_v4()));
-    let store = lease_sqlite::SqliteLeaseStore::open(&path).await?;
+    let store = Arc::new(lease_sqlite::SqliteLeaseStore::open(&path).await?);
     let resource: Arc<dyn FencedResource> = Arc::new(store.fenced_resource());
     let calls = Arc::new(AtomicU64::new(0));
     let addr = serve(ledger_app(
         resource.clone(),
         calls.clone(),
-        FenceLayer::new(resource),
+        FenceLayer::new(resource, store.clone()),
     ))
     .await?;
     let url = format!("http://{addr}/ledger");
-    let (s, _) = send(&url, &[("Fencing-Token", "1"), ("Fencing-Key", "k")]).await?;
+    let key = LeaseKey::new("k")?;
+    let (_, token) = two_generations(&*store, &key).await?;
+    let token = token.get().to_string();
+    let (s, _) = send(&url, &[("Fencing-Token", &token), ("Fencing-Key", "k")]).await?;
     assert_eq!(s, 200);
     store.close().await; // the pool is closed: every check now fails
-    let (s, v) = send(&url, &[("Fencing-Token", "2"), ("Fencing-Key", "k")]).await?;
+    let (s, v) = send(&url, &[("Fencing-Token", &token), ("Fencing-Key", "k")]).await?;
     assert_eq!(s, 503, "{v}");
     assert_eq!(v["type"], "urn:lease:problem:fencing-unavailable");
     assert!(v["retryable"].is_boolean(), "{v}");
@@ -368,7 +416,7 @@ async fn postgres_high_water_table() -> TestResult {
     let options = PostgresOptions::new(TableName::parse("lease_http_test.leases")?)
         .with_max_connections(4)
         .with_acquire_timeout(Duration::from_secs(5));
-    let store = PostgresLeaseStore::connect_lazy(&url, options)?;
+    let store = Arc::new(PostgresLeaseStore::connect_lazy(&url, options)?);
     if let Err(e) = store.migrate().await {
         let required = ["CI", "LEASE_TEST_REQUIRE"]
             .iter()
@@ -380,5 +428,5 @@ async fn postgres_high_water_table() -> TestResult {
         return Ok(());
     }
     let resource: Arc<dyn FencedResource> = Arc::new(store.fenced_resource());
-    stale_and_fresh_writers(&store, resource, false).await
+    stale_and_fresh_writers(store, resource, false).await
 }
