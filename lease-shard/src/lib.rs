@@ -66,6 +66,17 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Workers with one id
+//! A worker holds every lease (its shards, its membership slot, the requests and notes it leaves
+//! in mailboxes) under its own [instance](OwnerId::instance) of its id (`ID#` and 16 random hex
+//! digits; [`Worker::owner`]). Two workers joined with one id (two processes started with one
+//! fixed id, a restarted pod whose predecessor still runs) are two owners to the store: the
+//! store never grants one shard to both, neither renews or releases the other's leases, and
+//! neither takes a shard the other holds as its own. The other members count them as one
+//! member, by id: one fair share, which the two split between them, and one mailbox.
+//! [`ShardSet::try_join`] reads the membership first and refuses an id that is already live;
+//! two joins at the same instant can both pass that read, and are then two owners as above.
+//!
 //! # Keys
 //! A set named `NAME` uses `NAME.s.SHARD` per shard, `NAME.m.I` per membership slot and
 //! `NAME.x.WORKER` per mailbox; `NAME`, shard names and worker ids must make legal
@@ -350,9 +361,11 @@ impl ShardHook for NoShardHook {}
 /// Who owns what, as one scan of the store saw it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
-    /// Live members (workers holding a membership slot), sorted.
+    /// Live members (the ids of the workers holding a membership slot), sorted; two instances
+    /// of one id are one member.
     pub members: Vec<String>,
-    /// Each shard's current owner and token, `None` if free.
+    /// Each shard's current owner (the id of the worker holding it, whichever instance of that
+    /// id it is) and token, `None` if free.
     pub owners: BTreeMap<String, Option<(String, FencingToken)>>,
 }
 
@@ -473,19 +486,24 @@ impl ShardSet {
         &self.inner.config
     }
 
-    /// Joins as `worker` and starts owning shards in a background task.
+    /// Joins as `worker` and starts owning shards in a background task, without reading the
+    /// store first (see [`ShardSet::try_join`] for a join that refuses an id already live).
+    ///
+    /// The worker holds every lease under its own [instance](OwnerId::instance) of `worker`:
+    /// another worker joined with the same id (a second process started with one fixed id) is
+    /// another owner to the store, so the two never both own a shard; the other members count
+    /// them as one member `worker` (one fair share, which the two split between them).
     ///
     /// # Errors
     /// [`Error::InvalidKey`] / [`Error::InvalidOwner`] if `worker` does not make a legal key
-    /// label and owner id.
+    /// label and owner id with room for its instance part.
     pub fn join(&self, worker: &str) -> Result<Worker> {
-        let mailbox = LeaseKey::new(format!("{}.x.{worker}", self.inner.name))?;
-        let owner = OwnerId::new(worker)?;
+        let (mailbox, owner) = self.worker_names(worker)?;
         let mut sup = Supervisor::from_arc(
             self.inner.store.clone(),
             self.inner.config.worker_supervisor()?,
         )
-        .with_owner(owner);
+        .with_owner(owner.clone());
         if let Some(h) = &self.inner.lease_hook {
             sup = sup.with_hook(h.clone());
         }
@@ -509,12 +527,64 @@ impl ShardSet {
         );
         Ok(Worker {
             id,
+            owner,
             events: events_rx,
             assignment: assign_rx,
             stop,
             leave,
             task: Some(task),
         })
+    }
+
+    /// Joins as `worker` like [`ShardSet::join`], after one read of the membership slots: if
+    /// another instance of `worker` holds one (another process joined with this id and has not
+    /// left, or died less than a TTL ago), the join is refused and nothing is written.
+    ///
+    /// Two joins at the same instant can both pass the read; they are then two owners as with
+    /// [`ShardSet::join`], never two owners of one shard.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the id, the set and the live instance if `worker` is
+    /// already live in the set; the errors of [`ShardSet::join`]; the store's error, or
+    /// [`Error::Timeout`] after the op timeout, if the slots cannot be read.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: cancelled before it returns, it has joined nothing.
+    pub async fn try_join(&self, worker: &str) -> Result<Worker> {
+        self.worker_names(worker)?;
+        let set = &self.inner;
+        let op = set.config.supervisor.op_timeout();
+        let holders = match timeout(op, set.store.holders_many(&set.slots)).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    backend: set.store.backend(),
+                    operation: "holders_many",
+                    after: op,
+                });
+            }
+        };
+        if let Some(live) = holders
+            .iter()
+            .flatten()
+            .find(|h| h.owner.identity() == worker)
+        {
+            return Err(Error::InvalidInput(format!(
+                "worker id {worker} is already live in set {} (instance {}): stop that worker, \
+                 or join once its membership has expired (within one TTL of its end)",
+                set.name, live.owner
+            )));
+        }
+        self.join(worker)
+    }
+
+    /// The mailbox key and a fresh instance owner for `worker`, checking that its steal
+    /// requests' owners (`WORKER/N`, up to every shard) are legal too.
+    fn worker_names(&self, worker: &str) -> Result<(LeaseKey, OwnerId)> {
+        let mailbox = LeaseKey::new(format!("{}.x.{worker}", self.inner.name))?;
+        let owner = OwnerId::instance(worker)?;
+        OwnerId::instance(&format!("{worker}/{}", self.inner.shards.len()))?;
+        Ok((mailbox, owner))
     }
 
     /// Scans the store once: live members and each shard's owner.
@@ -544,6 +614,7 @@ impl ShardSet {
 #[derive(Debug)]
 pub struct Worker {
     id: Arc<str>,
+    owner: OwnerId,
     events: mpsc::UnboundedReceiver<ShardEvent>,
     assignment: watch::Receiver<BTreeMap<String, FencingToken>>,
     stop: CancellationToken,
@@ -555,6 +626,13 @@ impl Worker {
     /// The worker's id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The owner this worker holds its leases under: an [instance](OwnerId::instance) of its
+    /// id, unique to this worker, so that another worker joined with the same id is another
+    /// owner to the store.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
     }
 
     /// The next event, `None` once the worker stopped.
@@ -705,19 +783,19 @@ async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
     let mut members = BTreeSet::new();
     for _ in &set.slots {
         if let Some(h) = states.next().expect("one holder per key") {
-            members.insert(h.owner.as_str().to_string());
+            members.insert(h.owner.identity().to_string());
         }
     }
     let mut owners = Vec::with_capacity(set.shards.len());
     for _ in &set.shards {
         let h = states.next().expect("one holder per key");
-        owners.push(h.map(|h| (h.owner.as_str().to_string(), h.token)));
+        owners.push(h.map(|h| (h.owner.identity().to_string(), h.token)));
     }
     let mailbox = match mailbox {
         Some(_) => states
             .next()
             .expect("one holder per key")
-            .map(|h| (h.owner.as_str().to_string(), h.token)),
+            .map(|h| (h.owner.identity().to_string(), h.token)),
         None => None,
     };
     Ok(View {
@@ -787,7 +865,7 @@ async fn post_notes(set: &Arc<Inner>, me: &str, members: &[String], ttl: Duratio
         return Vec::new();
     }
     let op = set.config.supervisor.op_timeout();
-    let Ok(owner) = OwnerId::new(format!("{me}/0")) else {
+    let Ok(owner) = OwnerId::instance(&format!("{me}/0")) else {
         return Vec::new();
     };
     let notes = members.iter().filter(|m| **m != *me).filter_map(|m| {
@@ -811,6 +889,8 @@ async fn post_notes(set: &Arc<Inner>, me: &str, members: &[String], ttl: Duratio
 struct Run {
     set: Arc<Inner>,
     sup: Supervisor,
+    /// The worker's id: what the other members know it by (fair share, steals, mailbox). Its
+    /// leases are held under an instance of it (the supervisor's owner).
     me: Arc<str>,
     mailbox: LeaseKey,
     events: mpsc::UnboundedSender<ShardEvent>,
@@ -1085,7 +1165,7 @@ impl Run {
         if let Ok(Ok(state)) = timeout(op, self.set.store.inspect(&self.mailbox)).await
             && let Some(h) = state.holder
         {
-            let owner = h.owner.as_str();
+            let owner = h.owner.identity();
             if let Some((who, "0")) = owner.rsplit_once('/') {
                 let new = who != &*self.me && st.answered != Some(h.token);
                 st.answered = Some(h.token);
@@ -1403,7 +1483,7 @@ impl Run {
         tokio::spawn(async move {
             let wait = set.config.steal_wait();
             let op = sup.config().op_timeout();
-            let req = OwnerId::new(format!("{me}/{}", shards.len())).and_then(|owner| {
+            let req = OwnerId::instance(&format!("{me}/{}", shards.len())).and_then(|owner| {
                 Ok(AcquireRequest::new(
                     LeaseKey::new(format!("{}.x.{victim}", set.name))?,
                     owner,

@@ -231,6 +231,42 @@ async fn worker_death(b: Backend) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Two workers joined with one id at the same instant (two processes started with one fixed
+/// `--worker`): they are two owners to the store, so no shard ever has two believers (the
+/// history checker over both workers' beliefs), and together they own every shard; a third,
+/// joined with [`ShardSet::try_join`] once they are live, is refused.
+async fn one_id_twice(b: Backend) -> Result<(), Failed> {
+    let fleet = Fleet {
+        rec: Recorder::new(&set_name()),
+        shards: shard_names(8),
+        backend: b,
+    };
+    let ttl = fleet.backend.ttl;
+    let settle = ttl * 20 + Duration::from_secs(5);
+    let observer = fleet.set().await?;
+    let (one, two) = (fleet.set().await?, fleet.set().await?);
+    let first = one.join("w1")?;
+    let second = two.join("w1")?;
+    wait_for(&observer, settle, POLL, |s| all_owned_by(s, &["w1"]))
+        .await
+        .map_err(|s| format!("w1 did not come to own every shard: {s:?}"))?;
+    // Observe a few renewal rounds: a shard granted to both shows as an overlapping belief.
+    tokio::time::sleep(ttl * 2).await;
+    // A third worker with that id, joining after reading the membership, is refused.
+    match fleet.set().await?.try_join("w1").await {
+        Err(lease_core::Error::InvalidInput(m)) if m.contains("w1") => {}
+        Err(e) => return Err(format!("try_join of a live id: {e}").into()),
+        Ok(w) => {
+            return Err(format!("try_join of a live id succeeded as {}", w.owner()).into());
+        }
+    }
+    first.leave().await;
+    second.leave().await;
+    fleet.rec.check()?;
+    fleet.rec.check_tokens()?;
+    Ok(())
+}
+
 fn main() {
     let args = Arguments::from_args();
     let dir = std::env::temp_dir().join(format!("lease-shard-{}", std::process::id()));
@@ -238,9 +274,10 @@ fn main() {
     let require = lease_testkit::require_services();
     let mut trials = Vec::new();
     type Case = fn(Backend) -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
-    let cases: [(&str, Case); 2] = [
+    let cases: [(&str, Case); 3] = [
         ("planned_moves", |b| Box::pin(planned_moves(b))),
         ("worker_death", |b| Box::pin(worker_death(b))),
+        ("one_id_twice", |b| Box::pin(one_id_twice(b))),
     ];
     for b in backends(&dir, "shards.db") {
         let up = if args.list { Ok(()) } else { available(&b) };

@@ -608,3 +608,65 @@ async fn at_scale_workers_started_together_split_without_a_herd_and_a_joiner_tak
     rec.check().unwrap();
     rec.check_tokens().unwrap();
 }
+
+/// Two processes started with one worker id are two owners: joined at the same instant (before
+/// either holds a membership slot, so neither can refuse the other), they split the shards
+/// between them and never both believe they own one (the history checker over both workers'
+/// beliefs), and each keeps only the shards it was granted.
+#[tokio::test(start_paused = true)]
+async fn two_live_workers_with_one_id_never_both_own_a_shard() {
+    let rec = Recorder::new("twin");
+    let mem = MemoryLeaseStore::new();
+    let one = set_on(Arc::new(mem.clone()), &rec, 8);
+    let two = set_on(Arc::new(mem.clone()), &rec, 8);
+    let a = one.join("w1").unwrap();
+    let b = two.join("w1").unwrap();
+    wait_for(&one, TTL * 10, POLL, |s| all_owned_by(s, &["w1"]))
+        .await
+        .expect("w1 owns every shard");
+    // Several renewal rounds: a shard granted twice shows as an overlapping belief.
+    tokio::time::sleep(TTL * 3).await;
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
+    let (x, y) = (a.assignment(), b.assignment());
+    assert!(
+        x.keys().all(|s| !y.contains_key(s)),
+        "both instances own a shard: {x:?} and {y:?}"
+    );
+    assert_eq!(x.len() + y.len(), 8, "{x:?} and {y:?}");
+}
+
+/// A join that reads the membership first refuses an id another live worker holds, with a typed
+/// error naming the id and the set, and changes nothing; another id joins.
+#[tokio::test(start_paused = true)]
+async fn try_join_refuses_an_id_that_is_already_live() {
+    let rec = Recorder::new("again");
+    let mem = MemoryLeaseStore::new();
+    let one = set_on(Arc::new(mem.clone()), &rec, 4);
+    let two = set_on(Arc::new(mem.clone()), &rec, 4);
+    let a = one.try_join("w1").await.unwrap();
+    let before = wait_for(&one, TTL * 10, POLL, |s| all_owned_by(s, &["w1"]))
+        .await
+        .expect("w1 owns every shard");
+    let err = two.try_join("w1").await.unwrap_err();
+    let lease_core::Error::InvalidInput(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(msg.contains("w1") && msg.contains("again"), "{msg}");
+    assert!(msg.contains(a.owner().as_str()), "{msg}");
+    tokio::time::sleep(TTL).await;
+    let after = one.snapshot().await.unwrap();
+    assert_eq!(
+        before.owners, after.owners,
+        "the refused join changed ownership"
+    );
+    assert_eq!(after.members, vec!["w1".to_string()]);
+    let _b = two.try_join("w2").await.unwrap();
+    wait_for(&one, TTL * 10, POLL, |s| balanced(s, &["w1", "w2"]))
+        .await
+        .expect("w2 joins");
+    // Once w1 has left, its id joins again.
+    a.leave().await;
+    let _c = two.try_join("w1").await.unwrap();
+    rec.check().unwrap();
+}

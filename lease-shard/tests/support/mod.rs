@@ -33,6 +33,9 @@ pub struct Recorder {
     pub history: History,
     pub log: Arc<Mutex<Vec<Move>>>,
     pub steals: Arc<Mutex<u64>>,
+    /// The owner (a worker's instance) each grant went to, by shard and token: a worker's hook
+    /// names it by its id, its leases by the instance, and the history needs the latter.
+    pub instances: Arc<Mutex<BTreeMap<(String, FencingToken), String>>>,
 }
 
 impl Recorder {
@@ -42,6 +45,7 @@ impl Recorder {
             history: History::new(),
             log: Arc::default(),
             steals: Arc::default(),
+            instances: Arc::default(),
         }
     }
 
@@ -159,10 +163,15 @@ impl Hook for Recorder {
             .unwrap_or_else(Instant::now)
             .min(Instant::now());
         let prefix = format!("{}.s.", self.set_name);
+        let shard = lease.key().as_str()[prefix.len()..].to_string();
+        self.instances.lock().unwrap().insert(
+            (shard.clone(), lease.token()),
+            lease.owner().as_str().to_string(),
+        );
         self.log.lock().unwrap().push(Move {
             at: Instant::now(),
-            worker: lease.owner().as_str().to_string(),
-            shard: lease.key().as_str()[prefix.len()..].to_string(),
+            worker: lease.owner().identity().to_string(),
+            shard,
             token: lease.token(),
             ended: None,
         });
@@ -216,8 +225,15 @@ impl Hook for Recorder {
 impl ShardHook for Recorder {
     fn releasing(&self, worker: &str, shard: &str, token: FencingToken, reason: &RevokeReason) {
         let s = self.history.begin();
+        let instance = self
+            .instances
+            .lock()
+            .unwrap()
+            .get(&(shard.to_string(), token))
+            .cloned()
+            .unwrap_or_else(|| worker.to_string());
         self.history
-            .end(worker, &self.key(shard), s, Op::Release { token });
+            .end(&instance, &self.key(shard), s, Op::Release { token });
         self.log.lock().unwrap().push(Move {
             at: Instant::now(),
             worker: worker.to_string(),
