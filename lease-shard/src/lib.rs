@@ -78,9 +78,21 @@
 //! two joins at the same instant can both pass that read, and are then two owners as above.
 //!
 //! # Keys
-//! A set named `NAME` uses `NAME.s.SHARD` per shard, `NAME.m.I` per membership slot and
-//! `NAME.x.WORKER` per mailbox; `NAME`, shard names and worker ids must make legal
-//! [`LeaseKey`]s.
+//! A set named `NAME` uses the [reserved](LeaseKey::reserved) keys `NAME.lease--s.SHARD` per
+//! shard, `NAME.lease--m.I` per membership slot and `NAME.lease--x.WORKER` per mailbox.
+//! [`LeaseKey::new`] refuses `--`, so no lease a user names, in this set's store or any other,
+//! can have one of the set's keys: an unrelated lease never collides with a set, and two sets
+//! with different names never share a key. `NAME` must be a legal [`LeaseKey`], and shard
+//! names and worker ids legal key labels without `--` ([`ShardSet::new`] and
+//! [`ShardSet::join`] refuse others with [`Error::InvalidKey`]).
+//!
+//! ```
+//! use lease_core::LeaseKey;
+//! let orders = LeaseKey::new("orders")?;
+//! assert_eq!(orders.reserved("s.p0")?.as_str(), "orders.lease--s.p0");
+//! assert!(LeaseKey::new("orders.lease--s.p0").is_err());
+//! # Ok::<(), lease_core::Error>(())
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -400,11 +412,20 @@ pub fn fair_share(shards: usize, members: &[String], worker: &str) -> usize {
 struct Inner {
     store: Arc<dyn LeaseStore>,
     name: String,
+    /// The set's name as a key: its shard, slot and mailbox keys are reserved keys beside it.
+    name_key: LeaseKey,
     shards: Vec<(Arc<str>, LeaseKey)>,
     slots: Vec<LeaseKey>,
     config: ShardSetConfig,
     hook: Arc<dyn ShardHook>,
     lease_hook: Option<Arc<dyn Hook>>,
+}
+
+impl Inner {
+    /// The mailbox key of `worker`.
+    fn mailbox(&self, worker: &str) -> Result<LeaseKey> {
+        self.name_key.reserved(&format!("x.{worker}"))
+    }
 }
 
 /// A set of shards shared by a fleet of workers over one store.
@@ -426,12 +447,13 @@ impl ShardSet {
         config: ShardSetConfig,
     ) -> Result<Self> {
         config.worker_supervisor()?;
+        let name_key = LeaseKey::new(name)?;
         let mut seen = BTreeSet::new();
         let mut list = Vec::new();
         for s in shards {
             let s = s.as_ref();
             if seen.insert(s.to_string()) {
-                list.push((Arc::from(s), LeaseKey::new(format!("{name}.s.{s}"))?));
+                list.push((Arc::from(s), name_key.reserved(&format!("s.{s}"))?));
             }
         }
         if list.is_empty() {
@@ -440,12 +462,13 @@ impl ShardSet {
             ));
         }
         let slots = (0..config.max_workers)
-            .map(|i| LeaseKey::new(format!("{name}.m.{i}")))
+            .map(|i| name_key.reserved(&format!("m.{i}")))
             .collect::<Result<Vec<_>>>()?;
         Ok(ShardSet {
             inner: Arc::new(Inner {
                 store,
                 name: name.to_string(),
+                name_key,
                 shards: list,
                 slots,
                 config,
@@ -581,7 +604,7 @@ impl ShardSet {
     /// The mailbox key and a fresh instance owner for `worker`, checking that its steal
     /// requests' owners (`WORKER/N`, up to every shard) are legal too.
     fn worker_names(&self, worker: &str) -> Result<(LeaseKey, OwnerId)> {
-        let mailbox = LeaseKey::new(format!("{}.x.{worker}", self.inner.name))?;
+        let mailbox = self.inner.mailbox(worker)?;
         let owner = OwnerId::instance(worker)?;
         OwnerId::instance(&format!("{worker}/{}", self.inner.shards.len()))?;
         Ok((mailbox, owner))
@@ -869,7 +892,7 @@ async fn post_notes(set: &Arc<Inner>, me: &str, members: &[String], ttl: Duratio
         return Vec::new();
     };
     let notes = members.iter().filter(|m| **m != *me).filter_map(|m| {
-        let key = LeaseKey::new(format!("{}.x.{m}", set.name)).ok()?;
+        let key = set.mailbox(m).ok()?;
         let req = AcquireRequest::new(key, owner.clone(), ttl);
         let store = set.store.clone();
         Some(async move {
@@ -1485,7 +1508,7 @@ impl Run {
             let op = sup.config().op_timeout();
             let req = OwnerId::instance(&format!("{me}/{}", shards.len())).and_then(|owner| {
                 Ok(AcquireRequest::new(
-                    LeaseKey::new(format!("{}.x.{victim}", set.name))?,
+                    set.mailbox(&victim)?,
                     owner,
                     store_ttl(&*set.store, wait),
                 ))

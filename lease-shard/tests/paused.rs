@@ -263,7 +263,7 @@ impl LeaseStore for SlowShardTakes {
     }
     async fn acquire(&self, req: &AcquireRequest) -> lease_core::Result<AcquireOutcome> {
         let slow = *self.slow.lock().unwrap();
-        if let Some(d) = slow.filter(|_| req.key.as_str().contains(".s.")) {
+        if let Some(d) = slow.filter(|_| req.key.as_str().contains("--s.")) {
             tokio::time::sleep(d).await;
         }
         self.inner.acquire(req).await
@@ -668,5 +668,105 @@ async fn try_join_refuses_an_id_that_is_already_live() {
     // Once w1 has left, its id joins again.
     a.leave().await;
     let _c = two.try_join("w1").await.unwrap();
+    rec.check().unwrap();
+}
+
+/// Forwards to `inner` and logs every key the set names to the store.
+#[derive(Debug, Clone)]
+struct KeyLog {
+    inner: Arc<dyn LeaseStore>,
+    keys: Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl KeyLog {
+    fn log<'a>(&self, keys: impl IntoIterator<Item = &'a LeaseKey>) {
+        let mut set = self.keys.lock().unwrap();
+        set.extend(keys.into_iter().map(|k| k.as_str().to_string()));
+    }
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl LeaseStore for KeyLog {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> lease_core::Result<AcquireOutcome> {
+        self.log([&req.key]);
+        self.inner.acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> lease_core::Result<RenewOutcome> {
+        self.log([lease.key()]);
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> lease_core::Result<ReleaseOutcome> {
+        self.log([lease.key()]);
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> lease_core::Result<KeyState> {
+        self.log([key]);
+        self.inner.inspect(key).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[Lease],
+    ) -> lease_core::Result<Vec<lease_core::Result<RenewOutcome>>> {
+        self.log(leases.iter().map(Lease::key));
+        self.inner.renew_many(leases).await
+    }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> lease_core::Result<Vec<KeyState>> {
+        self.log(keys);
+        self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> lease_core::Result<Vec<Option<HeldBy>>> {
+        self.log(keys);
+        self.inner.holders_many(keys).await
+    }
+    async fn watch(&self, key: &LeaseKey) -> lease_core::Result<Option<KeyWatch>> {
+        self.log([key]);
+        self.inner.watch(key).await
+    }
+}
+
+/// Every key a set names to the store (shards, membership slots, mailboxes) lies in the
+/// library's reserved namespace: no user can create a lease key equal to one of them, so an
+/// unrelated lease can never collide with the set. The set works as ever (a join's steal and a
+/// leave's notes go through the mailboxes).
+#[tokio::test(start_paused = true)]
+async fn a_sets_keys_are_reserved_so_no_user_key_collides_with_them() {
+    let rec = Recorder::new("keys");
+    let log = KeyLog {
+        inner: Arc::new(MemoryLeaseStore::new()),
+        keys: Arc::default(),
+    };
+    let set = set_on(Arc::new(log.clone()), &rec, 4);
+    let a = set.join("a").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| all_owned_by(s, &["a"]))
+        .await
+        .expect("a owns every shard");
+    let b = set.join("b").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b"]))
+        .await
+        .expect("b steals its share");
+    a.leave().await;
+    wait_for(&set, TTL * 10, POLL, |s| all_owned_by(s, &["b"]))
+        .await
+        .expect("b takes a's shards");
+    b.leave().await;
+    let keys = log.keys.lock().unwrap().clone();
+    let user_made: Vec<&String> = keys.iter().filter(|k| LeaseKey::new(*k).is_ok()).collect();
+    assert!(
+        user_made.is_empty(),
+        "a user can create these keys of the set: {user_made:?}"
+    );
+    // Coverage: the shards', the slots' and both mailboxes' keys were among them.
+    let name = LeaseKey::new("keys").unwrap();
+    for role in ["s.p0", "s.p3", "m.0", "m.1", "x.a", "x.b"] {
+        let k = name.reserved(role).unwrap();
+        assert!(keys.contains(k.as_str()), "{k} not used: {keys:?}");
+    }
     rec.check().unwrap();
 }

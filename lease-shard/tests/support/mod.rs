@@ -49,12 +49,21 @@ impl Recorder {
         }
     }
 
-    fn is_shard(&self, key: &LeaseKey) -> bool {
-        key.as_str().starts_with(&format!("{}.s.", self.set_name))
+    /// The set's key for `shard`.
+    fn key(&self, shard: &str) -> LeaseKey {
+        LeaseKey::new(&self.set_name)
+            .and_then(|name| name.reserved(&format!("s.{shard}")))
+            .expect("legal")
     }
 
-    fn key(&self, shard: &str) -> LeaseKey {
-        LeaseKey::new(format!("{}.s.{shard}", self.set_name)).expect("legal")
+    /// What the set's shard keys start with (its key for a shard `x`, less the `x`).
+    fn shard_prefix(&self) -> String {
+        let k = self.key("x");
+        k.as_str()[..k.as_str().len() - 1].to_string()
+    }
+
+    fn is_shard(&self, key: &LeaseKey) -> bool {
+        key.as_str().starts_with(&self.shard_prefix())
     }
 
     pub fn moves(&self) -> Vec<Move> {
@@ -162,7 +171,7 @@ impl Hook for Recorder {
             .map(|t| t + lease.drift_margin())
             .unwrap_or_else(Instant::now)
             .min(Instant::now());
-        let prefix = format!("{}.s.", self.set_name);
+        let prefix = self.shard_prefix();
         let shard = lease.key().as_str()[prefix.len()..].to_string();
         self.instances.lock().unwrap().insert(
             (shard.clone(), lease.token()),
