@@ -395,7 +395,8 @@ impl PostgresOptions {
         self.op_timeout
     }
 
-    /// Sets the pool size used by [`PostgresLeaseStore::connect_with`](crate::PostgresLeaseStore::connect_with).
+    /// Sets the pool size used by [`PostgresLeaseStore::connect_with`](crate::PostgresLeaseStore::connect_with):
+    /// at least 1; above 10,000 the connect fails with [`Error::Config`](lease_core::Error::Config).
     pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
@@ -407,7 +408,8 @@ impl PostgresOptions {
     }
 
     /// Sets how long an operation waits for a free pooled connection before failing with a
-    /// retryable [`Error::Unavailable`] (pools the store builds).
+    /// retryable [`Error::Unavailable`] (pools the store builds). Any duration is accepted;
+    /// anything above a year waits a year (`Duration::MAX` included).
     pub fn with_acquire_timeout(mut self, d: Duration) -> Self {
         self.acquire_timeout = d;
         self

@@ -141,13 +141,11 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
             format!("{op}: TLS handshake failed: {io}"),
             Some(Box::new(e) as _),
         ),
-        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => {
-            Error::unavailable(
-                BACKEND,
-                format!("{op}: cannot reach the server"),
-                Some(Box::new(e) as _),
-            )
-        }
+        sqlx::Error::Io(_) | sqlx::Error::WorkerCrashed => Error::unavailable(
+            BACKEND,
+            format!("{op}: cannot reach the server"),
+            Some(Box::new(e) as _),
+        ),
         sqlx::Error::PoolTimedOut => Error::refused(
             BACKEND,
             format!(
@@ -225,7 +223,13 @@ mod tests {
         // names it, never "cannot reach the server" (retrying cannot fix a certificate).
         let cert = std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate");
         let tls = map(sqlx::Error::Io(cert), cx);
-        assert!(matches!(tls, Error::Config { .. }) && !tls.is_retryable(), "{tls:?}");
-        assert!(tls.to_string().contains("invalid peer certificate"), "{tls}");
+        assert!(
+            matches!(tls, Error::Config { .. }) && !tls.is_retryable(),
+            "{tls:?}"
+        );
+        assert!(
+            tls.to_string().contains("invalid peer certificate"),
+            "{tls}"
+        );
     }
 }

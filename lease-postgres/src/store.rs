@@ -460,6 +460,13 @@ fn err_ctx<'a>(operation: &'static str, options: &'a PostgresOptions) -> ErrCtx<
     }
 }
 
+/// The longest pool wait handed to the driver (see [`PostgresOptions::with_acquire_timeout`]).
+/// The largest pool [`PostgresOptions::with_max_connections`] may ask for: the driver allocates
+/// its queue up front, so `u32::MAX` would abort the process.
+const MAX_POOL: u32 = 10_000;
+
+const LONGEST_POOL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, PgConnectOptions)> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     if !matches!(scheme, Some("postgres" | "postgresql")) {
@@ -468,6 +475,17 @@ fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, P
             format!(
                 "unparsable PostgreSQL URL {:?}: it must start with postgres:// or postgresql://",
                 url.chars().take(12).collect::<String>()
+            ),
+            None,
+        ));
+    }
+    if options.max_connections() > MAX_POOL {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "max_connections {} is above the largest pool the store builds ({MAX_POOL}; \
+                 PostgreSQL itself allows at most 262,143 connections)",
+                options.max_connections()
             ),
             None,
         ));
@@ -484,7 +502,9 @@ fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, P
         .options([("statement_timeout", millis_setting(options.op_timeout()))]);
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections())
-        .acquire_timeout(options.acquire_timeout());
+        // The driver adds it to an Instant, which overflows (a panic) near Duration::MAX: a
+        // year is "no bound" for a pool wait.
+        .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT));
     Ok((pool, connect))
 }
 

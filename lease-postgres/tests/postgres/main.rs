@@ -11,6 +11,7 @@ mod deadline;
 mod failure;
 mod fenced;
 mod inspect;
+mod options;
 mod row_fence;
 mod schema;
 mod seed;
@@ -134,6 +135,7 @@ fn main() {
             seed::cases(),
             fenced::cases(),
             inspect::cases(),
+            options::cases(),
             row_fence::cases(),
             advisory::cases(),
             clock::cases(),

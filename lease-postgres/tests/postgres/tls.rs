@@ -51,7 +51,9 @@ fn tls_dir(url: &str) -> String {
         .split(['?', '&'])
         .find_map(|p| p.strip_prefix("sslrootcert="))
         .expect("the TLS URLs name their CA");
-    ca.rsplit_once('/').map(|(d, _)| d.to_string()).expect("a path")
+    ca.rsplit_once('/')
+        .map(|(d, _)| d.to_string())
+        .expect("a path")
 }
 
 fn options(table: &str) -> PostgresOptions {
@@ -140,7 +142,9 @@ async fn refused(url: &str, what: &str, cause: &[&str]) -> CaseResult {
         return Err(format!("{what}: not a non-retryable configuration error: {err:?}").into());
     }
     if !cause.iter().any(|c| text.contains(c)) {
-        return Err(format!("{what}: the error does not name the cause ({cause:?}): {text}").into());
+        return Err(
+            format!("{what}: the error does not name the cause ({cause:?}): {text}").into(),
+        );
     }
     Ok(())
 }

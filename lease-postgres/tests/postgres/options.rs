@@ -1,0 +1,112 @@
+//! Settings that never panic: every duration and count of [`PostgresOptions`] and
+//! [`TxTimeouts`], drawn from the edges (zero, 1 ms, `Duration::MAX`, `u32::MAX`) mixed with
+//! ordinary values, either works or gives a typed error, against the real server: connect,
+//! acquire, renew, inspect, a fenced transaction and release, each within a bound.
+
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, LeaseStore, OwnerId};
+use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions, TxTimeouts};
+use lease_testkit::cases::Case;
+use lease_testkit::{CaseResult, Ctx, case};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
+use super::{table, url};
+
+/// How many combinations are drawn.
+const DRAWS: usize = 64;
+/// How long one combination's calls may take in all: with a zero or one-millisecond bound every
+/// call fails fast; with `Duration::MAX` every call still answers from a live server.
+const BOUND: Duration = Duration::from_secs(30);
+
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_millis(1)),
+        Just(Duration::MAX),
+        Just(Duration::from_secs(u64::MAX)),
+        (1u64..10_000).prop_map(Duration::from_millis),
+    ]
+}
+
+fn count() -> impl Strategy<Value = u32> {
+    prop_oneof![Just(0), Just(1), Just(u32::MAX), 1u32..16]
+}
+
+fn options() -> impl Strategy<Value = PostgresOptions> {
+    (
+        duration(),
+        count(),
+        duration(),
+        (duration(), duration(), duration(), duration()),
+    )
+        .prop_map(|(op, max, acquire, (lock, statement, idle, deadline))| {
+            PostgresOptions::new(table())
+                .with_migrate(false)
+                .with_op_timeout(op)
+                .with_max_connections(max)
+                .with_acquire_timeout(acquire)
+                .with_tx_timeouts(
+                    TxTimeouts::default()
+                        .with_lock_timeout(lock)
+                        .with_statement_timeout(statement)
+                        .with_idle_timeout(idle)
+                        .with_deadline(deadline),
+                )
+        })
+}
+
+/// Every call the options reach, each either a value or an error: only a panic or a hang fails.
+async fn exercise(ctx: &Ctx, opts: PostgresOptions, n: usize) -> lease_core::Result<()> {
+    let store = PostgresLeaseStore::connect_with(&url(), opts).await?;
+    let key = ctx.key(&format!("opt{n}"));
+    let req = ctx.request(&key, &OwnerId::with_label("opt"), Duration::from_secs(5));
+    store.inspect(&key).await?;
+    let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else {
+        return Ok(());
+    };
+    let _ = store.renew(&lease).await;
+    let _ = store
+        .fenced_transaction(&lease, |c| {
+            Box::pin(async move { sqlx::query("SELECT 1").execute(c).await.map(|_| ()) })
+        })
+        .await
+        .map(|t| matches!(t, FencedTx::Committed(())));
+    let _ = store.fenced_resource();
+    store.release(&lease).await?;
+    Ok(())
+}
+
+pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> CaseResult {
+    let mut runner = TestRunner::deterministic();
+    let strategy = options();
+    for n in 0..DRAWS {
+        let opts = strategy
+            .new_tree(&mut runner)
+            .map_err(|e| format!("drawing options: {e}"))?
+            .current();
+        let shown = format!("{opts:?}");
+        let ctx2 = ctx.clone();
+        // A task of its own, so that a panic anywhere below is seen as one, not as a crash.
+        let run =
+            tokio::spawn(
+                async move { tokio::time::timeout(BOUND, exercise(&ctx2, opts, n)).await },
+            );
+        match run.await {
+            Err(e) if e.is_panic() => return Err(format!("panicked with {shown}: {e}").into()),
+            Err(e) => return Err(format!("task failed with {shown}: {e}").into()),
+            Ok(Err(_)) => return Err(format!("no answer within {BOUND:?} with {shown}").into()),
+            Ok(Ok(_typed_or_ok)) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![case!(
+        "postgres",
+        every_option_edge_works_or_is_a_typed_error
+    )]
+}
