@@ -17,8 +17,8 @@ use crate::protocol::{self, fence_object_name};
 
 const MAX_RACES: usize = 64;
 
-/// A [`FencedResource`] kept in ConfigMaps named `fence.<key>`
-/// ([`fence_object_name`](crate::protocol::fence_object_name)), made by
+/// A [`FencedResource`] kept in ConfigMaps named `fence.<prefix><key>` (the store's name prefix,
+/// see [`fence_object_name`](crate::protocol::fence_object_name)), made by
 /// [`K8sLeaseStore::fenced_resource`](crate::K8sLeaseStore::fenced_resource): the pattern a controller uses to
 /// carry its term into the objects it writes.
 ///
@@ -40,20 +40,26 @@ const MAX_RACES: usize = 64;
 #[derive(Clone)]
 pub struct K8sFencedResource {
     api: Api<ConfigMap>,
+    prefix: String,
     timeout: Duration,
 }
 
 impl fmt::Debug for K8sFencedResource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("K8sFencedResource")
+            .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl K8sFencedResource {
-    pub(crate) fn new(api: Api<ConfigMap>, timeout: Duration) -> Self {
-        K8sFencedResource { api, timeout }
+    pub(crate) fn new(api: Api<ConfigMap>, prefix: String, timeout: Duration) -> Self {
+        K8sFencedResource {
+            api,
+            prefix,
+            timeout,
+        }
     }
 
     async fn apply_op(
@@ -63,7 +69,7 @@ impl K8sFencedResource {
         op: FenceOp,
     ) -> Result<WriteOutcome> {
         let op = op.into_write_op();
-        let name = fence_object_name(key);
+        let name = fence_object_name(&self.prefix, key)?;
         for _ in 0..MAX_RACES {
             let current = timed("get", self.timeout, self.api.get_opt(&name))
                 .await
@@ -131,7 +137,7 @@ impl FencedResource for K8sFencedResource {
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
-        let name = fence_object_name(key);
+        let name = fence_object_name(&self.prefix, key)?;
         match timed("get", self.timeout, self.api.get_opt(&name))
             .await
             .map_err(|e| e.into_error("get"))?

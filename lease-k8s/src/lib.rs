@@ -37,7 +37,11 @@
 //! ## Keys and objects
 //! Key `k` is the Lease named `<prefix>k` in the store's namespace (no prefix by default, see
 //! [`K8sOptions::with_name_prefix`]). Keys are DNS-1123 subdomains of at most 200 bytes, so
-//! they are legal object names unchanged and two keys never share an object.
+//! they are legal object names unchanged and two keys never share an object. Its fenced state
+//! ([`K8sFencedResource`]) is the ConfigMap `fence.<prefix>k`, so stores with different prefixes
+//! in one namespace keep separate Leases *and* separate high-water marks; with a prefix, a key
+//! longer than `247 - prefix length` bytes has a Lease but no legal fence name, and the fenced
+//! resource refuses it with [`Error::InvalidInput`](lease_core::Error::InvalidInput).
 //!
 //! ## Every change is conditional
 //! A grant is a `create` (409 `AlreadyExists`: another candidate won) followed by a `replace`

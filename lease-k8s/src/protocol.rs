@@ -34,15 +34,34 @@ pub const ACCEPTED_FIELD: &str = "accepted";
 /// The ConfigMap `binaryData` field of the fenced resource's value.
 pub const VALUE_FIELD: &str = "value";
 
-/// The name of the ConfigMap that holds the fenced state of `key`: `fence.<key>`.
+/// The longest Kubernetes object name (a DNS-1123 subdomain).
+pub const MAX_OBJECT_NAME_LEN: usize = 253;
+
+/// The name of the ConfigMap that holds the fenced state of `key` for a store whose objects are
+/// named with `prefix` (see [`K8sOptions::with_name_prefix`](crate::K8sOptions::with_name_prefix)):
+/// `fence.<prefix><key>`, that is `fence.` and the name of the key's Lease object. Two stores
+/// with different prefixes in one namespace therefore keep different high-water marks for the
+/// same key, as they keep different Leases.
 ///
 /// ```
+/// use lease_core::LeaseKey;
 /// use lease_k8s::protocol::fence_object_name;
-/// assert_eq!(fence_object_name(&lease_core::LeaseKey::new("ledger")?), "fence.ledger");
+/// assert_eq!(fence_object_name("", &LeaseKey::new("ledger")?)?, "fence.ledger");
+/// assert_eq!(fence_object_name("team-a.", &LeaseKey::new("ledger")?)?, "fence.team-a.ledger");
 /// # Ok::<(), lease_core::Error>(())
 /// ```
-pub fn fence_object_name(key: &LeaseKey) -> String {
-    format!("fence.{key}")
+///
+/// # Errors
+/// [`Error::InvalidInput`](lease_core::Error::InvalidInput) if the name would exceed
+/// [`MAX_OBJECT_NAME_LEN`] bytes (a key of more than 247 bytes minus the prefix's length).
+pub fn fence_object_name(prefix: &str, key: &LeaseKey) -> Result<String> {
+    let name = format!("fence.{prefix}{key}");
+    if name.len() > MAX_OBJECT_NAME_LEN {
+        return Err(lease_core::Error::InvalidInput(format!(
+            "key {key:?} with name prefix {prefix:?}: the fence ConfigMap name {name:?} exceeds {MAX_OBJECT_NAME_LEN} bytes"
+        )));
+    }
+    Ok(name)
 }
 
 /// The field selector of a watch (or list) of the one object named `name`.
@@ -307,6 +326,27 @@ mod tests {
 
     fn owner(s: &str) -> OwnerId {
         OwnerId::new(s).unwrap()
+    }
+
+    #[test]
+    fn fence_names_carry_the_prefix_and_stay_legal() {
+        let key = LeaseKey::new("k".repeat(200)).unwrap();
+        assert_eq!(fence_object_name("", &key).unwrap().len(), 206);
+        let longest = "p".repeat(MAX_OBJECT_NAME_LEN - 206);
+        assert_eq!(
+            fence_object_name(&longest, &key).unwrap().len(),
+            MAX_OBJECT_NAME_LEN
+        );
+        let over = format!("{longest}p");
+        assert!(matches!(
+            fence_object_name(&over, &key),
+            Err(lease_core::Error::InvalidInput(m)) if m.contains("253")
+        ));
+        let short = LeaseKey::new("a").unwrap();
+        assert_ne!(
+            fence_object_name("x.", &short).unwrap(),
+            fence_object_name("y.", &short).unwrap()
+        );
     }
 
     fn with_rv(mut obj: KubeLease, rv: &str) -> KubeLease {

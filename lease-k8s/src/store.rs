@@ -200,7 +200,8 @@ impl K8sLeaseStore {
     }
 
     /// The [`FencedResource`](lease_core::FencedResource) next to this store: ConfigMaps in the
-    /// same namespace, over the same client, with the same request timeout. Sends nothing.
+    /// same namespace, named with the same prefix (`fence.<prefix><key>`), over the same client,
+    /// with the same request timeout. Sends nothing.
     ///
     /// ```no_run
     /// use lease_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
@@ -214,6 +215,7 @@ impl K8sLeaseStore {
     pub fn fenced_resource(&self) -> K8sFencedResource {
         K8sFencedResource::new(
             Api::namespaced(self.client.clone(), &self.namespace),
+            self.prefix.clone(),
             self.timeout,
         )
     }

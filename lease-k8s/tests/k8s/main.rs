@@ -8,6 +8,7 @@
 mod adoption;
 mod env;
 mod failure;
+mod fence;
 mod interop;
 mod tokens;
 
@@ -36,6 +37,7 @@ fn all() -> Vec<Case> {
             failure::foreign_write_makes_renew_conflict_and_lose_at_once
         ),
         case!("k8s", failure::watch_wakes_on_deletion),
+        case!("k8s", fence::prefixes_keep_separate_fence_marks),
         case!("k8s", failure::bad_configuration_is_a_typed_error),
         case!("k8s", failure::unreachable_server_is_unavailable),
         case!("k8s", failure::missing_namespace_is_a_config_error),
