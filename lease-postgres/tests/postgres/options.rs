@@ -75,7 +75,7 @@ async fn exercise(ctx: &Ctx, opts: PostgresOptions, n: usize) -> lease_core::Res
         .await
         .map(|t| matches!(t, FencedTx::Committed(())));
     let _ = store.fenced_resource();
-    store.release(&lease).await?;
+    let _released = store.release(&lease).await?;
     Ok(())
 }
 
