@@ -94,13 +94,19 @@ impl EtcdOptions {
     }
 
     /// Sets how long establishing a connection may take before the call fails with
-    /// [`Error::Unavailable`].
+    /// [`Error::Unavailable`] (default 2 s). Zero is refused by
+    /// [`connect_with`](crate::EtcdLeaseStore::connect_with) ([`Error::Config`]); any other value
+    /// works, up to `Duration::MAX` (then only the request timeout bounds a connect).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Sets how long one request may take before it fails with [`Error::Timeout`].
+    /// Sets how long one request may take before it fails with [`Error::Timeout`] (default 5 s).
+    /// Zero is refused by [`connect_with`](crate::EtcdLeaseStore::connect_with)
+    /// ([`Error::Config`]); any other value works, up to `Duration::MAX` (no limit). It also bounds
+    /// how long an HTTP/2 ping may go unanswered before the connection is dropped (at most an
+    /// hour).
     pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -135,6 +141,13 @@ impl EtcdOptions {
     /// The request timeout.
     pub fn request_timeout(&self) -> Duration {
         self.request_timeout
+    }
+
+    /// How long an HTTP/2 ping may go unanswered before the connection is dropped: the request
+    /// timeout, at most an hour (the driver adds it to the current instant, which a larger
+    /// value would overflow).
+    pub(crate) fn keep_alive_timeout(&self) -> Duration {
+        self.request_timeout.min(Duration::from_secs(3600))
     }
 
     /// The etcd lock name of `key`: what `etcdctl lock` must be given to contend for it.
@@ -195,6 +208,21 @@ pub(crate) fn endpoints_of(url: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_keep_alive_timeout_never_overflows_the_clock() {
+        for t in [
+            Duration::from_nanos(1),
+            Duration::from_secs(5),
+            Duration::MAX,
+        ] {
+            let timeout = EtcdOptions::default()
+                .with_request_timeout(t)
+                .keep_alive_timeout();
+            assert!(timeout <= t);
+            assert!(std::time::Instant::now().checked_add(timeout).is_some());
+        }
+    }
 
     #[test]
     fn urls_name_endpoints() {

@@ -31,16 +31,21 @@ impl EtcdLeaseStore {
         Fut: Future<Output = Result<T, etcd_client::Error>>,
     {
         let after = self.options.request_timeout();
-        let deadline = Instant::now() + after;
+        // A timeout too long to add to the clock is no deadline at all.
+        let deadline = Instant::now().checked_add(after);
+        let remaining = || match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => Duration::MAX,
+        };
         let mut attempt: u32 = 0;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = remaining();
             match tokio::time::timeout(left, request()).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(e)) if not_sent(&e) && attempt < self.retries() => {
                     attempt += 1;
                     let pause = Duration::from_millis(10 * u64::from(attempt));
-                    if Instant::now() + pause >= deadline {
+                    if deadline.is_some_and(|d| Instant::now() + pause >= d) {
                         return Err(map(op, e, after));
                     }
                     tracing::debug!(backend = BACKEND, operation = op, attempt, error = %e, "request not sent; trying again");

@@ -28,6 +28,10 @@ use crate::shared::{PutKind, Shared};
 /// are in flight at once.
 pub(crate) const BATCH_CONCURRENCY: usize = 64;
 
+/// How often the connection sends an HTTP/2 ping (answered within
+/// [`EtcdOptions::keep_alive_timeout`], or the connection is dropped).
+const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(10);
+
 /// How often acquire re-reads the key when a transaction lost a race, before giving up with a
 /// retryable error.
 const MAX_ATTEMPTS: usize = 8;
@@ -128,10 +132,12 @@ impl EtcdLeaseStore {
         options.validate()?;
         let connect_options = ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout())
-            .with_keep_alive(Duration::from_secs(10), options.request_timeout());
+            .with_keep_alive(KEEP_ALIVE_EVERY, options.keep_alive_timeout());
         let connect = Client::connect(&endpoints, Some(connect_options));
         let client = match tokio::time::timeout(
-            options.connect_timeout() + options.request_timeout(),
+            options
+                .connect_timeout()
+                .saturating_add(options.request_timeout()),
             connect,
         )
         .await

@@ -9,6 +9,7 @@ mod cluster;
 mod failover;
 mod input;
 mod interop;
+mod options;
 mod release;
 mod renewal;
 mod sharing;

@@ -105,6 +105,7 @@ pub(crate) fn run(sharing: LeaseSharing) -> ! {
         crate::failover::cases,
         crate::input::cases,
         crate::interop::cases,
+        crate::options::cases,
         crate::release::cases,
         crate::renewal::cases,
         crate::sharing::cases,

@@ -1,0 +1,133 @@
+//! Every option, at every edge (zero, one nanosecond, `Duration::MAX`, odd prefixes): connecting
+//! and one acquire/release either work or fail with a typed error, within a bound; nothing
+//! panics, not even in a background task of the driver.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, AcquireRequest, Error, LeaseStore, OwnerId, ReleaseOutcome};
+use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
+use lease_testkit::case;
+use lease_testkit::cases::Case;
+use lease_testkit::{CaseResult, Ctx};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+/// This file's cases for `sharing` (PerGrant only: the property draws the sharing mode itself).
+pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
+    match sharing {
+        LeaseSharing::PerTtl => Vec::new(),
+        _ => vec![case!("etcd", no_option_value_panics_or_hangs)],
+    }
+}
+
+/// Panics seen anywhere in the process while the property runs (the hook counts them).
+static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// Durations biased to the edges: zero, a nanosecond, a millisecond, plausible values, the
+/// largest ones.
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_nanos(1)),
+        Just(Duration::from_millis(1)),
+        (1u64..10_000).prop_map(Duration::from_millis),
+        (0u64..=u64::MAX).prop_map(Duration::from_secs),
+        Just(Duration::MAX),
+        Just(Duration::MAX - Duration::from_nanos(1)),
+    ]
+}
+
+fn prefix() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just("lease/".to_string()),
+        "\\PC{0,12}",
+        "[a-z/]{1,8}",
+    ]
+}
+
+fn options() -> impl Strategy<Value = EtcdOptions> {
+    (
+        prefix(),
+        prefix(),
+        duration(),
+        duration(),
+        prop_oneof![Just(LeaseSharing::PerGrant), Just(LeaseSharing::PerTtl)],
+    )
+        .prop_map(|(prefix, fence, connect, request, sharing)| {
+            EtcdOptions::default()
+                .with_prefix(prefix)
+                .with_fence_prefix(fence)
+                .with_connect_timeout(connect)
+                .with_request_timeout(request)
+                .with_lease_sharing(sharing)
+        })
+}
+
+/// Connects with `options` and, if that works, acquires and releases one key: each step works
+/// or fails with a typed error.
+async fn exercise(ctx: &Ctx, n: usize, options: EtcdOptions) -> Result<(), String> {
+    let store = match EtcdLeaseStore::connect_with(&super::url(), options.clone()).await {
+        Ok(store) => store,
+        Err(Error::Config { .. } | Error::Unavailable { .. } | Error::Timeout { .. }) => {
+            return Ok(());
+        }
+        Err(e) => return Err(format!("connect: untyped failure {e:?}")),
+    };
+    let key = ctx.key(&format!("opt{n}"));
+    let req = AcquireRequest::new(key, OwnerId::random(), Duration::from_secs(5));
+    match store.acquire(&req).await {
+        Ok(AcquireOutcome::Acquired(lease)) => match store.release(&lease).await {
+            Ok(ReleaseOutcome::Released) | Err(Error::Timeout { .. }) => Ok(()),
+            other => Err(format!("release: {other:?}")),
+        },
+        Ok(AcquireOutcome::Held(h)) => Err(format!("a fresh key held by {}", h.owner)),
+        Err(Error::Timeout { .. } | Error::Unavailable { .. }) => Ok(()),
+        Err(e) => Err(format!("acquire: {e:?}")),
+    }
+}
+
+/// Options drawn over every field (timeouts at the edges, arbitrary prefixes, both sharing
+/// modes): connecting to the shared member and one acquire/release give a result or a typed
+/// error within 20 s, and no thread panics meanwhile.
+pub(crate) async fn no_option_value_panics_or_hangs(ctx: Ctx) -> CaseResult {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        PANICS.fetch_add(1, Ordering::SeqCst);
+        previous(info);
+    }));
+    let handle = tokio::runtime::Handle::current();
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let drawn = AtomicUsize::new(0);
+    let result = tokio::task::block_in_place(|| {
+        runner.run(&options(), |options| {
+            let n = drawn.fetch_add(1, Ordering::Relaxed);
+            let before = PANICS.load(Ordering::SeqCst);
+            let run = handle.spawn({
+                let (ctx, options) = (ctx.clone(), options.clone());
+                async move {
+                    tokio::time::timeout(Duration::from_secs(20), exercise(&ctx, n, options)).await
+                }
+            });
+            let outcome = match handle.block_on(run) {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err("no answer within 20 s".to_string()),
+                Err(e) => Err(format!("panicked: {e}")),
+            };
+            let panics = PANICS.load(Ordering::SeqCst) - before;
+            if panics > 0 {
+                return Err(TestCaseError::fail(format!(
+                    "{panics} panic(s) with {options:?}"
+                )));
+            }
+            outcome.map_err(|e| TestCaseError::fail(format!("{e} with {options:?}")))
+        })
+    });
+    let _ = std::panic::take_hook();
+    result.map_err(|e| format!("{e}").into())
+}
