@@ -83,15 +83,17 @@ impl SqliteOptions {
     }
 
     /// How long a statement waits for another connection's (or process's) write lock before it
-    /// fails with [`Error::Unavailable`] (built by [`Error::refused`]: nothing was applied). SQLite's `busy_timeout`; at least 1 ms.
+    /// fails with [`Error::Unavailable`] (built by [`Error::refused`]: nothing was applied). SQLite's `busy_timeout`; at least 1 ms
+    /// and at most SQLite's largest, `i32::MAX` ms (about 24.8 days; `Duration::MAX` waits that
+    /// long).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = timeout.max(Duration::from_millis(1));
+        self.busy_timeout = timeout.clamp(Duration::from_millis(1), LONGEST_BUSY_TIMEOUT);
         self
     }
 
     /// The largest number of connections the store keeps open for reads (inspect, fenced
-    /// reads; at least 1). Writes go through one more connection of the store's own, and a watch
-    /// through one per file and process.
+    /// reads; at least 1; above 10,000 the open fails with [`Error::Config`]). Writes go through
+    /// one more connection of the store's own, and a watch through one per file and process.
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
@@ -189,6 +191,28 @@ pub(crate) fn parse_url(url: &str) -> Result<SqliteConnectOptions> {
 
 /// Checks that the database file can be created where it is asked for: its directory exists and
 /// the path is not itself a directory.
+/// SQLite's `busy_timeout` is a C `int` of milliseconds.
+const LONGEST_BUSY_TIMEOUT: Duration = Duration::from_millis(i32::MAX.unsigned_abs() as u64);
+
+/// The largest read pool an open accepts: the driver allocates its queue up front, so
+/// `u32::MAX` would abort the process.
+pub(crate) const MAX_POOL: u32 = 10_000;
+
+/// Refuses options no store can be built with.
+pub(crate) fn check_options(options: &SqliteOptions) -> Result<()> {
+    if options.max_connections > MAX_POOL {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "max_connections {} is above the largest read pool the store builds ({MAX_POOL})",
+                options.max_connections
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_path(path: &Path) -> Result<()> {
     if path.as_os_str().is_empty() {
         return Err(Error::config(BACKEND, "the database path is empty", None));

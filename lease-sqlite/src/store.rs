@@ -215,6 +215,7 @@ impl SqliteLeaseStore {
     async fn establish(opts: SqliteConnectOptions, options: SqliteOptions) -> Result<Self> {
         let path = opts.get_filename().to_path_buf();
         config::check_path(&path)?;
+        config::check_options(&options)?;
         let opts = config::apply(opts, &options);
         let busy = options.get_busy_timeout();
         // Reads only: a connection that fails is dropped on its return to the pool, so it needs

@@ -16,6 +16,7 @@ use lease_testkit::{BoxFuture, Ctx, case};
 use sqlx::Connection;
 
 mod conformance;
+mod options;
 mod watch;
 
 /// The directory of this run's database files.
@@ -162,6 +163,10 @@ fn main() {
                 conformance::store_and_fenced_resource_share_the_table
             ),
             case!("sqlite", conformance::commit_sync_modes_share_one_file),
+            case!(
+                "sqlite",
+                options::every_option_edge_works_or_is_a_typed_error
+            ),
             case!("sqlite", watch::release_wakes_only_its_own_key),
             case!("sqlite", watch::two_stores_on_one_file_wake_each_other),
             case!(

@@ -1,0 +1,99 @@
+//! Settings that never panic: every duration and count of [`SqliteOptions`], drawn from the edges
+//! (zero, 1 ms, `Duration::MAX`, `u32::MAX`) mixed with ordinary values, either works or gives a
+//! typed error: open, acquire, a watch, renew, a fenced write and release on a real file, each
+//! within a bound.
+
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, FencedResource, LeaseStore, OwnerId};
+use lease_sqlite::{CommitSync, SqliteLeaseStore, SqliteOptions};
+use lease_testkit::{CaseResult, Ctx};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
+use super::fresh_file;
+
+/// How many combinations are drawn.
+const DRAWS: usize = 48;
+/// How long one combination's calls may take in all.
+const BOUND: Duration = Duration::from_secs(30);
+
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_millis(1)),
+        Just(Duration::MAX),
+        Just(Duration::from_secs(u64::MAX)),
+        (1u64..10_000).prop_map(Duration::from_millis),
+    ]
+}
+
+fn options() -> impl Strategy<Value = SqliteOptions> {
+    (
+        duration(),
+        prop_oneof![Just(0u32), Just(1), Just(u32::MAX), 1u32..16],
+        any::<bool>(),
+        any::<bool>(),
+        duration(),
+    )
+        .prop_map(|(busy, max, full, watch, interval)| {
+            SqliteOptions::new()
+                .busy_timeout(busy)
+                .max_connections(max)
+                .commit_sync(if full {
+                    CommitSync::Full
+                } else {
+                    CommitSync::Normal
+                })
+                .watch(watch)
+                .watch_poll_interval(interval)
+        })
+}
+
+/// Every call the options reach, each either a value or an error: only a panic or a hang fails.
+async fn exercise(ctx: &Ctx, opts: SqliteOptions, n: usize) -> lease_core::Result<()> {
+    let store = SqliteLeaseStore::open_with(fresh_file(ctx, &format!("opt{n}")), opts).await?;
+    let key = ctx.key("opt");
+    let req = ctx.request(&key, &OwnerId::with_label("opt"), Duration::from_secs(5));
+    let watch = store.watch(&key).await?;
+    let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else {
+        return Err(lease_core::Error::InvalidInput(
+            "a fresh file's key is held".into(),
+        ));
+    };
+    let _ = store.renew(&lease).await?;
+    let _ = store
+        .fenced_resource()
+        .write(&key, lease.token(), lease_core::WriteOp::Add(1))
+        .await?;
+    let _ = store.release(&lease).await?;
+    drop(watch);
+    store.close().await;
+    Ok(())
+}
+
+pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> CaseResult {
+    let mut runner = TestRunner::deterministic();
+    let strategy = options();
+    for n in 0..DRAWS {
+        let opts = strategy
+            .new_tree(&mut runner)
+            .map_err(|e| format!("drawing options: {e}"))?
+            .current();
+        let shown = format!("{opts:?}");
+        let ctx2 = ctx.clone();
+        // A task of its own, so that a panic anywhere below is seen as one, not as a crash.
+        let run =
+            tokio::spawn(
+                async move { tokio::time::timeout(BOUND, exercise(&ctx2, opts, n)).await },
+            );
+        match run.await {
+            Err(e) if e.is_panic() => return Err(format!("panicked with {shown}: {e}").into()),
+            Err(e) => return Err(format!("task failed with {shown}: {e}").into()),
+            Ok(Err(_)) => return Err(format!("no answer within {BOUND:?} with {shown}").into()),
+            Ok(Ok(_typed_or_ok)) => {}
+        }
+    }
+    Ok(())
+}
