@@ -1,11 +1,13 @@
 //! [`RedisOptions`]: every knob of a [`RedisLeaseStore`](crate::RedisLeaseStore).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lease_core::{Error, Result};
 
 use crate::error::BACKEND;
 use crate::protocol::{DEFAULT_PREFIX, KeyLayout};
+use crate::tls::TlsFiles;
 
 /// Wait for replicas after each grant (`WAIT numreplicas timeout`); see
 /// [`RedisOptions::with_wait_for_replicas`].
@@ -41,6 +43,7 @@ pub struct RedisOptions {
     pub(crate) replica_wait: Option<ReplicaWait>,
     pub(crate) poll_interval: Duration,
     pub(crate) allow_eviction: bool,
+    pub(crate) tls: TlsFiles,
 }
 
 impl Default for RedisOptions {
@@ -53,6 +56,7 @@ impl Default for RedisOptions {
             replica_wait: None,
             poll_interval: Duration::from_millis(250),
             allow_eviction: false,
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -130,6 +134,30 @@ impl RedisOptions {
     /// ("Eviction") for what happens when `CONFIG GET` is not permitted.
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.allow_eviction = allow;
+        self
+    }
+
+    /// Trust the CA certificate(s) in the PEM file at `path` for a `rediss://` or
+    /// `rediss+cluster://` URL, instead of the built-in web roots (Mozilla's, from
+    /// `webpki-roots`). The same as the URL parameter `tls_ca=<path>`; giving both is an
+    /// [`Error::Config`]. The file is read at connect; an unreadable file is an
+    /// [`Error::Config`] naming it.
+    pub fn with_tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Present the client certificate (chain) in the PEM file `cert`, with its private key in
+    /// the PEM file `key`, to a server that asks for one (mutual TLS: `tls-auth-clients yes` or
+    /// `optional`). The same as the URL parameters `tls_cert=<path>&tls_key=<path>`; giving
+    /// either both ways is an [`Error::Config`]. Read at connect.
+    pub fn with_tls_client_cert(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.cert = Some(cert.into());
+        self.tls.key = Some(key.into());
         self
     }
 

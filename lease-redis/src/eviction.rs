@@ -3,7 +3,7 @@
 
 use lease_core::{Error, Result};
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-use redis::{ErrorKind, Value};
+use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::connection::{Conn, RedisConnection};
 use crate::error::{BACKEND, map_redis};
@@ -18,7 +18,7 @@ const SAFE_POLICY: &str = "noeviction";
 ///   warning.
 /// - `CONFIG GET` refused by the server (renamed or denied by an ACL, as on many managed
 ///   services): a warning that the policy could not be checked, and `Ok`.
-/// - The connection failing: the error, mapped by kind.
+/// - Any other failure (the connection, `NOAUTH`): the error, mapped by kind.
 pub(crate) async fn check_policy(
     con: &RedisConnection,
     allow: bool,
@@ -42,7 +42,13 @@ pub(crate) async fn check_policy(
     };
     let reply = match reply {
         Ok(reply) => reply,
-        Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+        // An unknown (renamed) command, or one the ACL denies.
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm)
+            ) =>
+        {
             unknown(allow, &e.to_string());
             return Ok(());
         }

@@ -87,7 +87,9 @@ impl RedisLeaseStore {
     /// `url` is `redis://[user:password@]host:port[/db]`, `rediss://...` (TLS) or
     /// `redis+unix:///path` for one server, and `redis+cluster://[user:password@]h1:p1,h2:p2,...`
     /// (or `rediss+cluster://` for TLS) for a Redis Cluster: the listed nodes are the seeds the
-    /// cluster client discovers the topology from (one reachable node is enough).
+    /// cluster client discovers the topology from (one reachable node is enough). A TLS URL may
+    /// name its CA and client certificate: `?tls_ca=<path>&tls_cert=<path>&tls_key=<path>` (see
+    /// the crate docs, "Connecting").
     ///
     /// ```no_run
     /// use lease_redis::RedisLeaseStore;
@@ -119,16 +121,11 @@ impl RedisLeaseStore {
     /// Cancel safe: nothing is held until the store is returned.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         options.validate()?;
-        if let Some(nodes) = cluster_nodes(url)? {
-            return Self::connect_cluster(nodes, options).await;
+        let target = crate::tls::target(url, &options)?;
+        if let Some(nodes) = cluster_nodes(&target.url)? {
+            return Self::connect_cluster(nodes, &target, options).await;
         }
-        let client = redis::Client::open(url).map_err(|e| {
-            Error::config(
-                BACKEND,
-                format!("unusable Redis URL {url:?}: {e}"),
-                Some(Box::new(e) as lease_core::BoxError),
-            )
-        })?;
+        let client = crate::tls::client(&target.url, &target.tls, target.secure)?;
         Self::from_client(client, options).await
     }
 
@@ -175,7 +172,11 @@ impl RedisLeaseStore {
     }
 
     /// Connects to a Redis Cluster through its seed nodes (`redis://h:p` each).
-    async fn connect_cluster(nodes: Vec<String>, options: RedisOptions) -> Result<Self> {
+    async fn connect_cluster(
+        nodes: Vec<String>,
+        target: &crate::tls::Target,
+        options: RedisOptions,
+    ) -> Result<Self> {
         let layout = options.validate()?;
         let op_deadline = options.op_deadline();
         let bad_url = |e: redis::RedisError| {
@@ -187,15 +188,16 @@ impl RedisLeaseStore {
         };
         let clients = nodes
             .iter()
-            .map(|n| redis::Client::open(n.as_str()))
-            .collect::<redis::RedisResult<Vec<_>>>()
-            .map_err(bad_url)?;
-        let cluster = redis::cluster::ClusterClient::builder(nodes)
+            .map(|n| crate::tls::client(n, &target.tls, target.secure))
+            .collect::<Result<Vec<_>>>()?;
+        let mut builder = redis::cluster::ClusterClient::builder(nodes)
             .connection_timeout(options.connect_timeout)
             .response_timeout(options.response_timeout)
-            .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX))
-            .build()
-            .map_err(bad_url)?;
+            .retries(u32::try_from(options.connect_retries).unwrap_or(u32::MAX));
+        if let Some(certs) = crate::tls::cluster_certificates(&target.tls, target.secure)? {
+            builder = builder.certs(certs);
+        }
+        let cluster = builder.build().map_err(bad_url)?;
         let con = bounded("connect", op_deadline, cluster.get_async_connection())
             .await?
             .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
@@ -269,10 +271,16 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
     let bad = |why: &str| {
         Err(Error::config(
             BACKEND,
-            format!("unusable Redis Cluster URL {url:?}: {why}"),
+            format!(
+                "unusable Redis Cluster URL {}: {why}",
+                crate::tls::redact(url)
+            ),
             None,
         ))
     };
+    // The driver's query parameters and fragment (what `tls::target` left) go to every node.
+    let cut = rest.find(['?', '#']).unwrap_or(rest.len());
+    let (rest, suffix) = rest.split_at(cut);
     let (userinfo, hosts) = match rest.rsplit_once('@') {
         Some((u, h)) => (format!("{u}@"), h),
         None => (String::new(), rest),
@@ -285,7 +293,7 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(|h| format!("{scheme}://{userinfo}{h}"))
+        .map(|h| format!("{scheme}://{userinfo}{h}{suffix}"))
         .collect();
     if nodes.is_empty() {
         return bad("no node listed (expected host:port,host:port,...)");

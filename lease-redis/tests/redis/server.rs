@@ -17,6 +17,8 @@ pub(crate) struct RedisServer {
     dir: PathBuf,
     extra: Vec<String>,
     env: Vec<(String, String)>,
+    /// Listens with TLS only (`--port 0 --tls-port`): ready once the port accepts.
+    tls: bool,
 }
 
 fn free_port() -> Result<u16, Failed> {
@@ -38,6 +40,7 @@ impl RedisServer {
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env: Vec::new(),
+            tls: false,
         };
         server.spawn().await?;
         Ok(server)
@@ -85,16 +88,40 @@ impl RedisServer {
                 ("FAKETIME_NO_CACHE".into(), "1".into()),
                 ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
             ],
+            tls: false,
         };
         server.spawn().await?;
         Ok((server, clock))
     }
 
+    /// Starts a server that speaks only TLS on a free port, with `extra` arguments (which must
+    /// name its certificate and key: `--tls-cert-file`, `--tls-key-file`, `--tls-ca-cert-file`).
+    #[allow(dead_code, reason = "used by the redis-tls target only")]
+    pub(crate) async fn start_tls(extra: &[&str]) -> Result<Self, Failed> {
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("lease-redis-test-{port}-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.extend(["--tls-port".to_string(), port.to_string()]);
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra,
+            env: Vec::new(),
+            tls: true,
+        };
+        server.spawn().await?;
+        Ok(server)
+    }
+
     async fn spawn(&mut self) -> Result<(), Failed> {
+        let plain_port = if self.tls { 0 } else { self.port };
         let child = Command::new("redis-server")
             .args([
                 "--port",
-                &self.port.to_string(),
+                &plain_port.to_string(),
                 "--bind",
                 "127.0.0.1",
                 "--save",
@@ -130,6 +157,10 @@ impl RedisServer {
     }
 
     async fn ping(&self) -> redis::RedisResult<()> {
+        if self.tls {
+            tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+            return Ok(());
+        }
         let client = redis::Client::open(self.url().as_str())?;
         let mut con = client.get_multiplexed_async_connection().await?;
         redis::cmd("PING").query_async(&mut con).await
