@@ -8,7 +8,8 @@
 //! - decode what it stored back into typed values ([`decode_token`], [`decode_owner`]), with
 //!   one error for records that do not decode ([`corrupt`]);
 //! - build the [`Lease`] it grants ([`granted_lease`], with [`default_drift`] as the margin a
-//!   request gets unless it asks for another).
+//!   request gets unless it asks for another);
+//! - read its options from the query of a store URL ([`UrlParams`]), refusing unknown ones.
 //!
 //! Errors for failures of the store itself are built with [`Error::unavailable`],
 //! [`Error::refused`], [`Error::store_fault`] and [`Error::Timeout`]; classify them with
@@ -28,6 +29,8 @@ use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+pub use crate::url_params::UrlParams;
 
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;

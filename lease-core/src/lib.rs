@@ -102,6 +102,7 @@ pub mod lease;
 pub mod memory;
 pub mod store;
 pub mod supervisor;
+mod url_params;
 
 pub use capability::{Capabilities, ExpiryClock, TokenDurability};
 pub use error::{BoxError, Error, ErrorKind, Result};
