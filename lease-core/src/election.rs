@@ -177,6 +177,7 @@ pub struct Election {
     hook: Option<Arc<dyn Hook>>,
     preferred: Vec<OwnerId>,
     drain: Option<Duration>,
+    reservation_bound: Option<Duration>,
 }
 
 impl Election {
@@ -203,6 +204,7 @@ impl Election {
             hook: None,
             preferred: Vec::new(),
             drain: None,
+            reservation_bound: None,
         }
     }
 
@@ -212,6 +214,20 @@ impl Election {
     pub fn with_drain_timeout(mut self, wait: Duration) -> Self {
         self.drain = Some(wait);
         self
+    }
+
+    /// How long a candidate that cannot read the handover reservation (its inspect fails or
+    /// times out) stays out of the campaign before it campaigns anyway (default: the TTL).
+    /// While the reservation's state is unknown, a candidate never takes the lead: it retries
+    /// the read, with backoff, until the state is known or this bound has passed.
+    pub fn with_reservation_bound(mut self, bound: Duration) -> Self {
+        self.reservation_bound = Some(bound);
+        self
+    }
+
+    /// The reservation bound (see [`Election::with_reservation_bound`]).
+    pub fn reservation_bound(&self) -> Duration {
+        self.reservation_bound.unwrap_or_else(|| self.config.ttl())
     }
 
     /// The drain timeout (see [`Election::with_drain_timeout`]).
@@ -308,6 +324,7 @@ impl Election {
             rank,
             commands: cmd_rx,
             drain: self.drain_timeout(),
+            reservation_bound: self.reservation_bound(),
         };
         let task = tokio::spawn(campaign(
             sup,
@@ -376,18 +393,26 @@ struct Plan {
     commands: mpsc::UnboundedReceiver<Handover>,
     /// How long a planned end of a term waits for its drain guards.
     drain: Duration,
+    /// How long an unreadable reservation is waited for.
+    reservation_bound: Duration,
 }
 
 impl Candidate {
     /// Planned handover to `successor` (an id as given to [`Election::join`]; of several
-    /// candidates joined with it, whichever claims first leads): if this candidate leads, it leaves a reservation
-    /// (`KEY.handover`, held for `successor`), ends its term and drains: it cancels the term's
-    /// `work` token and waits until every [`DrainGuard`] of the term is dropped (up to the
-    /// [drain timeout](Election::with_drain_timeout), still holding the lease), then releases.
-    /// Only `successor` may then take the lead: another candidate that acquires the key while the
-    /// reservation stands gives it back at once without announcing a term. If the successor
-    /// does not claim within `within` after the release, the reservation expires and anyone may
-    /// (it is written for `within` plus the drain timeout, before the drain starts).
+    /// candidates joined with it, whichever claims first leads): if this candidate leads, it
+    /// leaves a reservation (`KEY.handover`, held for `successor`), ends its term and drains: it
+    /// cancels the term's `work` token and waits until every [`DrainGuard`] of the term is
+    /// dropped (up to the [drain timeout](Election::with_drain_timeout), still holding the
+    /// lease), then releases. Only `successor` may then take the lead: another candidate that
+    /// acquires the key while the reservation stands gives it back at once without announcing a
+    /// term. If the successor does not claim within `within` after the release, the reservation
+    /// expires and anyone may. (The reservation is written before the drain, for `within` plus
+    /// the drain timeout plus the op timeout, and cut back to `within` once the release
+    /// returned; if the cut fails, the longer reservation stands.)
+    ///
+    /// A candidate that cannot read the reservation (its inspect fails or times out) does not
+    /// take the lead while it cannot: it retries, and campaigns anyway only once the
+    /// [reservation bound](Election::with_reservation_bound) has passed.
     ///
     /// Returns once the lease is released: `true` if this candidate was leading and handed over,
     /// `false` if it was not leading (nothing changes) or the reservation could not be written
@@ -546,38 +571,33 @@ async fn campaign(
                 _ => None,
             };
         }
-        // A handover reserved for someone else: stay out until it is claimed or expires.
-        if let Some(left) = reserved_for_other(
-            &*store,
-            plan.reservation.as_ref(),
-            &plan.identity,
-            sup.owner(),
-            op,
-        )
-        .await
-        {
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = sleep(left.min(tick).max(Duration::from_millis(1))) => {}
+        // A handover reserved for someone else: stay out until it is claimed or expires. A
+        // reservation that cannot be read is waited for (up to the bound), never ignored.
+        match known_reservation(&*store, &plan, sup.owner(), sup.config(), &stop).await {
+            None => break,
+            Some(Reservation::ForOther(left)) => {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = sleep(left.min(tick).max(Duration::from_millis(1))) => {}
+                }
+                continue;
             }
-            continue;
+            Some(Reservation::Clear) => {}
         }
         match sup.acquire_until_cancelled(&key, &stop).await {
             Ok(Acquisition::Acquired(guard)) => {
-                // Acquired while a reservation for someone else stands: give the key back at
-                // once, without announcing a term.
-                if reserved_for_other(
-                    &*store,
-                    plan.reservation.as_ref(),
-                    &plan.identity,
-                    sup.owner(),
-                    op,
-                )
-                .await
-                .is_some()
-                {
-                    let _ = guard.release().await;
-                    continue;
+                // Acquired while a reservation for someone else stands (or may stand: it cannot
+                // be read): give the key back, without announcing a term.
+                match known_reservation(&*store, &plan, sup.owner(), sup.config(), &stop).await {
+                    None => {
+                        let _ = guard.release().await;
+                        break;
+                    }
+                    Some(Reservation::ForOther(_)) => {
+                        let _ = guard.release().await;
+                        continue;
+                    }
+                    Some(Reservation::Clear) => {}
                 }
                 clear_reservation(
                     &*store,
@@ -624,10 +644,10 @@ async fn campaign(
                             break StepDownReason::Resigned;
                         }
                         Some((successor, within, reply)) = plan.commands.recv() => {
-                            if reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(within), op).await {
+                            if let Some(reserved) = reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(within, op), op).await {
                                 out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
-                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), &successor, within, op).await;
+                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), (&successor, reserved), within, op).await;
                                 }
                                 let _ = reply.send(true);
                                 break StepDownReason::HandedOver;
@@ -637,12 +657,12 @@ async fn campaign(
                         _ = sleep(tick), if better > 0 => {
                             if let Some(successor) = better_present(&*store, &plan.presence[..better], op).await
                                 && successor != plan.identity
-                                && reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(ttl), op).await
+                                && let Some(reserved) = reserve(&*store, plan.reservation.as_ref(), &successor, end.reserve_for(ttl, op), op).await
                             {
                                 tracing::info!(key = %key, owner = %sup.owner(), successor = %successor, "yielding to a preferred candidate");
                                 out.role.send_replace(Role::Follower);
                                 if let Some(g) = guard.take() {
-                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), &successor, ttl, op).await;
+                                    end.drain_and_release(g, &*store, plan.reservation.as_ref(), (&successor, reserved), ttl, op).await;
                                 }
                                 break StepDownReason::HandedOver;
                             }
@@ -695,14 +715,16 @@ impl TermEnd {
     }
 
     /// How long to reserve the lead for a successor that may claim `within` after the release:
-    /// the drain timeout longer while work holds a drain guard (the reservation is written
-    /// before the drain starts, and cut back to `within` once it ended).
-    fn reserve_for(&self, within: Duration) -> Duration {
-        if self.draining() {
-            within.saturating_add(self.wait)
+    /// the reservation is written before the drain and the release, so it also covers the drain
+    /// timeout (while work holds a drain guard) and the release (bounded by the op timeout
+    /// `op`); once the release returned it is cut back to `within` from then.
+    fn reserve_for(&self, within: Duration, op: Duration) -> Duration {
+        let drain = if self.draining() {
+            self.wait
         } else {
-            within
-        }
+            Duration::ZERO
+        };
+        within.saturating_add(drain).saturating_add(op)
     }
 
     /// Cancels the term's work and waits until it has drained (every guard dropped), the drain
@@ -715,23 +737,29 @@ impl TermEnd {
         }
     }
 
-    /// A handover's end of term: drains, cuts the reservation for `successor` back to `within`
-    /// from now if it was lengthened for the drain ([`TermEnd::reserve_for`]), and releases.
+    /// A handover's end of term: drains, releases, and cuts the reservation for `successor`
+    /// (written with token `reserved` for [`TermEnd::reserve_for`]) back to `within` from the
+    /// release. The cut is made only if that reservation still stands (the successor has not
+    /// claimed it); if it cannot be made, the longer reservation stands (closed, not open).
     async fn drain_and_release(
         &self,
         guard: crate::supervisor::LeaseGuard,
         store: &dyn LeaseStore,
         reservation: Option<&LeaseKey>,
-        successor: &OwnerId,
+        (successor, reserved): (&OwnerId, FencingToken),
         within: Duration,
         op: Duration,
     ) {
-        let lengthened = self.draining();
         self.drain(&guard).await;
-        if lengthened {
-            reserve(store, reservation, successor, within, op).await;
-        }
         let _ = guard.release().await;
+        let Some(key) = reservation else { return };
+        if let Ok(Ok(state)) = timeout(op, store.inspect(key)).await
+            && state
+                .holder
+                .is_some_and(|h| h.owner == *successor && h.token == reserved)
+        {
+            let _ = reserve(store, Some(key), successor, within, op).await;
+        }
     }
 }
 
@@ -741,34 +769,89 @@ fn reserved_for_me(holder: &OwnerId, identity: &OwnerId, instance: &OwnerId) -> 
     holder == identity || holder == instance
 }
 
-/// The time left of a handover reservation held for someone other than this candidate.
-async fn reserved_for_other(
+/// What a candidate knows of the handover reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reservation {
+    /// None stands, or it is for this candidate.
+    Clear,
+    /// One stands for someone else, for this much longer.
+    ForOther(Duration),
+}
+
+/// Reads the reservation once: `None` if its state is unknown (the inspect failed or timed out).
+async fn read_reservation(
     store: &dyn LeaseStore,
     reservation: Option<&LeaseKey>,
     identity: &OwnerId,
     instance: &OwnerId,
     op: Duration,
-) -> Option<Duration> {
-    let key = reservation?;
+) -> Option<Reservation> {
+    let Some(key) = reservation else {
+        return Some(Reservation::Clear);
+    };
     let state = timeout(op, store.inspect(key)).await.ok()?.ok()?;
-    state
-        .holder
-        .filter(|h| !reserved_for_me(&h.owner, identity, instance))
-        .map(|h| h.remaining)
+    Some(
+        match state
+            .holder
+            .filter(|h| !reserved_for_me(&h.owner, identity, instance))
+        {
+            Some(h) => Reservation::ForOther(h.remaining),
+            None => Reservation::Clear,
+        },
+    )
+}
+
+/// Reads the reservation until its state is known. While it is unknown (the inspect fails or
+/// times out) the read is retried with the supervisor's backoff, and only once the plan's
+/// reservation bound has passed since the first failed read is it taken as clear (logged):
+/// a candidate never takes the lead while a reservation may stand for someone else, unless the
+/// bound passed. `None` once `stop` is cancelled.
+async fn known_reservation(
+    store: &dyn LeaseStore,
+    plan: &Plan,
+    instance: &OwnerId,
+    config: &SupervisorConfig,
+    stop: &CancellationToken,
+) -> Option<Reservation> {
+    let op = config.op_timeout();
+    let key = plan.reservation.as_ref();
+    let mut since: Option<tokio::time::Instant> = None;
+    let mut failures: u32 = 0;
+    loop {
+        if stop.is_cancelled() {
+            return None;
+        }
+        if let Some(known) = read_reservation(store, key, &plan.identity, instance, op).await {
+            return Some(known);
+        }
+        let first = *since.get_or_insert_with(tokio::time::Instant::now);
+        let left = plan.reservation_bound.saturating_sub(first.elapsed());
+        if left.is_zero() {
+            tracing::warn!(key = ?key, owner = %instance, bound = ?plan.reservation_bound, "handover reservation unreadable for the whole bound; campaigning");
+            return Some(Reservation::Clear);
+        }
+        failures = failures.saturating_add(1);
+        let pause = config
+            .backoff(failures)
+            .min(left)
+            .max(Duration::from_millis(1));
+        tokio::select! {
+            _ = stop.cancelled() => return None,
+            _ = sleep(pause) => {}
+        }
+    }
 }
 
 /// Writes a reservation of the lead for `successor`, valid for `within` (rounded up to what the
-/// store grants).
+/// store grants); its token if it was granted.
 async fn reserve(
     store: &dyn LeaseStore,
     reservation: Option<&LeaseKey>,
     successor: &OwnerId,
     within: Duration,
     op: Duration,
-) -> bool {
-    let Some(key) = reservation else {
-        return false;
-    };
+) -> Option<FencingToken> {
+    let key = reservation?;
     let caps = store.capabilities();
     let mut ttl = within.max(caps.min_ttl).max(Duration::from_millis(1));
     let g = caps.ttl_granularity.as_nanos();
@@ -777,13 +860,13 @@ async fn reserve(
         ttl = Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
     }
     if ttl > crate::lease::MAX_TTL {
-        return false;
+        return None;
     }
     let req = AcquireRequest::new(key.clone(), successor.clone(), ttl);
-    matches!(
-        timeout(op, store.acquire(&req)).await,
-        Ok(Ok(AcquireOutcome::Acquired(_)))
-    )
+    match timeout(op, store.acquire(&req)).await {
+        Ok(Ok(AcquireOutcome::Acquired(lease))) => Some(lease.token()),
+        _ => None,
+    }
 }
 
 /// Removes a reservation held for this candidate once it leads (best effort: it expires anyway).
@@ -1206,5 +1289,209 @@ mod instance_tests {
         assert!(c.next_event().await.is_none());
         assert!(!c.is_leader());
         assert!(e.try_join(OwnerId::new("x".repeat(111)).unwrap()).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod reservation_tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::{
+        Capabilities, KeyState, KeyWatch, MemoryLeaseStore, ReleaseOutcome, RenewOutcome, Result,
+    };
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    /// How the reservation key's inspect behaves.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Inspect {
+        Works,
+        Fails,
+        Hangs,
+    }
+
+    /// The memory store, with the reservation's inspect failing or hanging on demand, and the
+    /// election key's release taking `release_takes`.
+    #[derive(Debug, Clone)]
+    struct Flaky {
+        mem: MemoryLeaseStore,
+        inspect: Arc<Mutex<Inspect>>,
+        release_takes: Arc<Mutex<Duration>>,
+    }
+
+    impl Flaky {
+        fn new() -> Self {
+            Flaky {
+                mem: MemoryLeaseStore::new(),
+                inspect: Arc::new(Mutex::new(Inspect::Works)),
+                release_takes: Arc::new(Mutex::new(Duration::ZERO)),
+            }
+        }
+
+        fn set(&self, how: Inspect) {
+            *self.inspect.lock().unwrap() = how;
+        }
+    }
+
+    fn is_reservation(key: &LeaseKey) -> bool {
+        key.as_str().ends_with("handover")
+    }
+
+    #[async_trait]
+    #[deny(clippy::missing_trait_methods)]
+    impl LeaseStore for Flaky {
+        fn backend(&self) -> &'static str {
+            "flaky"
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.mem.capabilities()
+        }
+        async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+            self.mem.acquire(req).await
+        }
+        async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+            self.mem.renew(lease).await
+        }
+        async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+            self.mem.renew_many(leases).await
+        }
+        async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+            self.mem.inspect_many(keys).await
+        }
+        async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+            if !is_reservation(lease.key()) {
+                let takes = *self.release_takes.lock().unwrap();
+                sleep(takes).await;
+            }
+            self.mem.release(lease).await
+        }
+        async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+            let how = *self.inspect.lock().unwrap();
+            match how {
+                _ if !is_reservation(key) => self.mem.inspect(key).await,
+                Inspect::Works => self.mem.inspect(key).await,
+                Inspect::Fails => Err(crate::Error::refused("flaky", "inspect refused", None)),
+                Inspect::Hangs => std::future::pending().await,
+            }
+        }
+        async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<crate::HeldBy>>> {
+            self.mem.holders_many(keys).await
+        }
+        async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
+            self.mem.watch(key).await
+        }
+    }
+
+    fn election(store: &Flaky) -> Election {
+        Election::new(
+            store.clone(),
+            LeaseKey::new("jobs").unwrap(),
+            SupervisorConfig::new(TTL).with_acquire_wait(TTL),
+        )
+    }
+
+    async fn leads(c: &Candidate) {
+        c.subscribe()
+            .wait_for(|r| matches!(r, Role::Leader { .. }))
+            .await
+            .unwrap();
+    }
+
+    /// Waits until one of `a` and `b` leads (the old leader campaigns again after a handover).
+    async fn one_leads(a: &Candidate, b: &Candidate) {
+        tokio::select! {
+            _ = leads(a) => {}
+            _ = leads(b) => {}
+        }
+    }
+
+    /// While the reservation cannot be read (for less than the bound), a candidate that is not
+    /// the successor stays out; once it can be read again, it stays out until the reservation
+    /// expires `within` after the release.
+    async fn unreadable_reservation_keeps_others_out(how: Inspect) {
+        let store = Flaky::new();
+        let e = election(&store);
+        let a = e.join(OwnerId::new("a").unwrap());
+        leads(&a).await;
+        let b = e.join(OwnerId::new("b").unwrap());
+        sleep(TTL).await;
+        let within = TTL * 2;
+        store.set(how);
+        assert!(a.handover(&OwnerId::new("ghost").unwrap(), within).await);
+        let released = Instant::now();
+        let outage = e.reservation_bound() / 2;
+        let early = tokio::time::timeout(outage, one_leads(&a, &b)).await;
+        assert!(
+            early.is_err(),
+            "{:?} {:?} while the reservation was unreadable ({how:?})",
+            a.role(),
+            b.role()
+        );
+        store.set(Inspect::Works);
+        let led = tokio::time::timeout(within + TTL * 2, one_leads(&a, &b)).await;
+        assert!(led.is_ok(), "nobody led");
+        assert!(
+            released.elapsed() >= within,
+            "led {:?} after the release, the reservation being for {within:?}",
+            released.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_reservation_inspect_keeps_others_out() {
+        unreadable_reservation_keeps_others_out(Inspect::Fails).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_reservation_inspect_keeps_others_out() {
+        unreadable_reservation_keeps_others_out(Inspect::Hangs).await;
+    }
+
+    /// A reservation that stays unreadable keeps others out for the bound, not forever.
+    #[tokio::test(start_paused = true)]
+    async fn an_unreadable_reservation_is_waited_for_up_to_the_bound() {
+        let store = Flaky::new();
+        let e = election(&store);
+        let a = e.join(OwnerId::new("a").unwrap());
+        leads(&a).await;
+        let b = e.join(OwnerId::new("b").unwrap());
+        sleep(TTL).await;
+        store.set(Inspect::Fails);
+        assert!(a.handover(&OwnerId::new("ghost").unwrap(), TTL * 10).await);
+        let released = Instant::now();
+        let bound = e.reservation_bound();
+        let led = tokio::time::timeout(bound + TTL * 2, one_leads(&a, &b)).await;
+        assert!(led.is_ok(), "nobody led");
+        assert!(
+            released.elapsed() >= bound,
+            "led {:?} after the release, before the bound {bound:?}",
+            released.elapsed()
+        );
+    }
+
+    /// `within` counts from the release, however long the release takes.
+    #[tokio::test(start_paused = true)]
+    async fn within_counts_from_the_release() {
+        let store = Flaky::new();
+        let e = election(&store);
+        let a = e.join(OwnerId::new("a").unwrap());
+        leads(&a).await;
+        let b = e.join(OwnerId::new("b").unwrap());
+        sleep(TTL).await;
+        let takes = Duration::from_millis(800);
+        *store.release_takes.lock().unwrap() = takes;
+        let within = TTL;
+        assert!(a.handover(&OwnerId::new("ghost").unwrap(), within).await);
+        let released = Instant::now();
+        one_leads(&a, &b).await;
+        assert!(
+            released.elapsed() >= within,
+            "led {:?} after the release, the reservation being for {within:?}",
+            released.elapsed()
+        );
     }
 }
