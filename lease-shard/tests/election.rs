@@ -8,6 +8,9 @@
 //!   bound, someone leads within the bound + TTL after;
 //! - `preferred`: a leader yields to a preferred candidate that joins, within about one renewal
 //!   interval (reported), and does not take the lead back;
+//! - `same_id`: two candidates joined with one id (two processes started with the same stable
+//!   id) are two owners to the store: the second is not elected while the first leads, and takes
+//!   over when the first resigns;
 //! - every candidate's leader-only work takes [`DRAIN`] to finish after its token is cancelled,
 //!   holding the term's drain guard meanwhile: a successor (named or preferred) must be elected
 //!   only after the old leader's work has drained (the election drains, then releases);
@@ -16,6 +19,9 @@
 //!   event (with the lease's local deadline, extended by confirmed renewals) and ends when the
 //!   term's leader-only work is cancelled (seen synchronously when another candidate is granted
 //!   the key, not only when a task awaiting the token runs) or the lease is reported lost.
+//!   Beliefs are recorded per candidate *instance* (the owner its leases are held under), so two
+//!   candidates joined with one id are two clients to the checker; helpers that name a
+//!   candidate take the id it joined with.
 //!
 //! Backends: memory, PostgreSQL (`LEASE_POSTGRES_URL`), Redis (`LEASE_REDIS_URL`), etcd
 //! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, default `/tmp/lease-test/k8s/kubeconfig`,
@@ -49,6 +55,13 @@ const DRAIN: Duration = Duration::from_millis(300);
 #[path = "support/backends.rs"]
 mod backends;
 use backends::{Backend, available, backends, runtime};
+
+/// The id a candidate joined with, from the instance owner its leases are held under.
+fn ident(instance: &str) -> String {
+    OwnerId::new(instance)
+        .map(|o| o.identity().to_string())
+        .unwrap_or_else(|_| instance.to_string())
+}
 
 fn unique(case: &str) -> String {
     let nanos = std::time::SystemTime::now()
@@ -205,7 +218,8 @@ impl Recorder {
         self.log.lock().unwrap().clone()
     }
 
-    /// Every `Elected` at or after `since`: (when, who, term).
+    /// Every `Elected` at or after `since`: (when, who, term), `who` being the candidate's
+    /// instance.
     fn elections_since(&self, since: Instant) -> Vec<(Instant, String, FencingToken)> {
         self.log()
             .into_iter()
@@ -294,12 +308,15 @@ enum Cmd {
 /// A candidate driven by its own task, which records its events as they come.
 struct Driven {
     cmd: mpsc::UnboundedSender<Cmd>,
+    /// The owner its leases are held under.
+    instance: String,
 }
 
 impl Driven {
     fn start(mut c: Candidate, rec: Recorder) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let who = c.id().as_str().to_string();
+        let who = c.owner().as_str().to_string();
+        let instance = who.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -331,7 +348,7 @@ impl Driven {
                 }
             }
         });
-        Driven { cmd: tx }
+        Driven { cmd: tx, instance }
     }
 
     async fn handover(&self, to: &str, within: Duration) -> bool {
@@ -383,7 +400,8 @@ impl Setup {
         Ok(Driven::start(e.join(OwnerId::new(who)?), self.rec.clone()))
     }
 
-    /// Waits up to `within` for a log line after `since` that `ok` accepts.
+    /// Waits up to `within` for a log line after `since` that `ok` accepts (given the id the
+    /// candidate joined with).
     async fn wait_seen(
         &self,
         since: Instant,
@@ -396,7 +414,7 @@ impl Setup {
                 .rec
                 .log()
                 .into_iter()
-                .find(|(at, who, s)| *at >= since && ok(who, s))
+                .find(|(at, who, s)| *at >= since && ok(&ident(who), s))
             {
                 return Ok(l);
             }
@@ -423,7 +441,7 @@ impl Setup {
         let log = self.rec.log();
         match log
             .iter()
-            .find(|(_, w, x)| w == who && *x == Seen::Drained(term))
+            .find(|(_, w, x)| ident(w) == who && *x == Seen::Drained(term))
         {
             Some((at, _, _)) if *at <= led => Ok(*at),
             found => Err(format!(
@@ -469,7 +487,9 @@ impl Setup {
                 .events()
                 .iter()
                 .filter(|e| {
-                    e.client == who && e.completed.at >= since && matches!(e.op, Op::Renewed { .. })
+                    (e.client == who || ident(&e.client) == who)
+                        && e.completed.at >= since
+                        && matches!(e.op, Op::Renewed { .. })
                 })
                 .count();
             if seen >= n {
@@ -524,7 +544,7 @@ async fn handover(b: Backend) -> Result<(), Failed> {
     .await?;
     let (led, t2) = s.elected("c", at, within + SLACK).await?;
     let between = s.rec.elections_since(at);
-    if between.first().map(|(_, w, _)| w.as_str()) != Some("c") {
+    if between.first().map(|(_, w, _)| ident(w)).as_deref() != Some("c") {
         return Err(format!("another candidate led before the successor: {between:?}").into());
     }
     let drained = s.drained_before("a", t1, led)?;
@@ -618,7 +638,7 @@ async fn preferred(b: Backend) -> Result<(), Failed> {
         .elected("p", joined, interval + ttl + DRAIN + SLACK)
         .await?;
     let between = s.rec.elections_since(joined);
-    if between.first().map(|(_, w, _)| w.as_str()) != Some("p") {
+    if between.first().map(|(_, w, _)| ident(w)).as_deref() != Some("p") {
         return Err(format!("another candidate led before the preferred one: {between:?}").into());
     }
     s.drained_before("a", t1, led)?;
@@ -643,6 +663,48 @@ async fn preferred(b: Backend) -> Result<(), Failed> {
     for c in [a, b_, p] {
         c.resign().await;
     }
+    s.rec.check()?;
+    Ok(())
+}
+
+/// (d) Two candidates joined with one id (two processes started with the same stable id): the
+/// second is never elected while the first leads (the checker sees no overlapping beliefs), and
+/// it takes over once the first resigns.
+async fn same_id(b: Backend) -> Result<(), Failed> {
+    let s = Setup::new(b, "s")?;
+    let ttl = s.backend.ttl;
+    let wait = ttl * 5 + SLACK * 5;
+    let start = Instant::now();
+    let first = s.join("a").await?;
+    let (_, t1) = s.elected("a", start, wait).await?;
+    let second = s.join("a").await?;
+    let other = s.join("b").await?;
+    // The second instance campaigns against the first over three of its renewals.
+    s.renewals(&first.instance, 3, Instant::now(), wait).await?;
+    let after = s.rec.elections_since(start);
+    if after.len() != 1 {
+        return Err(format!("{}: elections while a leads: {after:?}", s.backend.name).into());
+    }
+    s.rec.check()?;
+    let at = Instant::now();
+    first.resign().await;
+    let (led, who, _) = s
+        .wait_seen(at, ttl + SLACK, |_, x| matches!(x, Seen::Elected(_)))
+        .await?;
+    let Some((_, _, t2)) = s.rec.elections_since(at).first().cloned() else {
+        unreachable!()
+    };
+    if t2 <= t1 {
+        return Err(format!("term {t2} after {t1}").into());
+    }
+    eprintln!(
+        "{}: same id: {who} elected {:?} after the first instance resigned (second instance {})",
+        s.backend.name,
+        led - at,
+        second.instance
+    );
+    second.resign().await;
+    other.resign().await;
     s.rec.check()?;
     Ok(())
 }
@@ -712,10 +774,11 @@ fn main() {
         recorder_reports_overlapping_leaders,
     )];
     type Case = fn(Backend) -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
-    let cases: [(&str, Case); 3] = [
+    let cases: [(&str, Case); 4] = [
         ("handover", |b| Box::pin(handover(b))),
         ("absent_successor", |b| Box::pin(absent_successor(b))),
         ("preferred", |b| Box::pin(preferred(b))),
+        ("same_id", |b| Box::pin(same_id(b))),
     ];
     for b in backends(&dir, "election.db") {
         let up = if args.list { Ok(()) } else { available(&b) };
