@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lease_core::backend::UrlParams;
 use lease_core::{Error, Result};
 use sha2::{Digest, Sha256};
 
@@ -287,6 +288,116 @@ pub struct PostgresOptions {
     notify: bool,
     layout: TableLayout,
     migrate: bool,
+}
+
+/// The query parameters of a store URL that set [`PostgresOptions`] (see the crate docs' table).
+pub const URL_OPTIONS: &[&str] = &[
+    "table",
+    "layout",
+    "migrate",
+    "notify",
+    "op_timeout",
+    "max_connections",
+    "acquire_timeout",
+    "tx_lock_timeout",
+    "tx_statement_timeout",
+    "tx_idle_timeout",
+    "tx_deadline",
+];
+
+/// The driver's own (libpq's) query parameters, handed to it unchanged.
+pub const DRIVER_URL_PARAMETERS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+impl PostgresOptions {
+    /// Applies the [`URL_OPTIONS`] in `url`'s query on top of `self`, and gives back the URL for
+    /// the driver: its base with only the [`DRIVER_URL_PARAMETERS`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_postgres::{PostgresOptions, TableLayout};
+    /// let (url, opts) = PostgresOptions::default().with_url(
+    ///     "postgres://u@db/app?table=public.coordination_lease&layout=seed&op_timeout=2s&sslmode=require",
+    /// )?;
+    /// assert_eq!(url, "postgres://u@db/app?sslmode=require");
+    /// assert_eq!(opts.table().table(), "coordination_lease");
+    /// assert_eq!(opts.layout(), TableLayout::Seed);
+    /// assert_eq!(opts.op_timeout(), Duration::from_secs(2));
+    /// assert!(PostgresOptions::default().with_url("postgres://db/app?sslrootcrt=/ca.pem").is_err());
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`](lease_core::Error::Config) for a parameter that is neither, or a value
+    /// that does not parse.
+    pub fn with_url(self, url: &str) -> Result<(String, PostgresOptions)> {
+        let mut p = UrlParams::parse(BACKEND, url)?;
+        let mut o = self;
+        if let Some(t) = p.take("table") {
+            o.table = TableName::parse(&t)?;
+        }
+        if let Some(layout) = p.take_with("layout", |v| match v {
+            "library" => Ok(TableLayout::Library),
+            "seed" => Ok(TableLayout::Seed),
+            _ => Err("expected library or seed".into()),
+        })? {
+            o.layout = layout;
+        }
+        if let Some(on) = p.take_bool("migrate")? {
+            o.migrate = on;
+        }
+        if let Some(on) = p.take_bool("notify")? {
+            o.notify = on;
+        }
+        if let Some(d) = p.take_duration("op_timeout")? {
+            o.op_timeout = d;
+        }
+        if let Some(n) = p.take_count("max_connections")? {
+            o = o.with_max_connections(n);
+        }
+        if let Some(d) = p.take_duration("acquire_timeout")? {
+            o.acquire_timeout = d;
+        }
+        if let Some(d) = p.take_duration("tx_lock_timeout")? {
+            o.tx.lock_timeout = d;
+        }
+        if let Some(d) = p.take_duration("tx_statement_timeout")? {
+            o.tx.statement_timeout = d;
+        }
+        if let Some(d) = p.take_duration("tx_idle_timeout")? {
+            o.tx.idle_timeout = d;
+        }
+        if let Some(d) = p.take_duration("tx_deadline")? {
+            o.tx.deadline = d;
+        }
+        let driver = p.take_all(DRIVER_URL_PARAMETERS);
+        let base = p.base().to_string();
+        let known: Vec<&str> = URL_OPTIONS
+            .iter()
+            .chain(DRIVER_URL_PARAMETERS)
+            .copied()
+            .collect();
+        p.finish(&known)?;
+        Ok((UrlParams::join(&base, &driver), o))
+    }
 }
 
 /// The columns of the lease table.

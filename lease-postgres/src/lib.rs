@@ -47,6 +47,37 @@
 //!   [`Supervisor`](lease_core::supervisor::Supervisor) is woken by
 //!   [`watch`](lease_core::LeaseStore::watch) instead of polling. See `docs/adr/0011-postgres-listen-notify.md`.
 //!
+//! ## Options in the URL
+//! Every [`PostgresOptions`] setting can be given in the URL's query, on top of the options
+//! passed in code ([`PostgresOptions::with_url`]), so that a URL alone (`lease run --store ...`,
+//! an environment variable) configures the store. The driver's own libpq parameters
+//! ([`DRIVER_URL_PARAMETERS`]) pass through; **any other parameter is an
+//! [`Error::Config`](lease_core::Error::Config)** naming it, so a misspelt `sslrootcert` is never
+//! ignored. Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
+//!
+//! | parameter | sets | example |
+//! |---|---|---|
+//! | `table` | [`PostgresOptions::new`]'s table, schema-qualified | `table=public.coordination_lease` |
+//! | `layout` | [`PostgresOptions::with_layout`]: `library` or `seed` | `layout=seed` |
+//! | `migrate` | [`PostgresOptions::with_migrate`] | `migrate=false` |
+//! | `notify` | [`PostgresOptions::with_notify`] | `notify=false` |
+//! | `op_timeout` | [`PostgresOptions::with_op_timeout`] | `op_timeout=2s` |
+//! | `max_connections` | [`PostgresOptions::with_max_connections`] | `max_connections=4` |
+//! | `acquire_timeout` | [`PostgresOptions::with_acquire_timeout`] | `acquire_timeout=500ms` |
+//! | `tx_lock_timeout`, `tx_statement_timeout`, `tx_idle_timeout`, `tx_deadline` | [`TxTimeouts`] | `tx_deadline=3s` |
+//! | `sslmode`, `sslrootcert`, `sslcert`, `sslkey`, `application_name`, `options`, ... | the driver | `sslmode=verify-full` |
+//!
+//! ```no_run
+//! use lease_postgres::PostgresLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! // The seed's table, used in place, with a 2 s bound per operation.
+//! let store = PostgresLeaseStore::connect(
+//!     "postgres://app@db:5432/app?table=public.coordination_lease&layout=seed&op_timeout=2s",
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## TLS and authentication
 //! The URL's libpq parameters go to the driver unchanged: `sslmode=verify-full` with
 //! `sslrootcert=CA.pem` verifies the server's certificate and name, `sslcert=`/`sslkey=` add a
@@ -225,7 +256,8 @@ mod store;
 
 pub use advisory::{AdvisoryLocks, advisory_lock_id};
 pub use config::{
-    MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableLayout, TableName, TxTimeouts,
+    DRIVER_URL_PARAMETERS, MAX_SCHEMA_LEN, MAX_TABLE_LEN, PostgresOptions, TableLayout, TableName,
+    TxTimeouts, URL_OPTIONS,
 };
 pub use fenced::{FencedTx, PostgresFencedResource};
 pub use row_fence::LeaseRowFence;

@@ -133,7 +133,7 @@ impl PostgresLeaseStore {
     /// Cancel safe: the migration is one transaction, rolled back if dropped; nothing else is
     /// changed on the server.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> Result<Self> {
-        let (pool_options, connect_options) = pool_config(url, &options)?;
+        let (options, pool_options, connect_options) = pool_config(url, options)?;
         let pool = pool_options
             .connect_with(connect_options)
             .await
@@ -157,7 +157,7 @@ impl PostgresLeaseStore {
     /// # Errors
     /// [`Error::Config`] for an unparsable URL.
     pub fn connect_lazy(url: &str, options: PostgresOptions) -> Result<Self> {
-        let (pool_options, connect_options) = pool_config(url, &options)?;
+        let (options, pool_options, connect_options) = pool_config(url, options)?;
         Ok(PostgresLeaseStore::from_pool(
             pool_options.connect_lazy_with(connect_options),
             options,
@@ -467,7 +467,11 @@ const MAX_POOL: u32 = 10_000;
 
 const LONGEST_POOL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, PgConnectOptions)> {
+/// The URL's options applied on top of `options`, and the driver's pool and connect options.
+fn pool_config(
+    url: &str,
+    options: PostgresOptions,
+) -> Result<(PostgresOptions, PgPoolOptions, PgConnectOptions)> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     if !matches!(scheme, Some("postgres" | "postgresql")) {
         return Err(Error::config(
@@ -479,6 +483,7 @@ fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, P
             None,
         ));
     }
+    let (url, options) = options.with_url(url)?;
     if options.max_connections() > MAX_POOL {
         return Err(Error::config(
             BACKEND,
@@ -490,22 +495,24 @@ fn pool_config(url: &str, options: &PostgresOptions) -> Result<(PgPoolOptions, P
             None,
         ));
     }
-    let connect = PgConnectOptions::from_str(url).map_err(|e| {
+    let connect = PgConnectOptions::from_str(&url).map_err(|e| {
         Error::config(
             BACKEND,
             format!("unparsable PostgreSQL URL: {e}"),
             Some(Box::new(e) as _),
         )
     })?;
-    let connect = connect
-        .application_name("lease-postgres")
-        .options([("statement_timeout", millis_setting(options.op_timeout()))]);
+    let connect = match connect.get_application_name() {
+        Some(_) => connect,
+        None => connect.application_name("lease-postgres"),
+    }
+    .options([("statement_timeout", millis_setting(options.op_timeout()))]);
     let pool = PgPoolOptions::new()
         .max_connections(options.max_connections())
         // The driver adds it to an Instant, which overflows (a panic) near Duration::MAX: a
         // year is "no bound" for a pool wait.
         .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT));
-    Ok((pool, connect))
+    Ok((options, pool, connect))
 }
 
 #[async_trait]

@@ -47,7 +47,8 @@ WHERE resource_key = $1 AND owner_id = $2 AND fencing_token = $3";
 
 /// A fresh schema holding the seed's table; a pool whose `search_path` is that schema (the
 /// seed service's view), and the library's options for the same table.
-async fn seed_schema() -> Result<(String, PgPool, PostgresOptions), lease_testkit::Failed> {
+pub(crate) async fn seed_schema() -> Result<(String, PgPool, PostgresOptions), lease_testkit::Failed>
+{
     let schema = format!("lease_seed_{}", fastrand::u32(..));
     let connect = PgConnectOptions::from_str(&url())?.options([("search_path", schema.as_str())]);
     let pool = PgPoolOptions::new()
@@ -66,7 +67,7 @@ async fn seed_schema() -> Result<(String, PgPool, PostgresOptions), lease_testki
     Ok((schema, pool, options))
 }
 
-async fn drop_schema(pool: &PgPool, schema: &str) -> CaseResult {
+pub(crate) async fn drop_schema(pool: &PgPool, schema: &str) -> CaseResult {
     sqlx::query(AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
     )))

@@ -104,9 +104,73 @@ pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> Cas
     Ok(())
 }
 
+/// A URL alone configures the store: the seed's table used in place (`table=`, `layout=seed`),
+/// an operation bound and no notifications; a misspelt or malformed parameter is refused before
+/// anything is sent.
+pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused(
+    ctx: Ctx,
+) -> CaseResult {
+    let (schema, pool, _) = super::adopt::seed_schema().await?;
+    let base = url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let with = |q: &str| format!("{base}{sep}{q}");
+    let store = PostgresLeaseStore::connect(&with(&format!(
+        "table={schema}.coordination_lease&layout=seed&op_timeout=2s&notify=false&max_connections=2"
+    )))
+    .await;
+    let result = async {
+        let store = store?;
+        assert_eq!(store.table().schema(), schema);
+        assert_eq!(store.table().table(), "coordination_lease");
+        assert_eq!(store.options().layout(), lease_postgres::TableLayout::Seed);
+        assert_eq!(store.options().op_timeout(), Duration::from_secs(2));
+        assert_eq!(store.options().max_connections(), 2);
+        assert!(!store.capabilities().watch, "notify=false offers no watch");
+        let key = ctx.key("url");
+        let lease = ctx
+            .must_acquire_with(&store, &key, &OwnerId::random(), ctx.long_ttl())
+            .await?;
+        let in_seed_table: i64 = sqlx::query_scalar(
+            "SELECT fencing_token FROM coordination_lease WHERE resource_key = $1",
+        )
+        .bind(key.as_str())
+        .fetch_one(&pool)
+        .await?;
+        assert_eq!(u64::try_from(in_seed_table).ok(), Some(lease.token().get()));
+        let _released = store.release(&lease).await?;
+        Ok::<_, lease_testkit::Failed>(())
+    }
+    .await;
+    super::adopt::drop_schema(&pool, &schema).await?;
+    result?;
+    for bad in [
+        "sslrootcrt=/etc/ca.pem",
+        "tabel=public.leases",
+        "op_timeout=5",
+        "layout=other",
+        "migrate=perhaps",
+        "max_connections=-1",
+        "table=public.leases&table=public.other",
+    ] {
+        match PostgresLeaseStore::connect_lazy(&with(bad), PostgresOptions::default()) {
+            Err(e @ lease_core::Error::Config { .. }) => {
+                let name = bad.split('=').next().unwrap_or(bad);
+                if !e.to_string().contains(name) {
+                    return Err(format!("{bad}: the error does not name {name}: {e}").into());
+                }
+            }
+            other => return Err(format!("{bad}: expected Error::Config, got {other:?}").into()),
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!(
-        "postgres",
-        every_option_edge_works_or_is_a_typed_error
-    )]
+    vec![
+        case!("postgres", every_option_edge_works_or_is_a_typed_error),
+        case!(
+            "postgres",
+            url_options_configure_the_store_and_unknown_ones_are_refused
+        ),
+    ]
 }
