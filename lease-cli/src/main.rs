@@ -8,8 +8,10 @@ mod exit;
 mod generate;
 mod run;
 mod shards;
+mod shim;
 mod status;
 mod store;
+mod tree;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -51,12 +53,15 @@ enum Command {
     /// Run a command while holding a lease on KEY (renewed in the background).
     ///
     /// The command gets LEASE_KEY, LEASE_OWNER and LEASE_FENCING_TOKEN in its environment and
-    /// runs in its own process group. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the
-    /// lease is lost, the command's process group gets SIGTERM, then SIGKILL after --grace, and
-    /// `lease` exits with status 76. SIGKILL always comes before the lease's local deadline:
-    /// --grace may be at most half the loss lead (a tenth of --ttl), and is shortened further when
-    /// the loss is noticed late. When the command ends, the lease is released and its status is
-    /// passed through.
+    /// runs in its own process group; everything it starts counts as part of it, even processes
+    /// that call setsid. SIGINT, SIGTERM and SIGHUP are forwarded to it. If the lease is lost,
+    /// every such process gets SIGTERM, then SIGKILL after --grace, and `lease` exits with status
+    /// 76. SIGKILL always comes before the lease's local deadline: --grace may be at most half the
+    /// loss lead (a tenth of --ttl), and is shortened further when the loss is noticed late.
+    /// When the command has ended and nothing it started still runs, the lease is released and
+    /// the command's status is passed through (76 if the lease was found lost). Ctrl-Z stops the
+    /// command too; it continues only under a valid lease. If `lease` is killed, the command and
+    /// its descendants are killed. Linux only.
     Run(RunArgs),
     /// Show the holder, fencing token and time left of each KEY.
     Status(StatusArgs),
@@ -192,7 +197,11 @@ struct ShardsArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == shim::ARG) {
+        return shim::main(&argv[2..]);
+    }
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

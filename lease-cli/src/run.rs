@@ -8,15 +8,16 @@ use std::time::Duration;
 
 use lease::supervisor::{Acquisition, Health, LeaseGuard, Supervisor, SupervisorConfig};
 use lease::{Holder, LeaseKey, LeaseStore, OwnerId};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::{Signal, raise};
+use nix::unistd::{Pid, getpid};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::duration::human;
-use crate::{RunArgs, exit, owner_label, store};
+use crate::tree::{self, Scope};
+use crate::{RunArgs, exit, owner_label, shim, store};
 
 /// The signals `lease run` forwards to the command (and which cancel a wait).
 struct Signals {
@@ -44,6 +45,33 @@ impl Signals {
     }
 }
 
+/// The job-control signals (Ctrl-Z, and a background job touching the terminal): handled once
+/// the command runs, so that `lease` stops its command before stopping itself.
+struct JobControl {
+    tstp: tokio::signal::unix::Signal,
+    ttin: tokio::signal::unix::Signal,
+    ttou: tokio::signal::unix::Signal,
+}
+
+impl JobControl {
+    fn install() -> std::io::Result<Self> {
+        Ok(JobControl {
+            tstp: signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?,
+            ttin: signal(SignalKind::from_raw(Signal::SIGTTIN as i32))?,
+            ttou: signal(SignalKind::from_raw(Signal::SIGTTOU as i32))?,
+        })
+    }
+
+    /// The next job-control signal received.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.tstp.recv() => Signal::SIGTSTP,
+            _ = self.ttin.recv() => Signal::SIGTTIN,
+            _ = self.ttou.recv() => Signal::SIGTTOU,
+        }
+    }
+}
+
 pub(crate) async fn main(args: RunArgs) -> ExitCode {
     let key = match LeaseKey::new(&args.key) {
         Ok(k) => k,
@@ -57,6 +85,12 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
             return ExitCode::from(exit::USAGE);
         }
     };
+    // Orphaned descendants of the command come to `lease` (if the shim is gone) rather than to
+    // init, so that they are found, waited for and stopped with the rest.
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("lease: cannot become a child subreaper: {e}");
+        return ExitCode::from(exit::SOFTWARE);
+    }
     let mut signals = match Signals::install() {
         Ok(s) => s,
         Err(e) => {
@@ -199,6 +233,10 @@ fn describe(holder: Option<&Holder>) -> String {
 }
 
 /// Runs the command under the guard; returns the exit status of `lease run`.
+///
+/// The command runs under the [shim](crate::shim) in a process group of its own. `lease` is a
+/// child subreaper (set in [`main`]), so descendants orphaned when the shim is gone come to it;
+/// the lease is kept until the shim has exited and no descendant runs any more.
 async fn supervise(
     guard: LeaseGuard,
     args: &RunArgs,
@@ -212,8 +250,21 @@ async fn supervise(
         let _ = guard.release().await;
         return exit::USAGE;
     };
-    let mut cmd = Command::new(program);
-    cmd.args(rest)
+    let (mut chld, mut job) = match (signal(SignalKind::child()), JobControl::install()) {
+        (Ok(c), Ok(j)) => (c, j),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = guard.release().await;
+            eprintln!("lease: cannot install signal handlers: {e}");
+            return exit::SOFTWARE;
+        }
+    };
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("lease")
+        .arg(shim::ARG)
+        .arg(getpid().to_string())
+        .arg("--")
+        .arg(program)
+        .args(rest)
         .env("LEASE_KEY", key.as_str())
         .env("LEASE_OWNER", guard.owner().as_str())
         .env("LEASE_FENCING_TOKEN", token.to_string())
@@ -223,56 +274,68 @@ async fn supervise(
         // Children that call `lease status` see the same (default) store.
         cmd.env(store::STORE_ENV, url);
     }
+    // Last check before anything runs: a lease that may no longer act (lost, at risk, or past
+    // its loss deadline already, as with a TTL shorter than the time to get here) starts nothing.
+    if !guard.may_act() {
+        let health = guard.health();
+        let _ = guard.release().await;
+        eprintln!(
+            "lease: the lease on {key} (token {token}) could no longer be relied on ({health:?}) \
+             when the command was about to start; it was not started"
+        );
+        return exit::LOST;
+    }
+    // Spawned from the thread that runs `block_on` (the main thread), which lives as long as
+    // the process: the shim's parent-death signal follows the thread that forked it.
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             let _ = guard.release().await;
-            eprintln!("lease: cannot run {}: {e}", program.to_string_lossy());
-            return match e.kind() {
-                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
-                _ => exit::CANNOT_EXECUTE,
-            };
+            eprintln!("lease: cannot start {}: {e}", program.to_string_lossy());
+            return exit::SOFTWARE;
         }
     };
-    let group = child
+    let Some(group) = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+        .map(Pid::from_raw)
+    else {
+        let _ = guard.release().await;
+        eprintln!("lease: the command's process has no id");
+        return exit::SOFTWARE;
+    };
+    let mut tree = Tree {
+        child: &mut child,
+        group,
+        status: None,
+    };
     let mut health = guard.subscribe();
-    loop {
+    let mut poll = tokio::time::interval(LEFTOVER_POLL);
+    // Whether `lease` stopped the command (job control) and has not continued it yet. It stays
+    // stopped until the lease may act again (a renewal confirmed) or is lost (then it is killed
+    // without running again).
+    let mut suspended = false;
+    let ended = loop {
         tokio::select! {
             biased;
-            status = child.wait() => {
-                let lost = matches!(guard.health(), Health::Lost(_));
-                let released = guard.release().await;
-                return match status {
-                    Ok(_) if lost => {
-                        eprintln!("lease: the lease on {key} (token {token}) was lost before the command ended");
-                        exit::LOST
-                    }
-                    Ok(status) => {
-                        if let Ok(lease::ReleaseOutcome::NotHeld) = released {
-                            eprintln!("lease: warning: the lease on {key} (token {token}) was no longer held at release");
-                        }
-                        status_of(status)
-                    }
+            status = tree.child.wait(), if tree.status.is_none() => {
+                tree.status = Some(match status {
+                    Ok(status) => status_of(status),
                     Err(e) => {
                         eprintln!("lease: cannot wait for the command: {e}");
                         exit::SOFTWARE
                     }
-                };
+                });
             }
             sig = signals.recv() => {
-                if let Some(g) = group {
-                    let _ = killpg(g, sig);
-                }
+                tree::signal_all(Scope::OutsideMyGroup, Some(group), sig);
             }
             changed = health.changed() => {
                 let now = *health.borrow_and_update();
                 match now {
                     Health::Lost(reason) => {
                         eprintln!("lease: lost the lease on {key} (token {token}): {reason}; stopping the command");
-                        stop(&mut child, group, grace_before_deadline(&guard, grace)).await;
+                        tree.stop(grace_before_deadline(&guard, grace)).await;
                         return exit::LOST;
                     }
                     Health::AtRisk => eprintln!("lease: warning: renewal of {key} not confirmed; the lease is at risk"),
@@ -281,34 +344,107 @@ async fn supervise(
                 }
                 if changed.is_err() {
                     // The supervisor ended without a final state we saw: treat as lost.
-                    stop(&mut child, group, grace_before_deadline(&guard, grace)).await;
+                    tree.stop(grace_before_deadline(&guard, grace)).await;
                     return exit::LOST;
                 }
             }
+            sig = job.recv() => {
+                // Ctrl-Z: stop the command, then `lease` itself (it no longer renews); on
+                // SIGCONT, continue the command only under a lease that may still act.
+                tree::signal_all(Scope::OutsideMyGroup, Some(group), Signal::SIGSTOP);
+                suspended = true;
+                eprintln!("lease: {sig}: stopped the command and `lease`; the lease is not renewed while stopped");
+                let _ = raise(Signal::SIGSTOP);
+            }
+            _ = chld.recv() => {}
+            _ = poll.tick(), if tree.status.is_some() || suspended => {}
         }
+        if suspended && guard.may_act() {
+            tree::signal_all(Scope::OutsideMyGroup, Some(group), Signal::SIGCONT);
+            suspended = false;
+        }
+        tree::reap_orphans(Scope::OutsideMyGroup, Some(group));
+        if let Some(status) = tree.status
+            && !tree::any_running(Scope::OutsideMyGroup)
+        {
+            break status;
+        }
+    };
+    let lost = matches!(guard.health(), Health::Lost(_));
+    let released = guard.release().await;
+    if lost {
+        eprintln!("lease: the lease on {key} (token {token}) was lost before the command ended");
+        return exit::LOST;
     }
+    if let Ok(lease::ReleaseOutcome::NotHeld) = released {
+        // Expired, revoked or taken over before the command ended: its work may have overlapped
+        // with the next holder's, so this is reported as a loss, not as the command's success.
+        eprintln!(
+            "lease: the lease on {key} (token {token}) was no longer held at release: it was lost \
+             before the command ended"
+        );
+        return exit::LOST;
+    }
+    ended
 }
 
-/// SIGTERM to the command's process group, SIGKILL after `grace`.
-async fn stop(child: &mut Child, group: Option<Pid>, grace: Duration) {
-    match group {
-        Some(g) => {
-            let _ = killpg(g, Signal::SIGTERM);
+/// How often `lease run` looks for descendants still running once the command itself ended.
+const LEFTOVER_POLL: Duration = Duration::from_millis(50);
+
+/// How long SIGKILL may take to end every descendant before `lease` gives up waiting (a process
+/// stuck in uninterruptible sleep dies only when the kernel lets it).
+const KILL_LIMIT: Duration = Duration::from_secs(5);
+
+/// The command's process tree: the shim (the direct child, leader of the command's group) and
+/// every descendant.
+struct Tree<'a> {
+    child: &'a mut Child,
+    group: Pid,
+    /// The shim's exit status once it ended.
+    status: Option<u8>,
+}
+
+impl Tree<'_> {
+    /// SIGTERM to every process of the tree; SIGKILL after `grace` to whatever still runs, and
+    /// again until nothing does. Returns once the tree is gone (or after [`KILL_LIMIT`]).
+    async fn stop(&mut self, grace: Duration) {
+        tree::signal_all(Scope::OutsideMyGroup, Some(self.group), Signal::SIGTERM);
+        let until = Instant::now() + grace;
+        while self.reap() && Instant::now() < until {
+            sleep(Duration::from_millis(10)).await;
         }
-        None => {
-            let _ = child.start_kill();
+        if self.reap() {
+            eprintln!(
+                "lease: the command did not stop within {}; killing it",
+                human(grace)
+            );
+        }
+        let until = Instant::now() + KILL_LIMIT;
+        loop {
+            tree::signal_all(Scope::OutsideMyGroup, Some(self.group), Signal::SIGKILL);
+            if !self.reap() {
+                break;
+            }
+            if Instant::now() > until {
+                eprintln!(
+                    "lease: some of the command's processes did not die within {} of SIGKILL",
+                    human(KILL_LIMIT)
+                );
+                break;
+            }
+            sleep(Duration::from_millis(5)).await;
         }
     }
-    if timeout(grace, child.wait()).await.is_err() {
-        eprintln!(
-            "lease: the command did not stop within {}; killing it",
-            human(grace)
-        );
-        if let Some(g) = group {
-            let _ = killpg(g, Signal::SIGKILL);
+
+    /// Reaps what ended; whether anything of the tree still runs.
+    fn reap(&mut self) -> bool {
+        if self.status.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.status = Some(status_of(status));
         }
-        let _ = child.start_kill();
-        let _ = child.wait().await;
+        tree::reap_orphans(Scope::OutsideMyGroup, Some(self.group));
+        tree::any_running(Scope::OutsideMyGroup)
     }
 }
 
