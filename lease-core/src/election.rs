@@ -236,7 +236,8 @@ impl Election {
     }
 
     /// Preferred candidates, best first. A joined preferred candidate announces itself with a
-    /// presence lease (`KEY.c.I`); a leader that is not preferred, or less preferred, looks every
+    /// presence lease (`KEY.lease--preferred.I`, in the [reserved
+    /// namespace](LeaseKey::reserved)); a leader that is not preferred, or less preferred, looks every
     /// renewal interval for a better one present and [hands over](Candidate::handover) to it
     /// (bounded by the TTL). Leadership is never taken by force: only the leader yields.
     ///
@@ -248,9 +249,16 @@ impl Election {
         self
     }
 
-    /// The reservation key of a handover: `KEY.handover`.
+    /// The reservation key of a handover, in the reserved namespace no user key can name:
+    /// `KEY.lease--handover` (`None` for a key too long to have one: no handover then).
     fn reservation_key(&self) -> Option<LeaseKey> {
-        LeaseKey::new(format!("{}.handover", self.key)).ok()
+        self.key.reserved("handover").ok()
+    }
+
+    /// The presence key of the `i`-th preferred candidate, in the reserved namespace:
+    /// `KEY.lease--preferred.I`.
+    fn presence_key(&self, i: usize) -> Option<LeaseKey> {
+        self.key.reserved(&format!("preferred.{i}")).ok()
     }
 
     /// The election's key.
@@ -314,7 +322,7 @@ impl Election {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let rank = self.preferred.iter().position(|p| *p == id);
         let presence: Vec<LeaseKey> = (0..self.preferred.len())
-            .filter_map(|i| LeaseKey::new(format!("{}.c.{i}", self.key)).ok())
+            .filter_map(|i| self.presence_key(i))
             .collect();
         let plan = Plan {
             identity: id.clone(),
@@ -400,7 +408,8 @@ struct Plan {
 impl Candidate {
     /// Planned handover to `successor` (an id as given to [`Election::join`]; of several
     /// candidates joined with it, whichever claims first leads): if this candidate leads, it
-    /// leaves a reservation (`KEY.handover`, held for `successor`), ends its term and drains: it
+    /// leaves a reservation (`KEY.lease--handover`, in the [reserved
+    /// namespace](LeaseKey::reserved), held for `successor`), ends its term and drains: it
     /// cancels the term's `work` token and waits until every [`DrainGuard`] of the term is
     /// dropped (up to the [drain timeout](Election::with_drain_timeout), still holding the
     /// lease), then releases. Only `successor` may then take the lead: another candidate that
@@ -1493,5 +1502,81 @@ mod reservation_tests {
             "led {:?} after the release, the reservation being for {within:?}",
             released.elapsed()
         );
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+    use crate::MemoryLeaseStore;
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    async fn leads_within(c: &Candidate, within: Duration) -> bool {
+        let mut role = c.subscribe();
+        tokio::time::timeout(within, role.wait_for(|r| matches!(r, Role::Leader { .. })))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Holds `key` for an unrelated user for a long time.
+    async fn user_holds(store: &MemoryLeaseStore, key: &str) {
+        let req = AcquireRequest::new(
+            LeaseKey::new(key).unwrap(),
+            OwnerId::new("someone-else").unwrap(),
+            TTL * 100,
+        );
+        assert!(matches!(
+            store.acquire(&req).await.unwrap(),
+            AcquireOutcome::Acquired(_)
+        ));
+    }
+
+    /// A user's lease on `jobs.handover` is not a handover reservation of election `jobs`.
+    #[tokio::test(start_paused = true)]
+    async fn a_user_lease_beside_the_key_does_not_block_the_election() {
+        let store = MemoryLeaseStore::new();
+        user_holds(&store, "jobs.handover").await;
+        let e = Election::new(
+            store.clone(),
+            LeaseKey::new("jobs").unwrap(),
+            SupervisorConfig::new(TTL),
+        );
+        let a = e.join(OwnerId::new("a").unwrap());
+        assert!(leads_within(&a, TTL).await, "{:?}", a.role());
+    }
+
+    /// A user's lease on `jobs.c.0` is not a preferred candidate's presence: the leader does not
+    /// yield to it.
+    #[tokio::test(start_paused = true)]
+    async fn a_user_lease_beside_the_key_is_not_a_preferred_candidate() {
+        let store = MemoryLeaseStore::new();
+        user_holds(&store, "jobs.c.0").await;
+        let e = Election::new(
+            store.clone(),
+            LeaseKey::new("jobs").unwrap(),
+            SupervisorConfig::new(TTL),
+        )
+        .with_preferred(vec![OwnerId::new("p").unwrap()]);
+        let a = e.join(OwnerId::new("a").unwrap());
+        assert!(leads_within(&a, TTL).await);
+        tokio::time::sleep(TTL * 3).await;
+        assert!(a.is_leader(), "yielded to a user's lease: {:?}", a.role());
+    }
+
+    /// The election's own keys lie in the reserved namespace, which no user key can name.
+    #[tokio::test(start_paused = true)]
+    async fn the_reservation_is_a_reserved_key() {
+        let store = MemoryLeaseStore::new();
+        let jobs = LeaseKey::new("jobs").unwrap();
+        let e = Election::new(store.clone(), jobs.clone(), SupervisorConfig::new(TTL));
+        let a = e.join(OwnerId::new("a").unwrap());
+        assert!(leads_within(&a, TTL).await);
+        let ghost = OwnerId::new("ghost").unwrap();
+        assert!(a.handover(&ghost, TTL).await);
+        let reservation = jobs.reserved("handover").unwrap();
+        let held = store.inspect(&reservation).await.unwrap().holder.unwrap();
+        assert_eq!(held.owner, ghost);
+        assert!(LeaseKey::new(reservation.as_str()).is_err());
     }
 }
