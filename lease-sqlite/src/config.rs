@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
+use lease_core::backend::UrlParams;
 use lease_core::{Error, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 
@@ -146,6 +147,70 @@ impl SqliteOptions {
     /// The configured connection limit.
     pub fn get_max_connections(&self) -> u32 {
         self.max_connections
+    }
+}
+
+/// The query parameters of a store URL that set [`SqliteOptions`] (see the crate docs' table).
+pub const URL_OPTIONS: &[&str] = &[
+    "busy_timeout",
+    "max_connections",
+    "commit_sync",
+    "watch",
+    "watch_poll_interval",
+];
+
+/// The driver's own query parameters, handed to it unchanged.
+pub const DRIVER_URL_PARAMETERS: &[&str] = &["mode", "cache", "immutable", "vfs"];
+
+impl SqliteOptions {
+    /// Applies the [`URL_OPTIONS`] in `url`'s query on top of `self`, and gives back the URL for
+    /// the driver: its base with only the [`DRIVER_URL_PARAMETERS`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_sqlite::{CommitSync, SqliteOptions};
+    /// let (url, opts) = SqliteOptions::new()
+    ///     .with_url("sqlite:///var/lib/app/leases.db?busy_timeout=2s&commit_sync=full&mode=rwc")?;
+    /// assert_eq!(url, "sqlite:///var/lib/app/leases.db?mode=rwc");
+    /// assert_eq!(opts.get_busy_timeout(), Duration::from_secs(2));
+    /// assert_eq!(opts.get_commit_sync(), CommitSync::Full);
+    /// assert!(SqliteOptions::new().with_url("sqlite://x.db?busy_timout=2s").is_err());
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a parameter that is neither, or a value that does not parse.
+    pub fn with_url(self, url: &str) -> Result<(String, SqliteOptions)> {
+        let mut p = UrlParams::parse(BACKEND, url)?;
+        let mut o = self;
+        if let Some(d) = p.take_duration("busy_timeout")? {
+            o = o.busy_timeout(d);
+        }
+        if let Some(n) = p.take_count("max_connections")? {
+            o = o.max_connections(n);
+        }
+        if let Some(sync) = p.take_with("commit_sync", |v| match v {
+            "normal" => Ok(CommitSync::Normal),
+            "full" => Ok(CommitSync::Full),
+            _ => Err("expected normal or full".into()),
+        })? {
+            o = o.commit_sync(sync);
+        }
+        if let Some(on) = p.take_bool("watch")? {
+            o = o.watch(on);
+        }
+        if let Some(d) = p.take_duration("watch_poll_interval")? {
+            o = o.watch_poll_interval(d);
+        }
+        let driver = p.take_all(DRIVER_URL_PARAMETERS);
+        let base = p.base().to_string();
+        let known: Vec<&str> = URL_OPTIONS
+            .iter()
+            .chain(DRIVER_URL_PARAMETERS)
+            .copied()
+            .collect();
+        p.finish(&known)?;
+        Ok((UrlParams::join(&base, &driver), o))
     }
 }
 

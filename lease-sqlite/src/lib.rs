@@ -67,6 +67,18 @@
 //!   not `sqlite:` or an in-memory database is an [`Error::Config`](lease_core::Error::Config).
 //! - [`SqliteOptions`] sets the busy timeout, the number of read connections, [`CommitSync`]
 //!   and the watch (on or off, and its poll interval).
+//! - Every option can also be given in the URL's query ([`SqliteOptions::with_url`]), on top of
+//!   the options passed in code; the driver's own `mode`, `cache`, `immutable` and `vfs` pass
+//!   through, and **any other parameter is an [`Error::Config`](lease_core::Error::Config)**.
+//!   Durations take a unit (`250ms`, `2s`, `5m`, `1h`).
+//!
+//!   | parameter | sets | example |
+//!   |---|---|---|
+//!   | `busy_timeout` | [`SqliteOptions::busy_timeout`] | `busy_timeout=2s` |
+//!   | `max_connections` | [`SqliteOptions::max_connections`] | `max_connections=2` |
+//!   | `commit_sync` | [`SqliteOptions::commit_sync`]: `normal` or `full` | `commit_sync=full` |
+//!   | `watch` | [`SqliteOptions::watch`] | `watch=false` |
+//!   | `watch_poll_interval` | [`SqliteOptions::watch_poll_interval`] | `watch_poll_interval=50ms` |
 //! - A file written by an older version of this crate is upgraded in place when it is opened
 //!   (schema version 1 to 2: triggers added, no row rewritten); its tokens continue above the
 //!   old ones. An older build then refuses the file (`Error::Config`, newer schema).
@@ -84,6 +96,6 @@ pub mod protocol;
 mod store;
 mod watch;
 
-pub use config::{CommitSync, SqliteOptions};
+pub use config::{CommitSync, DRIVER_URL_PARAMETERS, SqliteOptions, URL_OPTIONS};
 pub use fenced::SqliteFencedResource;
 pub use store::SqliteLeaseStore;

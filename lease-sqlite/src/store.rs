@@ -209,7 +209,8 @@ impl SqliteLeaseStore {
     /// # Cancellation safety
     /// As [`open`](Self::open).
     pub async fn connect_with(url: &str, options: SqliteOptions) -> Result<Self> {
-        Self::establish(config::parse_url(url)?, options).await
+        let (url, options) = options.with_url(url)?;
+        Self::establish(config::parse_url(&url)?, options).await
     }
 
     async fn establish(opts: SqliteConnectOptions, options: SqliteOptions) -> Result<Self> {

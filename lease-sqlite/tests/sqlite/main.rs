@@ -167,6 +167,10 @@ fn main() {
                 "sqlite",
                 options::every_option_edge_works_or_is_a_typed_error
             ),
+            case!(
+                "sqlite",
+                options::url_options_configure_the_store_and_unknown_ones_are_refused
+            ),
             case!("sqlite", watch::release_wakes_only_its_own_key),
             case!("sqlite", watch::two_stores_on_one_file_wake_each_other),
             case!(

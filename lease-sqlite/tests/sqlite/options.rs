@@ -97,3 +97,49 @@ pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> Cas
     }
     Ok(())
 }
+
+/// A URL alone configures the store, on top of the options given in code; a misspelt or
+/// malformed parameter is refused before the file is touched.
+pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused(
+    ctx: Ctx,
+) -> CaseResult {
+    let file = fresh_file(&ctx, "url");
+    let url = format!(
+        "sqlite://{}?busy_timeout=2s&commit_sync=full&watch=false&max_connections=2&mode=rwc",
+        file.display()
+    );
+    let store = SqliteLeaseStore::connect(&url).await?;
+    assert!(!store.capabilities().watch, "watch=false offers no watch");
+    assert!(store.watch(&ctx.key("w")).await?.is_none());
+    let key = ctx.key("url");
+    let req = ctx.request(&key, &OwnerId::with_label("url"), Duration::from_secs(5));
+    let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else {
+        return Err("a fresh file's key is held".into());
+    };
+    let _released = store.release(&lease).await?;
+    store.close().await;
+    for bad in [
+        "busy_timout=2s",
+        "busy_timeout=2",
+        "commit_sync=sometimes",
+        "watch=maybe",
+        "max_connections=many",
+        "watch_poll_interval=-1ms",
+    ] {
+        let url = format!("sqlite://{}?{bad}", fresh_file(&ctx, "bad").display());
+        match SqliteLeaseStore::connect(&url).await {
+            Err(e @ lease_core::Error::Config { .. }) => {
+                let name = bad.split('=').next().unwrap_or(bad);
+                if !e.to_string().contains(name) {
+                    return Err(format!("{bad}: the error does not name {name}: {e}").into());
+                }
+            }
+            other => return Err(format!("{bad}: expected Error::Config, got {other:?}").into()),
+        }
+    }
+    assert!(
+        !fresh_file(&ctx, "bad").exists(),
+        "a refused URL created its file"
+    );
+    Ok(())
+}
