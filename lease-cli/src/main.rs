@@ -181,7 +181,7 @@ struct ShardsArgs {
     /// How many shards the set has (named s0, s1, ...).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     shards: u32,
-    /// This worker's id (a legal key label); default `w<pid>`.
+    /// This worker's id (a legal key label); default `w-HOSTNAME-PID-RANDOM`.
     #[arg(long)]
     worker: Option<String>,
     #[command(flatten)]
@@ -263,4 +263,20 @@ fn owner_label(label: Option<&str>) -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".to_string());
     format!("{host}.{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `lease run` and `lease elect` owners: a label plus a random UUID, so two defaults differ
+    /// even with the same host name and PID (two containers).
+    #[test]
+    fn default_owner_ids_differ() {
+        let label = owner_label(None);
+        let a = lease::OwnerId::with_label(&label);
+        let b = lease::OwnerId::with_label(&label);
+        assert_ne!(a, b);
+        assert!(a.as_str().starts_with(&label), "{a}");
+    }
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use lease::LeaseKey;
+use lease::{LeaseKey, OwnerId};
 use lease_shard::{ShardEvent, ShardSet, ShardSetConfig};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
@@ -46,10 +46,7 @@ pub(crate) async fn main(args: ShardsArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return exit::from_error("bad shard set", &e),
     };
-    let id = args
-        .worker
-        .clone()
-        .unwrap_or_else(|| format!("w{}", std::process::id()));
+    let id = args.worker.clone().unwrap_or_else(default_worker_id);
     let mut worker = match set.join(&id) {
         Ok(w) => w,
         Err(e) => return exit::from_error("bad --worker", &e),
@@ -90,6 +87,54 @@ pub(crate) async fn main(args: ShardsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The worker id used when `--worker` is not given: `w-HOST-PID-RANDOM`, unique across hosts
+/// and containers (where every `lease` may be PID 1) and a legal key label: the host name is
+/// lowercased, every other character becomes `-` (never two in a row), and it is shortened.
+pub(crate) fn default_worker_id() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    let label = label_of(&host);
+    // Eight hex digits of a random UUID.
+    let random: String = OwnerId::random()
+        .as_str()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(8)
+        .collect();
+    let pid = std::process::id();
+    if label.is_empty() {
+        format!("w-{pid}-{random}")
+    } else {
+        format!("w-{label}-{pid}-{random}")
+    }
+}
+
+/// `host` as a key label: lowercase letters and digits, every other run of characters one `-`,
+/// at most 32 characters, no `-` at either end.
+fn label_of(host: &str) -> String {
+    let mut label = String::new();
+    for c in host.chars().map(|c| c.to_ascii_lowercase()) {
+        let c = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (label.is_empty() || label.ends_with('-')) {
+            continue;
+        }
+        label.push(c);
+        if label.len() >= 32 {
+            break;
+        }
+    }
+    while label.ends_with('-') {
+        label.pop();
+    }
+    label
+}
+
 struct Printer {
     json: bool,
     name: String,
@@ -119,5 +164,44 @@ impl Printer {
             "{}: {} {event}{shard}{token}{reason}",
             self.name, self.worker
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn host_names_become_legal_labels() {
+        assert_eq!(label_of("Web_01..Example.COM"), "web-01-example-com");
+        assert_eq!(label_of("--x--"), "x");
+        assert_eq!(label_of("ÿ"), "");
+        assert_eq!(label_of(&"a".repeat(80)).len(), 32);
+    }
+
+    /// Two workers started with the default id (as two containers whose `lease` both run as
+    /// PID 1 would) must be two different workers, and the id must be accepted by `join`.
+    #[tokio::test]
+    async fn default_worker_ids_differ_and_are_legal() {
+        let a = default_worker_id();
+        let b = default_worker_id();
+        assert_ne!(a, b);
+        let store: Arc<dyn lease::LeaseStore> = Arc::new(lease::MemoryLeaseStore::new());
+        let set = ShardSet::new(
+            store,
+            "ids",
+            &["s0".to_string()],
+            ShardSetConfig::new(Duration::from_secs(5)),
+        )
+        .expect("shard set");
+        for id in [a, b] {
+            assert!(!id.contains("--"), "{id}");
+            let worker = set
+                .join(&id)
+                .unwrap_or_else(|e| panic!("{id} refused: {e}"));
+            worker.leave().await;
+        }
     }
 }
