@@ -103,14 +103,17 @@ use lease_core::supervisor::{
     Acquisition, Health, Hook, LeaseGuard, LeaseGuardRef, LossReason, Supervisor, SupervisorConfig,
 };
 use lease_core::{
-    AcquireOutcome, AcquireRequest, Error, FencingToken, Lease, LeaseKey, LeaseStore, OwnerId,
-    Result,
+    AcquireOutcome, AcquireRequest, Error, FencingToken, Lease, LeaseKey, LeaseStore, MAX_TTL,
+    OwnerId, Result,
 };
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 /// How a [`ShardSet`] behaves. Everything is derived from the lease TTL unless set.
+///
+/// No value of any setting panics: each either works or is refused by [`ShardSet::new`] (and
+/// [`ShardSet::join`]) with [`Error::InvalidInput`] naming the setting, as each setter says.
 ///
 /// ```
 /// use std::time::Duration;
@@ -154,7 +157,8 @@ impl ShardSetConfig {
     }
 
     /// How often a worker scans membership and ownership and rebalances (default: the renewal
-    /// interval).
+    /// interval). At most [`MAX_TTL`] ([`ShardSet::new`] refuses more); below a millisecond it
+    /// is a millisecond.
     pub fn with_rebalance_interval(mut self, every: Duration) -> Self {
         self.rebalance_interval = Some(every);
         self
@@ -172,29 +176,35 @@ impl ShardSetConfig {
     }
 
     /// How long a thief waits for the victim to hand a shard over (default: two rebalance
-    /// intervals plus the drain timeout).
+    /// intervals plus the drain timeout, at most [`MAX_TTL`]). It is also the lifetime of the
+    /// thief's request in the victim's mailbox, a lease: more than zero and at most
+    /// [`MAX_TTL`] ([`ShardSet::new`] refuses others).
     pub fn with_steal_wait(mut self, wait: Duration) -> Self {
         self.steal_wait = Some(wait);
         self
     }
 
     /// How long a planned release waits for the application to drop the shard's guards
-    /// (default: one rebalance interval). A lost lease is never drained.
+    /// (default: one rebalance interval; zero releases at once). A lost lease is never drained.
+    /// At most [`MAX_TTL`] ([`ShardSet::new`] refuses more).
     pub fn with_drain_timeout(mut self, wait: Duration) -> Self {
         self.drain_timeout = Some(wait);
         self
     }
 
-    /// The number of membership slots, the most workers a set counts (default 32).
+    /// The number of membership slots, the most workers a set counts (default 32): from 1 to
+    /// [`MAX_WORKERS`]; [`ShardSet::new`] refuses others. Every scan reads every slot.
     pub fn with_max_workers(mut self, n: usize) -> Self {
-        self.max_workers = n.max(1);
+        self.max_workers = n;
         self
     }
 
-    /// How many acquisitions of free shards a worker keeps in flight (default 32). Each is one
-    /// attempt: a shard someone else took meanwhile is left alone until the next scan.
+    /// How many acquisitions of free shards a worker keeps in flight (default 32), at least 1
+    /// ([`ShardSet::new`] refuses 0); a bound above the number of shards is the number of
+    /// shards. Each is one attempt: a shard someone else took meanwhile is left alone until the
+    /// next scan.
     pub fn with_acquire_concurrency(mut self, n: usize) -> Self {
-        self.acquire_concurrency = n.max(1);
+        self.acquire_concurrency = n;
         self
     }
 
@@ -228,8 +238,12 @@ impl ShardSetConfig {
 
     /// How long a thief waits for a handover.
     pub fn steal_wait(&self) -> Duration {
-        self.steal_wait
-            .unwrap_or_else(|| (self.rebalance_interval() * 2).saturating_add(self.drain_timeout()))
+        self.steal_wait.unwrap_or_else(|| {
+            self.rebalance_interval()
+                .saturating_mul(2)
+                .saturating_add(self.drain_timeout())
+                .min(MAX_TTL)
+        })
     }
 
     /// The number of membership slots.
@@ -237,9 +251,44 @@ impl ShardSetConfig {
         self.max_workers
     }
 
+    /// Refuses the settings no set can run with: counts and durations out of the ranges their
+    /// setters document.
+    fn validate(&self) -> Result<()> {
+        if self.max_workers == 0 || self.max_workers > MAX_WORKERS {
+            return Err(Error::InvalidInput(format!(
+                "max workers {} is out of range: a shard set has from 1 to {MAX_WORKERS} \
+                 membership slots",
+                self.max_workers
+            )));
+        }
+        if self.acquire_concurrency == 0 {
+            return Err(Error::InvalidInput(
+                "acquire concurrency 0 would never take a shard: it must be at least 1".into(),
+            ));
+        }
+        for (what, value) in [
+            ("rebalance interval", self.rebalance_interval),
+            ("drain timeout", self.drain_timeout),
+            ("steal wait", self.steal_wait),
+        ] {
+            if let Some(d) = value.filter(|d| *d > MAX_TTL) {
+                return Err(Error::InvalidInput(format!(
+                    "{what} {d:?} is longer than the longest lease ({MAX_TTL:?})"
+                )));
+            }
+        }
+        if self.steal_wait.is_some_and(|d| d.is_zero()) {
+            return Err(Error::InvalidInput(
+                "a steal wait of zero gives no handover time to complete".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The supervisor configuration the workers run with: batching on, and an acquire wait long
     /// enough for a steal (each attempt is bounded on its own).
     fn worker_supervisor(&self) -> Result<SupervisorConfig> {
+        self.validate()?;
         let mut c = self.supervisor.clone();
         if c.renewal_batching().is_none() {
             let window = (c.renew_interval() / 20)
@@ -253,6 +302,9 @@ impl ShardSetConfig {
         Ok(c)
     }
 }
+
+/// The most membership slots a set may have ([`ShardSetConfig::with_max_workers`]).
+pub const MAX_WORKERS: usize = 4096;
 
 /// Why a worker no longer owns a shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -544,7 +596,13 @@ impl ShardSet {
                 events: events_tx,
                 assignment: assign_tx,
                 acquiring: stop.child_token(),
-                takes: Arc::new(Semaphore::new(self.inner.config.acquire_concurrency)),
+                takes: Arc::new(Semaphore::new(
+                    self.inner
+                        .config
+                        .acquire_concurrency
+                        .min(self.inner.shards.len())
+                        .min(Semaphore::MAX_PERMITS),
+                )),
             }
             .run(stop.clone(), leave.clone()),
         );
@@ -867,6 +925,14 @@ async fn acquire_bounded(
     }
 }
 
+/// `at + d`, or a moment thirty years after `at` if that is not representable (a timer that
+/// never fires in practice; tokio bounds its own far-future deadlines the same way).
+fn later(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
+        .unwrap_or(at)
+}
+
 /// Rounds `d` up to the store's TTL granularity and minimum.
 fn store_ttl(store: &dyn LeaseStore, d: Duration) -> Duration {
     let caps = store.capabilities();
@@ -945,7 +1011,7 @@ impl Run {
                     self.handle(&mut st, msg, &tx);
                     if std::mem::take(&mut st.retick) {
                         // A round of steals ended below our share: the next round soon.
-                        next = next.min(Instant::now() + every / 8);
+                        next = next.min(later(Instant::now(), every / 8));
                     }
                 }
                 changed = async {
@@ -970,7 +1036,7 @@ impl Run {
                     // interval); a rebalance that overran starts the next an eighth later.
                     let started = Instant::now();
                     let after = self.tick(&mut st, &tx).await;
-                    next = (started + after).max(Instant::now() + after / 8);
+                    next = later(started, after).max(later(Instant::now(), after / 8));
                     if mail.is_none() {
                         mail = self.watch_mailbox().await;
                     }

@@ -485,6 +485,39 @@ fn bad_input_is_a_typed_error() {
         )
         .is_err()
     );
+    // Settings out of their documented ranges are refused, naming the setting.
+    let refused =
+        |c: ShardSetConfig, what: &str| match ShardSet::new(store.clone(), "ok", &["a"], c) {
+            Err(lease_core::Error::InvalidInput(m)) => assert!(m.contains(what), "{m}"),
+            other => panic!("{what}: {other:?}"),
+        };
+    refused(cfg.clone().with_max_workers(0), "max workers");
+    refused(
+        cfg.clone().with_max_workers(lease_shard::MAX_WORKERS + 1),
+        "max workers",
+    );
+    refused(cfg.clone().with_max_workers(usize::MAX), "max workers");
+    refused(
+        cfg.clone().with_acquire_concurrency(0),
+        "acquire concurrency",
+    );
+    refused(cfg.clone().with_steal_wait(Duration::ZERO), "steal wait");
+    refused(cfg.clone().with_steal_wait(Duration::MAX), "steal wait");
+    refused(
+        cfg.clone().with_rebalance_interval(Duration::MAX),
+        "rebalance interval",
+    );
+    refused(
+        cfg.clone().with_drain_timeout(Duration::MAX),
+        "drain timeout",
+    );
+    // Unbounded counts are bounds that are never reached.
+    let unbounded = cfg
+        .clone()
+        .with_acquire_concurrency(usize::MAX)
+        .with_max_steals(usize::MAX)
+        .with_max_workers(lease_shard::MAX_WORKERS);
+    assert!(ShardSet::new(store.clone(), "ok", &["a"], unbounded).is_ok());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -769,4 +802,195 @@ async fn a_sets_keys_are_reserved_so_no_user_key_collides_with_them() {
         assert!(keys.contains(k.as_str()), "{k} not used: {keys:?}");
     }
     rec.check().unwrap();
+}
+
+/// The names of the test threads on which a panic was reported (by any task: the worker's
+/// background tasks run on the test's own thread under a current-thread runtime), so that a
+/// panic in a spawned task, which tokio swallows, still fails the property.
+fn panicked_threads() -> &'static std::sync::Mutex<Vec<String>> {
+    static PANICS: std::sync::OnceLock<std::sync::Mutex<Vec<String>>> = std::sync::OnceLock::new();
+    PANICS.get_or_init(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            if let Ok(mut p) = panicked_threads().lock() {
+                p.push(name);
+            }
+            previous(info);
+        }));
+        std::sync::Mutex::new(Vec::new())
+    })
+}
+
+/// A duration setting: the edges (zero, one nanosecond, the longest lease, `Duration::MAX`) mixed
+/// with ordinary values.
+fn edge_duration() -> impl proptest::strategy::Strategy<Value = Duration> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_nanos(1)),
+        Just(lease_core::MAX_TTL),
+        Just(lease_core::MAX_TTL + Duration::from_nanos(1)),
+        Just(Duration::MAX),
+        (1u64..10_000).prop_map(Duration::from_millis),
+    ]
+}
+
+/// A count setting: zero, one, `usize::MAX`, just past tokio's semaphore bound, ordinary values.
+fn edge_count() -> impl proptest::strategy::Strategy<Value = usize> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(0usize),
+        Just(1usize),
+        Just(usize::MAX),
+        Just(usize::MAX >> 3),
+        Just((usize::MAX >> 3) + 1),
+        1usize..64,
+    ]
+}
+
+/// Every setting of [`ShardSetConfig`], each left at its default or set.
+#[derive(Debug, Clone)]
+struct Settings {
+    ttl: Duration,
+    rebalance_interval: Option<Duration>,
+    max_steals: Option<usize>,
+    steal_wait: Option<Duration>,
+    drain_timeout: Option<Duration>,
+    max_workers: Option<usize>,
+    acquire_concurrency: Option<usize>,
+}
+
+impl Settings {
+    fn config(&self) -> ShardSetConfig {
+        let mut c = ShardSetConfig::new(self.ttl);
+        if let Some(v) = self.rebalance_interval {
+            c = c.with_rebalance_interval(v);
+        }
+        if let Some(v) = self.max_steals {
+            c = c.with_max_steals(v);
+        }
+        if let Some(v) = self.steal_wait {
+            c = c.with_steal_wait(v);
+        }
+        if let Some(v) = self.drain_timeout {
+            c = c.with_drain_timeout(v);
+        }
+        if let Some(v) = self.max_workers {
+            c = c.with_max_workers(v);
+        }
+        if let Some(v) = self.acquire_concurrency {
+            c = c.with_acquire_concurrency(v);
+        }
+        c
+    }
+}
+
+fn settings() -> impl proptest::strategy::Strategy<Value = Settings> {
+    use proptest::prelude::*;
+    let ttl = prop_oneof![
+        3 => Just(TTL),
+        1 => edge_duration(),
+    ];
+    (
+        ttl,
+        proptest::option::of(edge_duration()),
+        proptest::option::of(edge_count()),
+        proptest::option::of(edge_duration()),
+        proptest::option::of(edge_duration()),
+        proptest::option::of(edge_count()),
+        proptest::option::of(edge_count()),
+    )
+        .prop_map(
+            |(
+                ttl,
+                rebalance_interval,
+                max_steals,
+                steal_wait,
+                drain_timeout,
+                max_workers,
+                acquire_concurrency,
+            )| Settings {
+                ttl,
+                rebalance_interval,
+                max_steals,
+                steal_wait,
+                drain_timeout,
+                max_workers,
+                acquire_concurrency,
+            },
+        )
+}
+
+/// Builds a set with `s`, and if that is accepted joins two workers (a steal, a drop, a leave)
+/// and runs them for two TTLs of paused time. `Err` describes a refusal; a panic anywhere fails the
+/// property.
+fn exercise(s: &Settings) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let cfg = s.config();
+        // Reading the settings back never panics either.
+        let _ = (
+            cfg.rebalance_interval(),
+            cfg.steal_wait(),
+            cfg.drain_timeout(),
+            cfg.max_steals(usize::MAX),
+            cfg.max_workers(),
+            cfg.acquire_concurrency(),
+        );
+        let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+        let quick = s.ttl == TTL && cfg.rebalance_interval() <= TTL / 4;
+        let set = ShardSet::new(store, "cfg", &shard_names(4), cfg).map_err(|e| e.to_string())?;
+        let mut a = set.join("a").map_err(|e| e.to_string())?;
+        tokio::time::sleep(TTL).await;
+        // Accepted settings work: with the usual lease and a rebalance well inside it, a lone
+        // worker owns every shard within one TTL.
+        assert!(
+            !quick || a.assignment().len() == 4,
+            "a lone worker owns {:?} after {TTL:?}",
+            a.assignment()
+        );
+        let b = set.try_join("b").await.map_err(|e| e.to_string())?;
+        tokio::time::sleep(TTL).await;
+        let _ = set.snapshot().await;
+        drop(b);
+        // The application drops its guards, so the leave's drain ends at once (a drain timeout
+        // of a day would otherwise be a day of paused time, renewals and all).
+        while let Ok(Some(_)) = tokio::time::timeout(Duration::ZERO, a.next_event()).await {}
+        tokio::time::timeout(Duration::from_secs(3 * 24 * 3600), a.leave())
+            .await
+            .map_err(|_| "the leave did not end".to_string())?;
+        Ok::<(), String>(())
+    })?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 64,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Every setting, at zero, at its largest value or ordinary, is either refused with an
+    /// error by `ShardSet::new` or `join`, or works: joins, a steal, a leave and a few TTLs of
+    /// paused time without a panic (on the caller's thread or in the worker's tasks).
+    #[test]
+    fn any_settings_are_refused_or_work_and_never_panic(s in settings()) {
+        let me = std::thread::current().name().unwrap_or("").to_string();
+        let panics = panicked_threads();
+        let count = || panics.lock().unwrap().iter().filter(|t| **t == me).count();
+        let before = count();
+        let outcome = std::panic::catch_unwind(|| exercise(&s));
+        let ours = count() - before;
+        proptest::prop_assert!(outcome.is_ok() && ours == 0, "panicked with {s:?}");
+        if let Ok(Err(refused)) = outcome {
+            proptest::prop_assert!(!refused.is_empty());
+        }
+    }
 }
