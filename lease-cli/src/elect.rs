@@ -9,7 +9,7 @@ use lease::{LeaseKey, OwnerId};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{ElectArgs, exit, owner_label, store};
+use crate::{ElectArgs, exit, owner_label, print_line, store};
 
 pub(crate) async fn main(args: ElectArgs) -> ExitCode {
     let key = match LeaseKey::new(&args.name) {
@@ -122,18 +122,18 @@ impl Printer {
             if let Some(l) = leader {
                 v["leader"] = json!(l);
             }
-            println!("{v}");
+            let _ = print_line(v);
             return;
         }
         let term = term.map(|t| format!(" term {t}")).unwrap_or_default();
         match event {
             "leader" => match leader.flatten() {
-                Some(l) => println!("{}: leader is {l}{term}", self.name),
-                None => println!("{}: no leader", self.name),
+                Some(l) => print_out!("{}: leader is {l}{term}", self.name),
+                None => print_out!("{}: no leader", self.name),
             },
             _ => {
                 let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-                println!("{}: {} {event}{term}{reason}", self.name, self.id);
+                print_out!("{}: {} {event}{term}{reason}", self.name, self.id);
             }
         }
     }

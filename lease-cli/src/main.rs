@@ -2,6 +2,14 @@
 //!
 //! See `docs/cli.md` for the manual; `lease --help` for the summary.
 
+/// `println!` without the panic: a line to stdout through [`print_line`], a write error ignored
+/// (`lease elect` and `lease shards` keep running when nobody reads their output any more).
+macro_rules! print_out {
+    ($($arg:tt)*) => {{
+        let _ = $crate::print_line(format_args!($($arg)*));
+    }};
+}
+
 mod duration;
 mod elect;
 mod exit;
@@ -88,8 +96,9 @@ enum Command {
 /// Where the leases live.
 #[derive(Debug, Args)]
 struct StoreArg {
-    /// Store URL (default: $LEASE_STORE, else the embedded SQLite file).
-    #[arg(long, value_name = "URL")]
+    /// Store URL (default: the embedded SQLite file). The environment variable's value is not
+    /// shown here: a URL may hold a password.
+    #[arg(long, value_name = "URL", env = "LEASE_STORE", hide_env_values = true)]
     store: Option<String>,
 }
 
@@ -239,17 +248,26 @@ fn main() -> ExitCode {
     code
 }
 
-/// Logs of the library to stderr, filtered by `LEASE_LOG` (for example `LEASE_LOG=debug`); off
-/// by default.
+/// Logs of the library to stderr, filtered by `LEASE_LOG` (for example `LEASE_LOG=debug`), else
+/// by `RUST_LOG`; off by default.
 fn init_tracing() {
-    let filter = std::env::var("LEASE_LOG").unwrap_or_default();
-    if filter.trim().is_empty() {
+    let set = |name: &str| std::env::var(name).ok().filter(|f| !f.trim().is_empty());
+    let Some(filter) = set("LEASE_LOG").or_else(|| set("RUST_LOG")) else {
         return;
-    }
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+/// Prints one line to stdout. A stdout nobody reads any more (a closed pipe) or that cannot be
+/// written is an error for the caller to act on, never a panic (as `println!` would).
+fn print_line(line: impl std::fmt::Display) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()
 }
 
 /// A label for owner ids: the given one, else `HOSTNAME.PID`.

@@ -8,7 +8,7 @@ use lease_shard::{ShardEvent, ShardSet, ShardSetConfig};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::{ShardsArgs, exit, store};
+use crate::{ShardsArgs, exit, print_line, store};
 
 pub(crate) async fn main(args: ShardsArgs) -> ExitCode {
     if let Err(e) = LeaseKey::new(&args.name) {
@@ -154,15 +154,16 @@ impl Printer {
             if let Some(r) = reason {
                 v["reason"] = json!(r);
             }
-            println!("{v}");
+            let _ = print_line(v);
             return;
         }
         let shard = shard.map(|s| format!(" {s}")).unwrap_or_default();
         let token = token.map(|t| format!(" token {t}")).unwrap_or_default();
         let reason = reason.map(|r| format!(" ({r})")).unwrap_or_default();
-        println!(
+        print_out!(
             "{}: {} {event}{shard}{token}{reason}",
-            self.name, self.worker
+            self.name,
+            self.worker
         );
     }
 }

@@ -6,7 +6,7 @@ use lease::{KeyState, LeaseKey};
 use serde_json::json;
 
 use crate::duration::human;
-use crate::{StatusArgs, exit, store};
+use crate::{StatusArgs, exit, print_line, store};
 
 pub(crate) async fn main(args: StatusArgs) -> ExitCode {
     let mut keys = Vec::with_capacity(args.keys.len());
@@ -25,10 +25,19 @@ pub(crate) async fn main(args: StatusArgs) -> ExitCode {
             Ok(s) => s,
             Err(e) => return exit::from_error(&format!("cannot inspect {key}"), &e),
         };
-        if args.json {
-            println!("{}", to_json(&state));
+        let printed = if args.json {
+            print_line(to_json(&state))
         } else {
-            println!("{}", to_text(&state));
+            print_line(to_text(&state))
+        };
+        match printed {
+            Ok(()) => {}
+            // The reader has gone (`lease status ... | head -1`): it wanted no more.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lease: cannot write to stdout: {e}");
+                return ExitCode::from(exit::IOERR);
+            }
         }
     }
     ExitCode::SUCCESS
