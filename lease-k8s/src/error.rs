@@ -64,16 +64,18 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> K8sError {
                 _ => Error::store_fault(BACKEND, message, source),
             })
         }
-        kube::Error::HyperError(e) => K8sError::Other(Error::unavailable(
-            BACKEND,
-            format!("{operation}: {e}"),
-            Some(Box::new(e).into()),
-        )),
-        kube::Error::Service(e) => K8sError::Other(Error::unavailable(
-            BACKEND,
-            format!("{operation}: {e}"),
-            Some(e),
-        )),
+        kube::Error::HyperError(e) => K8sError::Other(match certificate_failure(&e) {
+            Some(tls) => tls_config_error(operation, &tls, Box::new(e)),
+            None => Error::unavailable(
+                BACKEND,
+                format!("{operation}: {e}"),
+                Some(Box::new(e).into()),
+            ),
+        }),
+        kube::Error::Service(e) => K8sError::Other(match certificate_failure(&*e) {
+            Some(tls) => tls_config_error(operation, &tls, e),
+            None => Error::unavailable(BACKEND, format!("{operation}: {e}"), Some(e)),
+        }),
         kube::Error::ReadEvents(e) => K8sError::Other(Error::unavailable(
             BACKEND,
             format!("{operation}: {e}"),
@@ -96,6 +98,61 @@ pub(crate) fn classify(operation: &'static str, err: kube::Error) -> K8sError {
             Some(Box::new(e).into()),
         )),
     }
+}
+
+/// The TLS error, if `err` failed because a certificate was refused (by us: the apiserver's
+/// certificate is not signed by the kubeconfig's CA, or names another host; or by the apiserver:
+/// our client certificate). Found by type in the source chain, never by text. Retrying cannot
+/// help, so such a failure is a configuration error, not an unavailable server.
+fn certificate_failure(err: &(dyn std::error::Error + 'static)) -> Option<rustls::Error> {
+    let mut current = Some(err);
+    while let Some(e) = current {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return refuses_a_certificate(tls).then(|| tls.clone());
+        }
+        // `io::Error::source` skips the error it wraps (the TLS stack wraps rustls errors in
+        // `io::Error`s, sometimes twice), so step into it explicitly.
+        current = match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
+}
+
+fn refuses_a_certificate(tls: &rustls::Error) -> bool {
+    use rustls::AlertDescription as A;
+    match tls {
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => true,
+        rustls::Error::AlertReceived(alert) => matches!(
+            alert,
+            A::BadCertificate
+                | A::UnsupportedCertificate
+                | A::CertificateRevoked
+                | A::CertificateExpired
+                | A::CertificateUnknown
+                | A::UnknownCA
+                | A::CertificateRequired
+        ),
+        _ => false,
+    }
+}
+
+fn tls_config_error(
+    operation: &'static str,
+    tls: &rustls::Error,
+    source: lease_core::BoxError,
+) -> Error {
+    Error::config(
+        BACKEND,
+        format!(
+            "{operation}: TLS with the apiserver refused a certificate ({tls}): check the kubeconfig's certificate-authority and client certificate"
+        ),
+        Some(source),
+    )
 }
 
 /// Runs one API call under the store's request timeout.

@@ -143,6 +143,15 @@
 //! ConfigMaps; an admission webhook or the controller's own update path can do the same for any
 //! kind.
 //!
+//! ## Authentication
+//! The client authenticates as its kubeconfig (or the in-cluster service account) says; this
+//! crate adds nothing. The tests run against a real kube-apiserver with a **static bearer token**
+//! and with a **client certificate** signed by the CA of its `--client-ca-file`, and check the
+//! failures: a kubeconfig whose CA did not sign the apiserver's certificate is
+//! [`Error::Config`](lease_core::Error::Config) naming the refused certificate (not retryable,
+//! returned at the first request, never a hang); an unknown token or an untrusted client
+//! certificate is the apiserver's `401`, an [`Error::Backend`](lease_core::Error::Backend).
+//!
 //! ## RBAC
 //! The minimal Role for [`K8sLeaseStore`] (`list` and `watch` are needed for
 //! [`LeaseStore::watch`](lease_core::LeaseStore::watch)):
@@ -167,8 +176,10 @@
 //! [`outcome_unknown`](lease_core::Error::outcome_unknown) is false); a
 //! request exceeding [`K8sOptions::with_request_timeout`] is
 //! [`Error::Timeout`](lease_core::Error::Timeout); a missing or unusable kubeconfig, an illegal
-//! namespace or prefix, and a namespace that does not exist are
-//! [`Error::Config`](lease_core::Error::Config); 401/403, invalid objects and malformed records
+//! namespace or prefix, a namespace that does not exist, and a TLS handshake that refused a
+//! certificate (the kubeconfig's CA did not sign the apiserver's certificate, or the apiserver
+//! refused the client certificate; told apart by the rustls error's type) are
+//! [`Error::Config`](lease_core::Error::Config), not retryable; 401/403, invalid objects and malformed records
 //! are [`Error::Backend`](lease_core::Error::Backend).
 
 mod config;

@@ -13,6 +13,10 @@
 #   LEASE_K8S_NAMESPACE        default
 #   LEASE_K8S_KUBECTL          the cached kubectl (may be empty if extraction failed)
 #   LEASE_K8S_RESTART          a command that restarts the apiserver (same ports, same etcd)
+#   LEASE_K8S_CERT_KUBECONFIG  a kubeconfig authenticating with a client certificate
+#                              (CN lease-test-cert-user, O system:masters; the apiserver trusts its
+#                              CA with --client-ca-file)
+#   LEASE_K8S_WRONG_CA         a CA certificate that did not sign the apiserver's certificate
 # restart-apiserver stops the apiserver it started (never etcd) and starts it again, waiting for
 # /readyz. stop stops exactly the processes whose pid files this script wrote.
 set -euo pipefail
@@ -94,6 +98,44 @@ make_pki() {
   )
 }
 
+# ensure_client_pki: a client certificate signed by the cluster CA (trusted by --client-ca-file),
+# a CA that signed nothing, and the client-certificate kubeconfig. Idempotent: state written by an
+# older version of this script gains them on the next start or restart-apiserver.
+ensure_client_pki() {
+  [ -f "$PKI/client.crt" ] && [ -f "$PKI/wrong-ca.crt" ] || (
+    cd "$PKI"
+    openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr \
+      -subj "/O=system:masters/CN=lease-test-cert-user" 2>/dev/null
+    printf '%s\n' "basicConstraints=CA:FALSE" "keyUsage=digitalSignature,keyEncipherment" \
+      "extendedKeyUsage=clientAuth" > client-ext.cnf
+    openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -out client.crt -days 3650 -extfile client-ext.cnf 2>/dev/null
+    openssl req -x509 -newkey rsa:2048 -nodes -keyout wrong-ca.key -out wrong-ca.crt -days 3650 \
+      -subj "/CN=lease-k8s-wrong-ca" 2>/dev/null
+  )
+}
+
+write_cert_kubeconfig() {
+  cat > "$D/kubeconfig-client-cert" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lease-test
+  cluster:
+    server: https://127.0.0.1:$(cat "$D/api.port")
+    certificate-authority: $PKI/ca.crt
+users:
+- name: lease-test-cert-user
+  user:
+    client-certificate: $PKI/client.crt
+    client-key: $PKI/client.key
+contexts:
+- name: lease-test
+  context: {cluster: lease-test, user: lease-test-cert-user, namespace: default}
+current-context: lease-test
+EOF
+}
+
 readyz() {
   [ "$(curl -s -o /dev/null -w '%{http_code}' --cacert "$PKI/ca.crt" \
       -H "Authorization: Bearer $(cut -d, -f1 "$PKI/tokens.csv")" \
@@ -103,12 +145,13 @@ readyz() {
 # Starts the apiserver from the state dir (ports and pki written by `start`), waits for /readyz.
 start_apiserver() {
   local port; port=$(cat "$D/api.port")
+  ensure_client_pki
   setsid nohup "$APISERVER" \
     --etcd-servers="http://127.0.0.1:$(cat "$D/etcd.port")" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
     --endpoint-reconciler-type=none \
     --cert-dir="$D/certs" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --token-auth-file="$PKI/tokens.csv" --authorization-mode=AlwaysAllow \
+    --token-auth-file="$PKI/tokens.csv" --client-ca-file="$PKI/ca.crt" --authorization-mode=AlwaysAllow \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-cluster-ip-range=10.96.0.0/16 \
@@ -138,11 +181,30 @@ stop_one() {
   rm -f "$f"
 }
 
+write_env() {
+  local kubectl=""; [ -x "$BIN_DIR/kubectl" ] && kubectl=$BIN_DIR/kubectl
+  cat > "$STATE_DIR/k8s.env" <<EOF
+export KUBECONFIG=$D/kubeconfig
+export LEASE_K8S_NAMESPACE=default
+export LEASE_K8S_KUBECTL=$kubectl
+export LEASE_K8S_RESTART="bash $SELF restart-apiserver"
+export LEASE_K8S_CERT_KUBECONFIG=$D/kubeconfig-client-cert
+export LEASE_K8S_WRONG_CA=$PKI/wrong-ca.crt
+EOF
+}
+
 case "${1:-start}" in
 start)
   ensure_binaries
   if alive etcd && alive apiserver && [ -f "$STATE_DIR/k8s.env" ] && readyz; then
-    log "kube-apiserver already running"; exit 0
+    if grep -q LEASE_K8S_CERT_KUBECONFIG "$STATE_DIR/k8s.env"; then
+      log "kube-apiserver already running"; exit 0
+    fi
+    # Started by an older version of this script: restart it with --client-ca-file.
+    log "restarting kube-apiserver to trust client certificates"
+    stop_one apiserver "$PKI/tokens.csv"
+    start_apiserver || die "kube-apiserver did not come back"
+    write_cert_kubeconfig; write_env; exit 0
   fi
   stop_one apiserver "$PKI/tokens.csv"; stop_one etcd "$D/etcd-data"
   rm -rf "$D"; mkdir -p "$D"
@@ -179,19 +241,16 @@ contexts:
   context: {cluster: lease-test, user: lease-test-admin, namespace: default}
 current-context: lease-test
 EOF
-  KUBECTL=""; [ -x "$BIN_DIR/kubectl" ] && KUBECTL=$BIN_DIR/kubectl
+  write_cert_kubeconfig
   touch "$STATE_DIR/k8s.started"
-  cat > "$STATE_DIR/k8s.env" <<EOF
-export KUBECONFIG=$D/kubeconfig
-export LEASE_K8S_NAMESPACE=default
-export LEASE_K8S_KUBECTL=$KUBECTL
-export LEASE_K8S_RESTART="bash $SELF restart-apiserver"
-EOF
+  write_env
   ;;
 restart-apiserver)
   [ -f "$D/api.port" ] && alive etcd || die "no kube-apiserver state in $D (run start first)"
   stop_one apiserver "$PKI/tokens.csv"
   start_apiserver || die "kube-apiserver did not come back"
+  write_cert_kubeconfig
+  [ -f "$STATE_DIR/k8s.env" ] && write_env
   ;;
 stop)
   # stop only what this script started (not an apiserver that was already running)

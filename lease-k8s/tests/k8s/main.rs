@@ -6,6 +6,7 @@
 //! is ignored, unless `CI=true` or `LEASE_TEST_REQUIRE=1`, where the run fails.
 
 mod adoption;
+mod auth;
 mod env;
 mod failure;
 mod fence;
@@ -38,6 +39,14 @@ fn all() -> Vec<Case> {
         ),
         case!("k8s", failure::watch_wakes_on_deletion),
         case!("k8s", fence::prefixes_keep_separate_fence_marks),
+        case!("k8s", auth::bearer_token_kubeconfig_grants_and_fences),
+        case!("k8s", auth::client_certificate_kubeconfig_grants_and_fences),
+        case!(
+            "k8s",
+            auth::wrong_ca_kubeconfig_is_a_config_error_not_a_hang
+        ),
+        case!("k8s", auth::wrong_bearer_token_is_a_typed_error),
+        case!("k8s", auth::untrusted_client_certificate_is_a_typed_error),
         case!("k8s", failure::bad_configuration_is_a_typed_error),
         case!("k8s", failure::unreachable_server_is_unavailable),
         case!("k8s", failure::missing_namespace_is_a_config_error),
