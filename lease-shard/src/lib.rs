@@ -398,7 +398,8 @@ impl ShardGuard {
 
 /// Observes a set's workers (metrics, audit, test recorders). Called synchronously from the
 /// worker's tasks; implementations must be cheap and must not block. Every method has an empty
-/// default.
+/// default. A worker is named by its id (two workers joined with one id share it); its leases'
+/// owner is its instance ([`Worker::owner`]), which a lease and a token identify.
 pub trait ShardHook: Send + Sync + fmt::Debug {
     /// `worker` was granted `shard` with `lease`.
     fn assigned(&self, worker: &str, shard: &str, lease: &Lease) {
