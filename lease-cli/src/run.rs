@@ -352,6 +352,9 @@ async fn supervise(
                 // Ctrl-Z: stop the command, then `lease` itself (it no longer renews); on
                 // SIGCONT, continue the command only under a lease that may still act.
                 tree::signal_all(Scope::OutsideMyGroup, Some(group), Signal::SIGSTOP);
+                // The shim (the group's leader, doing none of the work) runs on, so that it can
+                // still kill the stopped tree if `lease` is killed while stopped.
+                let _ = nix::sys::signal::kill(group, Signal::SIGCONT);
                 suspended = true;
                 eprintln!("lease: {sig}: stopped the command and `lease`; the lease is not renewed while stopped");
                 let _ = raise(Signal::SIGSTOP);

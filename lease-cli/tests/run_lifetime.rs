@@ -387,3 +387,32 @@ fn a_lease_found_gone_at_release_is_reported_lost() {
     assert_eq!(status.code(), Some(LOST), "{status:?}: {stderr}");
     assert!(stderr.contains("no longer held at release"), "{stderr}");
 }
+
+/// `lease` is stopped with Ctrl-Z (its command with it) and then killed: the stopped command and
+/// its `setsid` descendant die too (the orphaned, stopped group is continued by the kernel, and
+/// the shim, woken, kills every descendant).
+#[test]
+fn when_a_stopped_lease_is_killed_every_descendant_dies() {
+    let f = Fixture::new("stopped-killed");
+    f.script("stubborn.sh", STUBBORN);
+    let mut runner = f.run_ttl(
+        "3s",
+        "echo $$ > shpid; setsid sh stubborn.sh bgpid & while :; do sleep 0.05; done",
+    );
+    let (sh, bg) = (f.pid_in("shpid"), f.pid_in("bgpid"));
+    let _reap = Reap(vec![sh, bg]);
+    let me = pid_of(&runner);
+    kill(me, Signal::SIGTSTP).expect("SIGTSTP");
+    wait_until("lease and the command to stop", LIMIT, || {
+        stopped(me) && stopped(sh) && stopped(bg)
+    });
+    kill(me, Signal::SIGKILL).expect("SIGKILL lease");
+    let _ = runner.wait();
+    for pid in [sh, bg] {
+        wait_until(
+            &format!("process {pid} to die after the stopped `lease` was killed"),
+            LIMIT,
+            || dead(pid),
+        );
+    }
+}
