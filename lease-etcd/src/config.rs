@@ -1,5 +1,7 @@
-//! [`EtcdOptions`]: every knob of the etcd backend, and the endpoints of an `etcd://` URL.
+//! [`EtcdOptions`]: every knob of the etcd backend, and what an `etcd://` URL names.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lease_core::{Error, LeaseKey, Result};
@@ -61,6 +63,19 @@ pub struct EtcdOptions {
     connect_timeout: Duration,
     request_timeout: Duration,
     lease_sharing: LeaseSharing,
+    tls_ca: Option<PathBuf>,
+    tls_client_cert: Option<(PathBuf, PathBuf)>,
+    user: Option<(String, Password)>,
+}
+
+/// A password, kept out of `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+struct Password(String);
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
 }
 
 impl Default for EtcdOptions {
@@ -73,6 +88,9 @@ impl Default for EtcdOptions {
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(5),
             lease_sharing: LeaseSharing::PerGrant,
+            tls_ca: None,
+            tls_client_cert: None,
+            user: None,
         }
     }
 }
@@ -118,6 +136,78 @@ impl EtcdOptions {
         self
     }
 
+    /// Sets the PEM file of the CA certificate(s) that sign the etcd servers' certificates, for
+    /// `etcds://` URLs (the URL's `tls_ca` parameter does the same). Without it the system's
+    /// trust store is used. The file is read by
+    /// [`connect_with`](crate::EtcdLeaseStore::connect_with): a missing file or one without a
+    /// certificate is [`Error::Config`] naming it.
+    ///
+    /// ```
+    /// let options = lease_etcd::EtcdOptions::default().with_tls_ca("/etc/etcd/ca.crt");
+    /// assert_eq!(options.tls_ca(), Some(std::path::Path::new("/etc/etcd/ca.crt")));
+    /// ```
+    pub fn with_tls_ca(mut self, ca: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(ca.into());
+        self
+    }
+
+    /// Sets the client certificate and its private key (PEM files) this store presents to etcd
+    /// servers that require one (`--client-cert-auth`), for `etcds://` URLs (the URL's `tls_cert`
+    /// and `tls_key` parameters do the same). With etcd authentication enabled and no user set,
+    /// etcd takes the certificate's common name as the user.
+    ///
+    /// ```
+    /// let options = lease_etcd::EtcdOptions::default()
+    ///     .with_tls_client_cert("/etc/etcd/client.crt", "/etc/etcd/client.key");
+    /// assert!(options.tls_client_cert().is_some());
+    /// ```
+    pub fn with_tls_client_cert(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls_client_cert = Some((cert.into(), key.into()));
+        self
+    }
+
+    /// Sets the etcd user and password this store authenticates as (etcd's `auth enable`); the
+    /// URL form `etcd://user:password@host:port` does the same. The store fetches a token on
+    /// connect and a new one when it expires. A wrong user or password is [`Error::Config`] from
+    /// [`connect_with`](crate::EtcdLeaseStore::connect_with). The password never appears in
+    /// `Debug` output.
+    ///
+    /// ```
+    /// let options = lease_etcd::EtcdOptions::default().with_user("app", "s3cret");
+    /// assert_eq!(options.user(), Some("app"));
+    /// assert!(!format!("{options:?}").contains("s3cret"));
+    /// ```
+    pub fn with_user(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+        self.user = Some((user.into(), Password(password.into())));
+        self
+    }
+
+    /// The CA certificate file, if set.
+    pub fn tls_ca(&self) -> Option<&std::path::Path> {
+        self.tls_ca.as_deref()
+    }
+
+    /// The client certificate and key files, if set.
+    pub fn tls_client_cert(&self) -> Option<(&std::path::Path, &std::path::Path)> {
+        self.tls_client_cert
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path()))
+    }
+
+    /// The etcd user, if set.
+    pub fn user(&self) -> Option<&str> {
+        self.user.as_ref().map(|(u, _)| u.as_str())
+    }
+
+    /// The user and password, if set.
+    pub(crate) fn credentials(&self) -> Option<(&str, &str)> {
+        self.user.as_ref().map(|(u, p)| (u.as_str(), p.0.as_str()))
+    }
+
     /// How grants map to etcd leases.
     pub fn lease_sharing(&self) -> LeaseSharing {
         self.lease_sharing
@@ -155,20 +245,130 @@ impl EtcdOptions {
         protocol::lock_name(&self.prefix, key)
     }
 
-    /// Checks what can be checked without a server: timeouts non-zero.
+    /// Checks what can be checked without a server: timeouts non-zero, a user name not empty.
     pub(crate) fn validate(&self) -> Result<()> {
         if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
             return Err(Error::config(BACKEND, "timeouts must be non-zero", None));
+        }
+        if self.user().is_some_and(str::is_empty) {
+            return Err(Error::config(BACKEND, "the etcd user name is empty", None));
         }
         Ok(())
     }
 }
 
+/// What an etcd URL names: the endpoints, whether they speak TLS, and the options with what its
+/// user information and query parameters set.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) tls: bool,
+    pub(crate) options: EtcdOptions,
+}
+
+/// Parses `url` (its endpoints as `endpoints_of` reads them) with its user information
+/// (`etcd://user:password@host:port`, percent-encoded) and query parameters (`tls_ca`,
+/// `tls_cert`, `tls_key`: file paths, percent-encoded; `tls_cert` and `tls_key` together), which
+/// override those of `options`. Refuses unknown or repeated parameters, TLS files on a plain
+/// `etcd://` URL, a user without a password, and empty values.
+pub(crate) fn target_of(url: &str, options: EtcdOptions) -> Result<Target> {
+    let bad = |why: String| Error::config(BACKEND, format!("{}: {why}", redacted(url)), None);
+    let mut params = lease_core::backend::UrlParams::parse(BACKEND, url.trim())?;
+    let rest = params.base().to_string();
+    let (scheme, hosts) = rest.split_once("://").unwrap_or((rest.as_str(), ""));
+    let (user, hosts) = match hosts.rsplit_once('@') {
+        Some((user, hosts)) => (Some(user), hosts),
+        None => (None, hosts),
+    };
+    let endpoints = endpoints(&format!("{scheme}://{hosts}")).map_err(bad)?;
+    let tls = scheme.eq_ignore_ascii_case("etcds");
+    let mut options = options;
+    if let Some(user) = user {
+        let (name, password) = user
+            .split_once(':')
+            .ok_or_else(|| bad("a user without a password (expected user:password@)".into()))?;
+        let name = percent_decode(name)
+            .ok_or_else(|| bad("the user is not percent-encoded UTF-8".into()))?;
+        let password = percent_decode(password)
+            .ok_or_else(|| bad("the password is not percent-encoded UTF-8".into()))?;
+        if name.is_empty() {
+            return Err(bad("the user name is empty".into()));
+        }
+        options = options.with_user(name, password);
+    }
+    let mut take = |name: &str| match params.take(name) {
+        Some(v) if v.is_empty() => Err(bad(format!(
+            "parameter {name:?} needs a value (a percent-encoded path)"
+        ))),
+        v => Ok(v),
+    };
+    let (ca, cert, key) = (take("tls_ca")?, take("tls_cert")?, take("tls_key")?);
+    params.finish(&["tls_ca", "tls_cert", "tls_key"])?;
+    if let Some(ca) = ca {
+        options = options.with_tls_ca(ca);
+    }
+    match (cert, key) {
+        (Some(cert), Some(key)) => options = options.with_tls_client_cert(cert, key),
+        (None, None) => {}
+        _ => return Err(bad("tls_cert and tls_key go together".into())),
+    }
+    if !tls && (options.tls_ca.is_some() || options.tls_client_cert.is_some()) {
+        return Err(bad(
+            "TLS files are set but the URL is plain etcd:// (use etcds:// for TLS)".into(),
+        ));
+    }
+    Ok(Target {
+        endpoints,
+        tls,
+        options,
+    })
+}
+
+/// `url` with the password of its user information replaced, for error messages.
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let cut = rest.find(['?', '/']).unwrap_or(rest.len());
+    match rest[..cut].rsplit_once('@') {
+        Some((user, hosts)) => {
+            let name = user.split_once(':').map_or(user, |(n, _)| n);
+            format!("{scheme}://{name}:***@{hosts}{}", &rest[cut..])
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Decodes the `%XX` escapes of user information (no `+` for space: passwords keep their `+`);
+/// `None` for a broken escape or bytes that are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// The endpoints of an etcd URL: `etcd://host:port,host:port` (plain HTTP/2) or
 /// `etcds://host:port,...` (TLS), the form the `lease` facade accepts; a trailing `/` is
 /// allowed. Each endpoint becomes `http://host:port` (or `https://`).
+#[cfg(test)]
 pub(crate) fn endpoints_of(url: &str) -> Result<Vec<String>> {
-    let bad = |why: String| Error::config(BACKEND, format!("{url:?}: {why}"), None);
+    endpoints(url).map_err(|why| Error::config(BACKEND, format!("{url:?}: {why}"), None))
+}
+
+/// As [`endpoints_of`], with only the reason as the error.
+fn endpoints(url: &str) -> std::result::Result<Vec<String>, String> {
+    let bad = |why: String| why;
     let url = url.trim();
     let (scheme, rest) = url
         .split_once("://")
@@ -208,6 +408,72 @@ pub(crate) fn endpoints_of(url: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_carry_tls_files_and_credentials() {
+        let t = target_of(
+            "etcds://app:p%40ss+w@a:1,b:2?tls_ca=/ca%20dir/ca.crt&tls_cert=/c.crt&tls_key=/c.key",
+            EtcdOptions::default(),
+        )
+        .unwrap();
+        assert!(t.tls);
+        assert_eq!(t.endpoints, ["https://a:1", "https://b:2"]);
+        assert_eq!(t.options.credentials(), Some(("app", "p@ss+w")));
+        let path = std::path::Path::new;
+        assert_eq!(t.options.tls_ca(), Some(path("/ca dir/ca.crt")));
+        assert_eq!(
+            t.options.tls_client_cert(),
+            Some((path("/c.crt"), path("/c.key")))
+        );
+        // The URL's values win over the options'.
+        let t = target_of(
+            "etcds://h:1?tls_ca=/url.crt",
+            EtcdOptions::default().with_tls_ca("/opt.crt"),
+        )
+        .unwrap();
+        assert_eq!(t.options.tls_ca(), Some(path("/url.crt")));
+        let t = target_of("etcd://u:pw@h:1/", EtcdOptions::default()).unwrap();
+        assert!(!t.tls);
+        assert_eq!(t.options.credentials(), Some(("u", "pw")));
+        for (bad, why) in [
+            ("etcds://h:1?tls_ca=/a&tls_ca=/b", "twice"),
+            (
+                "etcds://h:1?tls_cafile=/a",
+                "unknown URL parameter tls_cafile",
+            ),
+            (
+                "etcds://h:1?sslmode=require",
+                "unknown URL parameter sslmode",
+            ),
+            ("etcds://h:1?tls_ca=", "needs a value"),
+            ("etcds://h:1?tls_ca", "has no value"),
+            ("etcds://h:1?tls_ca=%zz", "bad % escape"),
+            ("etcds://h:1?tls_cert=/c", "go together"),
+            ("etcd://h:1?tls_ca=/ca", "plain etcd://"),
+            ("etcd://user@h:1", "without a password"),
+            ("etcd://:pw@h:1", "user name is empty"),
+            ("etcd://u:secret@", "names no host"),
+        ] {
+            match target_of(bad, EtcdOptions::default()) {
+                Err(Error::Config { message, .. }) => {
+                    assert!(message.contains(why), "{bad}: {message}");
+                    assert!(!message.contains("secret"), "{bad}: {message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            target_of(
+                "etcd://h:1",
+                EtcdOptions::default().with_tls_client_cert("/c", "/k")
+            ),
+            Err(Error::Config { .. })
+        ));
+        assert_eq!(
+            redacted("etcd://u:secret@h:1?tls_ca=/x"),
+            "etcd://u:***@h:1?tls_ca=/x"
+        );
+    }
 
     #[test]
     fn the_keep_alive_timeout_never_overflows_the_clock() {

@@ -44,6 +44,19 @@ pub(crate) fn protocol(message: impl Into<String>) -> Error {
 /// (connection refused) is [`Error::refused`]: its outcome is known.
 fn driver(op: &'static str, err: etcd_client::Error, after: Duration) -> Error {
     use etcd_client::Error as E;
+    if let Some(tls) = tls_failure(&err) {
+        let message = format!("{op}: the TLS handshake with etcd failed: {tls}");
+        return Error::config(BACKEND, message, Some(Box::new(err) as _));
+    }
+    if let E::GRpcStatus(status) = &err
+        && matches!(
+            i32::from(status.code()),
+            PERMISSION_DENIED | UNAUTHENTICATED
+        )
+    {
+        let message = format!("{op}: etcd refused this client: {}", status.message());
+        return Error::config(BACKEND, message, Some(Box::new(err) as _));
+    }
     if not_sent(&err) {
         return Error::refused(BACKEND, format!("{op}: {err}"), Some(Box::new(err) as _));
     }
@@ -84,6 +97,46 @@ const OUT_OF_RANGE: i32 = 11;
 const RESOURCE_EXHAUSTED: i32 = 8;
 const ABORTED: i32 = 10;
 const UNAVAILABLE: i32 = 14;
+const INVALID_ARGUMENT: i32 = 3;
+const FAILED_PRECONDITION: i32 = 9;
+const PERMISSION_DENIED: i32 = 7;
+const UNAUTHENTICATED: i32 = 16;
+
+/// Whether etcd refused to authenticate a user: `InvalidArgument` ("authentication failed,
+/// invalid user ID or password"), `FailedPrecondition` ("authentication is not enabled"),
+/// `PermissionDenied` or `Unauthenticated`.
+pub(crate) fn is_auth_refusal(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(s)
+    if matches!(
+        i32::from(s.code()),
+        INVALID_ARGUMENT | FAILED_PRECONDITION | PERMISSION_DENIED | UNAUTHENTICATED
+    ))
+}
+
+/// The TLS error (a certificate refused by either side, a handshake alert) somewhere in the
+/// error's chain: rustls reports it inside an I/O error of kind `InvalidData`.
+fn tls_failure(err: &etcd_client::Error) -> Option<&rustls::Error> {
+    let root: &(dyn std::error::Error + 'static) = match err {
+        etcd_client::Error::GRpcStatus(status) => status,
+        etcd_client::Error::TransportError(e) => e,
+        _ => return None,
+    };
+    let mut source = Some(root);
+    while let Some(s) = source {
+        if let Some(tls) = s.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(tls) = s
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls);
+        }
+        source = s.source();
+    }
+    None
+}
 
 /// Whether etcd answered `NotFound`: for lease requests, "requested lease not found" (the etcd
 /// lease expired or was revoked).

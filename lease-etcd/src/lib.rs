@@ -130,12 +130,45 @@
 //! [`LeaseStore::watch`] watches deletions under the lock prefix (release, expiry, revocation)
 //! and fires at once, so a waiter re-tries the acquire the moment the holder's key goes.
 //!
+//! ## Connecting: URLs, TLS and authentication
+//! [`EtcdLeaseStore::connect`] takes one URL naming every endpoint of the cluster:
+//! - `etcd://host:port,host:port` plain HTTP/2; `etcds://host:port,...` TLS (rustls with ring;
+//!   the server certificate is verified against the CA file given, else the system's trust
+//!   store, and must name the host as written in the URL);
+//! - `etcd[s]://user:password@host:port,...` authenticates as an etcd user (percent-encode
+//!   `@`, `:` and `%` in either part); the store gets a new token when the old one expires;
+//! - `etcds://host:port?tls_ca=/path/ca.crt&tls_cert=/path/client.crt&tls_key=/path/client.key`
+//!   names the CA file and the client certificate and key (PEM; paths percent-encoded;
+//!   `tls_cert` and `tls_key` together). With authentication enabled and no user, etcd takes the
+//!   client certificate's common name as the user.
+//!
+//! The same settings exist as [`EtcdOptions::with_tls_ca`], [`EtcdOptions::with_tls_client_cert`]
+//! and [`EtcdOptions::with_user`]; a URL's values win over the options'. An unknown or repeated
+//! query parameter, TLS files on a plain `etcd://` URL, a user without a password, and a TLS file
+//! that is missing or holds no certificate (or key) are [`Error::Config`](lease_core::Error::Config)
+//! naming the cause, before any connection. So are a server certificate the CA does not vouch for
+//! or that has expired (the handshake's reason is in the message) and credentials etcd refuses.
+//! Passwords never appear in errors or `Debug` output.
+//!
+//! ```no_run
+//! use lease_etcd::{EtcdLeaseStore, EtcdOptions};
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let options = EtcdOptions::default()
+//!     .with_tls_ca("/etc/etcd/ca.crt")
+//!     .with_tls_client_cert("/etc/etcd/client.crt", "/etc/etcd/client.key")
+//!     .with_user("app", "s3cret");
+//! let store = EtcdLeaseStore::connect_with("etcds://10.0.0.1:2379,10.0.0.2:2379", options).await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
 //! ## Errors
 //! Refused connections and etcd's "unavailable" answers are
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); requests that exceed
 //! [`EtcdOptions::with_request_timeout`] are [`Error::Timeout`](lease_core::Error::Timeout);
-//! malformed URLs are [`Error::Config`](lease_core::Error::Config); anything else etcd
-//! answers unexpectedly is [`Error::Backend`](lease_core::Error::Backend).
+//! malformed URLs, unusable TLS settings, refused TLS handshakes and refused credentials
+//! (`PermissionDenied`, `Unauthenticated`) are [`Error::Config`](lease_core::Error::Config), not
+//! retryable; anything else etcd answers unexpectedly is
+//! [`Error::Backend`](lease_core::Error::Backend).
 
 //!
 //! ## Layout
@@ -153,6 +186,7 @@ mod renew;
 mod rpc;
 mod shared;
 mod store;
+mod tls;
 
 pub use config::{EtcdOptions, LeaseSharing};
 pub use fenced::EtcdFencedResource;

@@ -16,7 +16,7 @@ use lease_core::{
     TokenDurability,
 };
 
-use crate::config::{EtcdOptions, LeaseSharing, endpoints_of};
+use crate::config::{EtcdOptions, LeaseSharing, Target, target_of};
 use crate::error::{BACKEND, is_compacted, map, protocol};
 use crate::handle::{
     Handle, Secret, Tag, check_owner, our_owner, owner_of, parse_handle, secs, token_of,
@@ -108,7 +108,8 @@ impl EtcdLeaseStore {
     }
 
     /// Connects to the etcd cluster named by `url` (`etcd://host:port,host:port`, or `etcds://`
-    /// for TLS: the form the `lease` facade accepts) with `options`, and asks it for its minimum
+    /// for TLS, with optional `user:password@` and `?tls_ca=..&tls_cert=..&tls_key=..`: the form
+    /// the `lease` facade accepts) with `options` (the URL's values win), and asks it for its minimum
     /// lease TTL (by granting and revoking a one-second lease), which becomes
     /// [`Capabilities::min_ttl`].
     ///
@@ -121,18 +122,33 @@ impl EtcdLeaseStore {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] naming the problem for a malformed URL or a zero timeout;
-    /// [`Error::Unavailable`] or [`Error::Timeout`] if no endpoint answers within the connect and
-    /// request timeouts.
+    /// [`Error::Config`] naming the problem for a malformed URL (an unknown query parameter, TLS
+    /// files on `etcd://`, ...), a zero timeout, a TLS file that is missing or holds no
+    /// certificate or key, a server certificate the CA does not vouch for or that expired, and
+    /// credentials etcd refuses; [`Error::Unavailable`] or [`Error::Timeout`] if no endpoint
+    /// answers within the connect and request timeouts. See the crate docs' section on URLs, TLS
+    /// and authentication.
     ///
     /// # Cancellation safety
     /// Cancel safe: a dropped connect leaves at most a one-second etcd lease behind, which expires.
     pub async fn connect_with(url: &str, options: EtcdOptions) -> Result<Self> {
-        let endpoints = endpoints_of(url)?;
+        let Target {
+            endpoints,
+            tls,
+            options,
+        } = target_of(url, options)?;
         options.validate()?;
-        let connect_options = ConnectOptions::new()
+        let mut connect_options = ConnectOptions::new()
             .with_connect_timeout(options.connect_timeout())
             .with_keep_alive(KEEP_ALIVE_EVERY, options.keep_alive_timeout());
+        if tls {
+            connect_options = connect_options.with_tls(crate::tls::tls_options(&options)?);
+        }
+        if let Some((user, password)) = options.credentials() {
+            connect_options = connect_options
+                .with_user(user, password)
+                .with_auto_token_refresh(true);
+        }
         let connect = Client::connect(&endpoints, Some(connect_options));
         let client = match tokio::time::timeout(
             options
@@ -143,7 +159,7 @@ impl EtcdLeaseStore {
         .await
         {
             Ok(Ok(client)) => client,
-            Ok(Err(e)) => return Err(map("connect", e, options.request_timeout())),
+            Ok(Err(e)) => return Err(connect_error(e, &options)),
             Err(_) => {
                 return Err(Error::unavailable(
                     BACKEND,
@@ -786,6 +802,31 @@ impl LeaseStore for EtcdLeaseStore {
             }
         });
         Ok(Some(KeyWatch::new(Box::pin(hints))))
+    }
+}
+
+/// A failed connect: the client's TLS settings refused before any I/O, or etcd refusing the
+/// user's credentials, are configuration errors naming the cause; the rest as any request's.
+fn connect_error(e: etcd_client::Error, options: &EtcdOptions) -> Error {
+    match (&e, options.user()) {
+        (etcd_client::Error::TransportError(_), _) => Error::config(
+            BACKEND,
+            format!("connect: the TLS settings are unusable: {e}"),
+            Some(Box::new(e) as _),
+        ),
+        (etcd_client::Error::GRpcStatus(status), Some(user))
+            if crate::error::is_auth_refusal(&e) =>
+        {
+            Error::config(
+                BACKEND,
+                format!(
+                    "connect: etcd refused the credentials of user {user:?}: {}",
+                    status.message()
+                ),
+                Some(Box::new(e) as _),
+            )
+        }
+        _ => map("connect", e, options.request_timeout()),
     }
 }
 

@@ -1,4 +1,5 @@
-//! Every option, at every edge (zero, one nanosecond, `Duration::MAX`, odd prefixes): connecting
+//! Every option, at every edge (zero, one nanosecond, `Duration::MAX`, odd prefixes, missing or
+//! empty TLS files, arbitrary users on a member without authentication): connecting
 //! and one acquire/release either work or fail with a typed error, within a bound; nothing
 //! panics, not even in a background task of the driver.
 
@@ -9,7 +10,7 @@ use lease_core::{AcquireOutcome, AcquireRequest, Error, LeaseStore, OwnerId, Rel
 use lease_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
 use lease_testkit::case;
 use lease_testkit::cases::Case;
-use lease_testkit::{CaseResult, Ctx};
+use lease_testkit::{CaseResult, Ctx, Failed};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -47,22 +48,44 @@ fn prefix() -> impl Strategy<Value = String> {
     ]
 }
 
+/// File paths: empty, missing, arbitrary.
+fn path() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        Just("/nonexistent/ca.crt".to_string()),
+        "\\PC{0,12}",
+    ]
+}
+
 fn options() -> impl Strategy<Value = EtcdOptions> {
     (
-        prefix(),
-        prefix(),
-        duration(),
-        duration(),
+        (prefix(), prefix()),
+        (duration(), duration()),
         prop_oneof![Just(LeaseSharing::PerGrant), Just(LeaseSharing::PerTtl)],
+        proptest::option::weighted(0.15, path()),
+        proptest::option::weighted(0.15, (path(), path())),
+        proptest::option::weighted(0.15, ("\\PC{0,8}", "\\PC{0,8}")),
     )
-        .prop_map(|(prefix, fence, connect, request, sharing)| {
-            EtcdOptions::default()
-                .with_prefix(prefix)
-                .with_fence_prefix(fence)
-                .with_connect_timeout(connect)
-                .with_request_timeout(request)
-                .with_lease_sharing(sharing)
-        })
+        .prop_map(
+            |((prefix, fence), (connect, request), sharing, ca, cert, user)| {
+                let mut options = EtcdOptions::default()
+                    .with_prefix(prefix)
+                    .with_fence_prefix(fence)
+                    .with_connect_timeout(connect)
+                    .with_request_timeout(request)
+                    .with_lease_sharing(sharing);
+                if let Some(ca) = ca {
+                    options = options.with_tls_ca(ca);
+                }
+                if let Some((cert, key)) = cert {
+                    options = options.with_tls_client_cert(cert, key);
+                }
+                if let Some((user, password)) = user {
+                    options = options.with_user(user, password);
+                }
+                options
+            },
+        )
 }
 
 /// Connects with `options` and, if that works, acquires and releases one key: each step works
@@ -105,29 +128,32 @@ pub(crate) async fn no_option_value_panics_or_hangs(ctx: Ctx) -> CaseResult {
     });
     let drawn = AtomicUsize::new(0);
     let result = tokio::task::block_in_place(|| {
-        runner.run(&options(), |options| {
-            let n = drawn.fetch_add(1, Ordering::Relaxed);
-            let before = PANICS.load(Ordering::SeqCst);
-            let run = handle.spawn({
-                let (ctx, options) = (ctx.clone(), options.clone());
-                async move {
-                    tokio::time::timeout(Duration::from_secs(20), exercise(&ctx, n, options)).await
+        runner
+            .run(&options(), |options| {
+                let n = drawn.fetch_add(1, Ordering::Relaxed);
+                let before = PANICS.load(Ordering::SeqCst);
+                let run = handle.spawn({
+                    let (ctx, options) = (ctx.clone(), options.clone());
+                    async move {
+                        tokio::time::timeout(Duration::from_secs(20), exercise(&ctx, n, options))
+                            .await
+                    }
+                });
+                let outcome = match handle.block_on(run) {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(_)) => Err("no answer within 20 s".to_string()),
+                    Err(e) => Err(format!("panicked: {e}")),
+                };
+                let panics = PANICS.load(Ordering::SeqCst) - before;
+                if panics > 0 {
+                    return Err(TestCaseError::fail(format!(
+                        "{panics} panic(s) with {options:?}"
+                    )));
                 }
-            });
-            let outcome = match handle.block_on(run) {
-                Ok(Ok(r)) => r,
-                Ok(Err(_)) => Err("no answer within 20 s".to_string()),
-                Err(e) => Err(format!("panicked: {e}")),
-            };
-            let panics = PANICS.load(Ordering::SeqCst) - before;
-            if panics > 0 {
-                return Err(TestCaseError::fail(format!(
-                    "{panics} panic(s) with {options:?}"
-                )));
-            }
-            outcome.map_err(|e| TestCaseError::fail(format!("{e} with {options:?}")))
-        })
+                outcome.map_err(|e| TestCaseError::fail(format!("{e} with {options:?}")))
+            })
+            .map_err(|e| e.to_string())
     });
     let _ = std::panic::take_hook();
-    result.map_err(|e| format!("{e}").into())
+    result.map_err(Failed::from)
 }
