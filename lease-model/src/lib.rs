@@ -454,7 +454,42 @@ pub struct State {
     pub accepted: Vec<u16>,
     /// Fault budgets left: losses, duplicates, restarts, promotions, deletions.
     pub budget: [u8; 5],
+    /// Classes of step this path has taken that the current state does not show by itself
+    /// (bits: [`EXPIRY_TAKEOVER`], [`K8S_TAKEOVER`], [`SAME_OWNER_REGRANT`], [`DUP_DELIVERED`],
+    /// [`DUP_DELIVERED_TWICE`]); read by the coverage guards.
+    pub seen: u8,
+    /// The request that was duplicated, if any (at most one duplicate is tracked).
+    pub dup: Option<Msg>,
 }
+
+/// [`State::seen`]: a grant to a client while the store's record was another client's expired
+/// grant (never released), with no state lost on the way.
+pub const EXPIRY_TAKEOVER: u8 = 1;
+/// [`State::seen`]: a Kubernetes acquiring replace over another client's expired Lease object.
+pub const K8S_TAKEOVER: u8 = 2;
+/// [`State::seen`]: a grant to the client the store's record already names as holder of its
+/// latest grant.
+pub const SAME_OWNER_REGRANT: u8 = 4;
+/// [`State::seen`]: one copy of the duplicated request reached the store.
+pub const DUP_DELIVERED: u8 = 8;
+/// [`State::seen`]: both copies of the duplicated request reached the store.
+pub const DUP_DELIVERED_TWICE: u8 = 16;
+
+/// Coverage guard: an expiry takeover.
+pub const REACH_EXPIRY_TAKEOVER: &str =
+    "reached: a grant to B after A's lease expired at the store (A never released)";
+/// Coverage guard: the Kubernetes takeover path.
+pub const REACH_K8S_TAKEOVER: &str =
+    "reached: a Kubernetes replace takes over another client's expired Lease";
+/// Coverage guard: a client in `AtRisk`.
+pub const REACH_AT_RISK: &str = "reached: a client is AtRisk (a renewal failed before loss)";
+/// Coverage guard: a release racing an in-flight renewal.
+pub const REACH_RELEASE_RACE: &str =
+    "reached: a release is outstanding while the same client's renewal is in flight";
+/// Coverage guard: a same-owner re-grant.
+pub const REACH_SAME_OWNER: &str = "reached: the store grants again to its record's holder";
+/// Coverage guard: a duplicated request delivered twice.
+pub const REACH_DUP_TWICE: &str = "reached: both copies of a duplicated request reach the store";
 
 /// A step of the system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -563,6 +598,27 @@ impl LeaseModel {
 
     /// The store handles one request, returning its answer.
     fn serve(&self, s: &mut State, from: u8, req: Req) -> Option<Resp> {
+        let before = (s.store.rec, s.grants.last().copied(), s.grants.len());
+        let resp = self.serve_inner(s, from, req)?;
+        let (prev, last, n) = before;
+        if s.grants.len() > n && !s.lost_state {
+            if let Some(r) = prev {
+                let expired = !r.live(s.now);
+                if r.holder.is_some_and(|h| h != from) && expired {
+                    s.seen |= EXPIRY_TAKEOVER;
+                    if matches!(req, Req::Replace { .. }) {
+                        s.seen |= K8S_TAKEOVER;
+                    }
+                }
+                if r.holder == Some(from) && last == Some((from, r.token)) {
+                    s.seen |= SAME_OWNER_REGRANT;
+                }
+            }
+        }
+        Some(resp)
+    }
+
+    fn serve_inner(&self, s: &mut State, from: u8, req: Req) -> Option<Resp> {
         let now = s.now;
         let exp = now + TTL_TICKS;
         let floor = self.floor(s);
@@ -813,6 +869,53 @@ fn valid_tokens(grants: &[(u8, u16)]) -> bool {
     grants.windows(2).all(|w| w[0].1 < w[1].1)
 }
 
+impl LeaseModel {
+    /// The coverage guards: `sometimes` properties naming classes of state a check must reach,
+    /// so that a bound too small to reach them fails instead of passing vacuously. Every store
+    /// variant has the common ones; the Kubernetes variants also the takeover path.
+    pub fn coverage_guards(&self) -> Vec<Property<Self>> {
+        let mut g = vec![
+            Property::sometimes(REACH_EXPIRY_TAKEOVER, |_: &LeaseModel, s: &State| {
+                s.seen & EXPIRY_TAKEOVER != 0
+            }),
+            Property::sometimes(REACH_AT_RISK, |_: &LeaseModel, s: &State| {
+                s.clients.iter().any(|c| {
+                    matches!(&c.phase, Phase::Holding { sup, .. } if sup.0.health() == Health::AtRisk)
+                })
+            }),
+            Property::sometimes(REACH_RELEASE_RACE, |_: &LeaseModel, s: &State| {
+                s.clients.iter().enumerate().any(|(i, c)| match &c.phase {
+                    Phase::Holding {
+                        renewing,
+                        releasing: Some(_),
+                        ..
+                    } => {
+                        renewing.is_some()
+                            || s.net.iter().any(|m| {
+                                matches!(m, Msg::ToStore { from, req: Req::Renew(_), .. }
+                                    if usize::from(*from) == i)
+                            })
+                    }
+                    _ => false,
+                })
+            }),
+            Property::sometimes(REACH_SAME_OWNER, |_: &LeaseModel, s: &State| {
+                s.seen & SAME_OWNER_REGRANT != 0
+            }),
+            Property::sometimes(REACH_DUP_TWICE, |_: &LeaseModel, s: &State| {
+                s.seen & DUP_DELIVERED_TWICE != 0
+            }),
+        ];
+        if matches!(self.cfg.store, StoreKind::Kubernetes { .. }) {
+            g.push(Property::sometimes(
+                REACH_K8S_TAKEOVER,
+                |_: &LeaseModel, s: &State| s.seen & K8S_TAKEOVER != 0,
+            ));
+        }
+        g
+    }
+}
+
 impl Model for LeaseModel {
     type State = State;
     type Action = Action;
@@ -851,6 +954,8 @@ impl Model for LeaseModel {
                 c.promotions,
                 c.deletions,
             ],
+            seen: 0,
+            dup: None,
         }]
     }
 
@@ -965,6 +1070,12 @@ impl Model for LeaseModel {
                 let m = s.net.remove(i);
                 match m {
                     Msg::ToStore { from, sent, req } => {
+                        if s.dup == Some(m) {
+                            if s.seen & DUP_DELIVERED != 0 {
+                                s.seen |= DUP_DELIVERED_TWICE;
+                            }
+                            s.seen |= DUP_DELIVERED;
+                        }
                         let resp = self.serve(&mut s, from, req)?;
                         if !self.send(
                             &mut s,
@@ -993,6 +1104,7 @@ impl Model for LeaseModel {
             Action::Duplicate(i) => {
                 let m = s.net[i];
                 s.budget[DUP] -= 1;
+                s.dup = Some(m);
                 if !self.send(&mut s, m) {
                     return None;
                 }
@@ -1125,7 +1237,7 @@ impl Model for LeaseModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut props = vec![
             Property::always(
                 "the resource never accepts a token lower than one it accepted",
                 |_: &LeaseModel, s: &State| s.accepted.windows(2).all(|w| w[0] <= w[1]),
@@ -1174,7 +1286,9 @@ impl Model for LeaseModel {
             Property::sometimes("two grants happen", |_: &LeaseModel, s: &State| {
                 s.grants.len() >= 2
             }),
-        ]
+        ];
+        props.extend(self.coverage_guards());
+        props
     }
 
     fn within_boundary(&self, s: &State) -> bool {
