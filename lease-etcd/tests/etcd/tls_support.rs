@@ -118,6 +118,7 @@ pub(crate) fn refusals() -> Vec<Case> {
         case!("etcd", a_wrong_password_is_a_config_error),
         case!("etcd", a_missing_client_certificate_fails_typed_and_bounded),
         case!("etcd", missing_tls_files_are_config_errors_naming_them),
+        case!("etcd", etcdctl_lock_over_tls_and_auth_excludes_the_store),
     ]
 }
 
@@ -235,4 +236,80 @@ pub(crate) async fn missing_tls_files_are_config_errors_naming_them(_ctx: Ctx) -
     let ca = pki("ca.crt")?;
     let url = format!("etcds://{endpoint}?tls_ca={ca}&tls_cert={ca}&tls_key={ca}");
     refused(&url, EtcdOptions::default(), &["client key", &ca]).await
+}
+
+/// `etcdctl lock` on the TLS member needs the CA, a client certificate and a user (here the
+/// password user; its role may read and write the lock's keys): it holds the name, the store is
+/// refused and names the etcdctl key; once etcdctl unlocks (SIGINT), the store acquires.
+pub(crate) async fn etcdctl_lock_over_tls_and_auth_excludes_the_store(ctx: Ctx) -> CaseResult {
+    use lease_core::{AcquireOutcome, OwnerId, ReleaseOutcome};
+    use tokio::io::AsyncBufReadExt;
+    let store = connect(Auth::Password).await?;
+    let key = ctx.key("etcdctl-tls");
+    let name = store.options().lock_name(&key);
+    let bin = std::env::var("LEASE_ETCDCTL_BIN").unwrap_or_else(|_| "/usr/bin/etcdctl".into());
+    let user = format!(
+        "{}:{}",
+        env("LEASE_ETCD_TLS_USER")?,
+        env("LEASE_ETCD_TLS_PASSWORD")?
+    );
+    let mut child = tokio::process::Command::new(&bin)
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            &format!("https://{}", env("LEASE_ETCD_TLS_ENDPOINTS")?),
+            "--cacert",
+            &pki("ca.crt")?,
+            "--cert",
+            &pki("client.crt")?,
+            "--key",
+            &pki("client.key")?,
+            "--user",
+            &user,
+            "lock",
+            "--ttl",
+            "10",
+            &name,
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawn {bin}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let held = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .map_err(|_| "etcdctl did not lock a free name within 10 s")??
+        .ok_or("etcdctl exited without taking the lock")?;
+    assert!(
+        held.starts_with(&format!("{name}/")),
+        "etcdctl printed {held:?}"
+    );
+
+    let b = OwnerId::with_label("b");
+    match store
+        .acquire(&ctx.request(&key, &b, ctx.long_ttl()))
+        .await?
+    {
+        AcquireOutcome::Held(h) => assert_eq!(h.owner.as_str(), format!("etcd-lock:{held}")),
+        AcquireOutcome::Acquired(l) => {
+            return Err(format!("granted token {} while etcdctl holds the lock", l.token()).into());
+        }
+    }
+    let pid = child.id().ok_or("etcdctl already exited")?;
+    let status = tokio::process::Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .await?;
+    assert!(status.success(), "kill -INT failed");
+    tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .map_err(|_| "etcdctl did not exit")??;
+    let lease = ctx
+        .acquire_within(&store, &key, &b, ctx.long_ttl(), Duration::from_secs(10))
+        .await?;
+    assert_eq!(store.release(&lease).await?, ReleaseOutcome::Released);
+    Ok(())
 }
