@@ -124,6 +124,10 @@ struct RunArgs {
     /// maximum, 1.5s at --ttl 30s). A longer grace needs a longer --ttl (twenty times the grace).
     #[arg(long, value_parser = duration::grace)]
     grace: Option<Duration>,
+    /// When the command exits, stop whatever it left running (SIGTERM, then SIGKILL after
+    /// --grace) and release at once, instead of keeping the lease until those processes end.
+    #[arg(long)]
+    stop_leftovers: bool,
     #[command(flatten)]
     failover: FailoverArg,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.

@@ -262,6 +262,7 @@ async fn supervise(
     cmd.arg0("lease")
         .arg(shim::ARG)
         .arg(getpid().to_string())
+        .args(args.stop_leftovers.then_some(shim::EXIT_WITH_COMMAND))
         .arg("--")
         .arg(program)
         .args(rest)
@@ -367,10 +368,13 @@ async fn supervise(
             suspended = false;
         }
         tree::reap_orphans(Scope::OutsideMyGroup, Some(group));
-        if let Some(status) = tree.status
-            && !tree::any_running(Scope::OutsideMyGroup)
-        {
-            break status;
+        if let Some(status) = tree.status {
+            if args.stop_leftovers && tree::any_running(Scope::OutsideMyGroup) {
+                tree.stop(grace_before_deadline(&guard, grace)).await;
+            }
+            if !tree::any_running(Scope::OutsideMyGroup) {
+                break status;
+            }
         }
     };
     let lost = matches!(guard.health(), Health::Lost(_));

@@ -38,18 +38,25 @@ use crate::tree::{self, Scope};
 /// The first argument that makes `lease` the shim.
 pub(crate) const ARG: &str = "__lease-run-shim";
 
+/// The optional argument after the PID: exit when the command exits (see [`main`]).
+pub(crate) const EXIT_WITH_COMMAND: &str = "--exit-with-command";
+
 /// How often the shim checks its parent when nothing else woke it.
 const PARENT_CHECK: Duration = Duration::from_millis(100);
 
-/// Runs the shim with the arguments after [`ARG`]: `PID -- CMD ARGS...`.
+/// Runs the shim with the arguments after [`ARG`]: `PID [--exit-with-command] -- CMD ARGS...`.
 pub(crate) fn main(args: &[OsString]) -> ExitCode {
     let parent = args
         .first()
         .and_then(|a| a.to_str())
         .and_then(|a| a.parse::<i32>().ok())
         .map(Pid::from_raw);
+    // `--exit-with-command` (for `lease run --stop-leftovers`): exit as soon as the command
+    // does; what it left running is then re-parented to `lease`, which stops it.
+    let exit_with_command = args.get(1).is_some_and(|a| a == EXIT_WITH_COMMAND);
+    let skip = if exit_with_command { 3 } else { 2 };
     let (Some(parent), Some((program, rest))) =
-        (parent, args.get(2..).and_then(|c| c.split_first()))
+        (parent, args.get(skip..).and_then(|c| c.split_first()))
     else {
         eprintln!("lease: {ARG} is internal to `lease run`");
         return ExitCode::from(exit::USAGE);
@@ -77,10 +84,15 @@ pub(crate) fn main(args: &[OsString]) -> ExitCode {
             return ExitCode::from(exit::SOFTWARE);
         }
     };
-    ExitCode::from(runtime.block_on(supervise(parent, program, rest)))
+    ExitCode::from(runtime.block_on(supervise(parent, exit_with_command, program, rest)))
 }
 
-async fn supervise(parent: Pid, program: &OsString, rest: &[OsString]) -> u8 {
+async fn supervise(
+    parent: Pid,
+    exit_with_command: bool,
+    program: &OsString,
+    rest: &[OsString],
+) -> u8 {
     let (Ok(mut int), Ok(mut term), Ok(mut hup), Ok(mut chld)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -120,6 +132,11 @@ async fn supervise(parent: Pid, program: &OsString, rest: &[OsString]) -> u8 {
                 Err(_) => return status.unwrap_or(exit::SOFTWARE),
                 Ok(_) => {}
             }
+        }
+        if let Some(status) = status
+            && exit_with_command
+        {
+            return status;
         }
         tokio::select! {
             _ = int.recv() => {}

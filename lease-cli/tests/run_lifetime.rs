@@ -273,7 +273,7 @@ fn held_while_descendants_run(name: &str, start: &str) {
     let sh = f.pid_in("shpid");
     let _reap = Reap(vec![bg]);
     wait_until("the command to exit", LIMIT, || dead(sh));
-    // Three TTLs: the lease must be renewed meanwhile, not merely left to expire.
+    // Two TTLs: the lease must be renewed meanwhile, not merely left to expire.
     let until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < until {
         assert!(
@@ -415,4 +415,38 @@ fn when_a_stopped_lease_is_killed_every_descendant_dies() {
             || dead(pid),
         );
     }
+}
+
+/// With `--stop-leftovers`, what the command left running is stopped (here: SIGKILL after the
+/// grace, as it ignores SIGTERM) when the command exits, and the lease released at once.
+#[test]
+fn stop_leftovers_kills_what_the_command_left_and_releases() {
+    let f = Fixture::new("leftovers");
+    f.script("stubborn.sh", STUBBORN);
+    let mut runner = lease()
+        .args([
+            "run",
+            "--store",
+            &f.url,
+            "--key",
+            &f.key,
+            "--ttl",
+            "6s",
+            "--stop-leftovers",
+            "--",
+            "sh",
+            "-c",
+            "setsid sh stubborn.sh bgpid & while [ ! -s bgpid ]; do sleep 0.05; done; exit 3",
+        ])
+        .current_dir(f.dir.path())
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(f.path("stderr")).expect("stderr file"))
+        .spawn()
+        .expect("spawn lease run");
+    let bg = f.pid_in("bgpid");
+    let _reap = Reap(vec![bg]);
+    let (status, stderr) = finish(&f, &mut runner);
+    assert_eq!(status.code(), Some(3), "{status:?}: {stderr}");
+    assert!(dead(bg), "the leftover still runs: {stderr}");
+    assert!(!f.is_held());
 }
