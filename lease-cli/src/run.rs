@@ -234,7 +234,7 @@ fn describe(holder: Option<&Holder>) -> String {
 
 /// Runs the command under the guard; returns the exit status of `lease run`.
 ///
-/// The command runs under the [shim](crate::shim) in a process group of its own. `lease` is a
+/// The command runs under the [`shim`] in a process group of its own. `lease` is a
 /// child subreaper (set in [`main`]), so descendants orphaned when the shim is gone come to it;
 /// the lease is kept until the shim has exited and no descendant runs any more.
 async fn supervise(
