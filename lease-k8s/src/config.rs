@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use lease_core::backend::UrlParams;
 use lease_core::{Error, LeaseKey, Result};
 
 use crate::error::BACKEND;
@@ -16,6 +17,9 @@ use crate::error::BACKEND;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest name prefix: keys are at most 200 bytes, object names at most 253.
 pub const MAX_PREFIX_LEN: usize = 53;
+/// The query parameters of a `k8s://` URL, one per [`K8sOptions`] setting
+/// ([`K8sOptions::with_url`]).
+pub const URL_OPTIONS: &[&str] = &["namespace", "name_prefix", "request_timeout", "kubeconfig"];
 
 /// A point inside the store's protocol where a test can hold an operation (hidden: for this
 /// crate's own interleaving tests, not part of the supported API).
@@ -107,6 +111,97 @@ impl K8sOptions {
     pub fn with_kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
         self.kubeconfig = Some(path.into());
         self
+    }
+
+    /// Applies the options in `url`'s query on top of these and returns the URL without its
+    /// query (what [`connect_with`](crate::K8sLeaseStore::connect_with) does with its URL), so
+    /// that a URL alone configures the store:
+    ///
+    /// | parameter | sets | example |
+    /// |---|---|---|
+    /// | `namespace` | [`with_namespace`](Self::with_namespace) (or name it in the path) | `namespace=payments` |
+    /// | `name_prefix` | [`with_name_prefix`](Self::with_name_prefix) | `name_prefix=lease-` |
+    /// | `request_timeout` | [`with_request_timeout`](Self::with_request_timeout) | `request_timeout=5s` |
+    /// | `kubeconfig` | [`with_kubeconfig`](Self::with_kubeconfig), a percent-encoded path | `kubeconfig=/etc/lease/kubeconfig` |
+    ///
+    /// Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_k8s::K8sOptions;
+    /// let (url, options) = K8sOptions::default()
+    ///     .with_url("k8s://payments?name_prefix=lease-&request_timeout=5s")?;
+    /// assert_eq!(url, "k8s://payments");
+    /// assert_eq!(options.name_prefix(), "lease-");
+    /// assert_eq!(options.request_timeout(), Duration::from_secs(5));
+    /// let err = K8sOptions::default().with_url("k8s://payments?name_prefx=lease-").unwrap_err();
+    /// assert!(err.to_string().contains("name_prefx"));
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the parameter for an unknown, repeated or empty one, a value that
+    /// does not parse, a namespace that is not a DNS-1123 label, a prefix that cannot start an
+    /// object name, or a zero request timeout.
+    pub fn with_url(self, url: &str) -> Result<(String, K8sOptions)> {
+        let mut p = UrlParams::parse(BACKEND, url)?;
+        let mut o = self;
+        if let Some(ns) = p.take_with("namespace", |v| {
+            validate_namespace(v).map_err(|_| "expected a DNS-1123 label".to_string())?;
+            Ok(v.to_string())
+        })? {
+            o.namespace = Some(ns);
+        }
+        if let Some(prefix) = p.take_with("name_prefix", |v| {
+            validate_prefix(v).map_err(|_| {
+                format!("expected at most {MAX_PREFIX_LEN} bytes that start a DNS-1123 object name")
+            })?;
+            Ok(v.to_string())
+        })? {
+            o.prefix = prefix;
+        }
+        if let Some(d) = p.take_duration("request_timeout")? {
+            if d.is_zero() {
+                return Err(Error::config(
+                    BACKEND,
+                    "URL parameter request_timeout=\"0s\": the request timeout must not be zero",
+                    None,
+                ));
+            }
+            o.timeout = d;
+        }
+        if let Some(path) = p.take_with("kubeconfig", |v| {
+            if v.is_empty() {
+                Err("expected the path of a kubeconfig file".to_string())
+            } else {
+                Ok(PathBuf::from(v))
+            }
+        })? {
+            o.kubeconfig = Some(path);
+        }
+        let base = p.base().to_string();
+        p.finish(URL_OPTIONS)?;
+        Ok((base, o))
+    }
+
+    /// The namespace set with [`with_namespace`](Self::with_namespace) or the URL, if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The object name prefix ([`with_name_prefix`](Self::with_name_prefix)).
+    pub fn name_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The timeout of each API request ([`with_request_timeout`](Self::with_request_timeout)).
+    pub fn request_timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The kubeconfig file ([`with_kubeconfig`](Self::with_kubeconfig)), if any.
+    pub fn kubeconfig(&self) -> Option<&Path> {
+        self.kubeconfig.as_deref()
     }
 
     /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's

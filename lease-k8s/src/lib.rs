@@ -34,6 +34,31 @@
 //! one; your binary does (`k8s-openapi = { version = "0.29", features = ["v1_33"] }`). The Lease
 //! v1 wire format is the same on every server since 1.14 (tested against kube-apiserver 1.20).
 //!
+//! ## Options in the URL
+//! Every [`K8sOptions`] setting can be given in the URL's query, on top of the options passed in
+//! code ([`K8sOptions::with_url`]), so that a URL alone (`lease run --store ...`, an environment
+//! variable) configures the store. **Any other parameter is an
+//! [`Error::Config`](lease_core::Error::Config)** naming it, as is a value that does not parse.
+//! Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
+//!
+//! | parameter | sets | example |
+//! |---|---|---|
+//! | `namespace` | [`K8sOptions::with_namespace`] (or name it in the path: `k8s://NAMESPACE`) | `namespace=payments` |
+//! | `name_prefix` | [`K8sOptions::with_name_prefix`] | `name_prefix=lease-` |
+//! | `request_timeout` | [`K8sOptions::with_request_timeout`] | `request_timeout=5s` |
+//! | `kubeconfig` | [`K8sOptions::with_kubeconfig`]: a file instead of the ambient configuration (percent-encoded path) | `kubeconfig=/etc/lease/kubeconfig` |
+//!
+//! ```no_run
+//! use lease_k8s::K8sLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! // Leases named lease-KEY in namespace payments, through the given kubeconfig.
+//! let store = K8sLeaseStore::connect(
+//!     "k8s://payments?name_prefix=lease-&request_timeout=5s&kubeconfig=/etc/lease/kubeconfig",
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
 //! ## Keys and objects
 //! Key `k` is the Lease named `<prefix>k` in the store's namespace (no prefix by default, see
 //! [`K8sOptions::with_name_prefix`]). Keys are DNS-1123 subdomains of at most 200 bytes, so
@@ -190,7 +215,8 @@ mod store;
 mod watch;
 
 pub use config::{
-    DEFAULT_REQUEST_TIMEOUT, K8sOptions, MAX_PREFIX_LEN, client_from_kubeconfig, infer_client,
+    DEFAULT_REQUEST_TIMEOUT, K8sOptions, MAX_PREFIX_LEN, URL_OPTIONS, client_from_kubeconfig,
+    infer_client,
 };
 #[doc(hidden)]
 pub use config::{TestHook, TestPoint};

@@ -108,8 +108,9 @@ impl fmt::Debug for K8sLeaseStore {
 impl K8sLeaseStore {
     /// A store from a `k8s://NAMESPACE` URL (or `k8s://`, `k8s:`: the configuration's default
     /// namespace) with the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the
-    /// in-cluster service account) and default options. The URL forms are those of the `lease`
-    /// facade's `StoreUrl`.
+    /// in-cluster service account) and default options, then the options in the URL's query
+    /// ([`K8sOptions::with_url`]: `namespace`, `name_prefix`, `request_timeout`, `kubeconfig`).
+    /// The URL forms are those of the `lease` facade's `StoreUrl`.
     ///
     /// Sends nothing: an apiserver that cannot be reached shows as
     /// [`Error::Unavailable`] on the first call.
@@ -123,8 +124,9 @@ impl K8sLeaseStore {
     /// ```
     ///
     /// # Errors
-    /// [`Error::Config`] for a URL that is not a `k8s://` URL or names an illegal namespace, or
-    /// without a usable configuration.
+    /// [`Error::Config`] for a URL that is not a `k8s://` URL or names an illegal namespace, for
+    /// a query parameter that is unknown or does not parse (naming it), or without a usable
+    /// configuration.
     ///
     /// # Cancellation safety
     /// Cancel safe: nothing is sent to the cluster.
@@ -133,7 +135,8 @@ impl K8sLeaseStore {
     }
 
     /// As [`connect`](Self::connect), with `options` (a kubeconfig file instead of the ambient
-    /// configuration, a name prefix, a request timeout).
+    /// configuration, a name prefix, a request timeout); the URL's query parameters apply on top
+    /// of them.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -151,7 +154,9 @@ impl K8sLeaseStore {
     ///
     /// # Cancellation safety
     /// Cancel safe: nothing is sent to the cluster.
-    pub async fn connect_with(url: &str, mut options: K8sOptions) -> Result<Self> {
+    pub async fn connect_with(url: &str, options: K8sOptions) -> Result<Self> {
+        let (url, mut options) = options.with_url(url)?;
+        let url = url.as_str();
         if let Some(ns) = config::parse_url(url)? {
             match &options.namespace {
                 Some(other) if *other != ns => {
@@ -240,7 +245,8 @@ impl K8sLeaseStore {
         &self.api
     }
 
-    pub(crate) fn request_timeout(&self) -> Duration {
+    /// The timeout of each API request ([`K8sOptions::with_request_timeout`]).
+    pub fn request_timeout(&self) -> Duration {
         self.timeout
     }
 

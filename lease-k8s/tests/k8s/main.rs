@@ -12,6 +12,7 @@ mod failure;
 mod fence;
 mod interop;
 mod tokens;
+mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,10 @@ fn all() -> Vec<Case> {
         case!("k8s", failure::missing_namespace_is_a_config_error),
         case!("k8s", failure::ttl_is_rounded_up_to_whole_seconds),
         case!("k8s", failure::connect_url_uses_the_ambient_configuration),
+        case!(
+            "k8s",
+            url::url_options_configure_the_store_and_unknown_ones_are_refused
+        ),
         case!(
             "k8s",
             interop::client_go_holder_is_respected_until_observed_expired
