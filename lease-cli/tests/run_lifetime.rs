@@ -450,3 +450,22 @@ fn stop_leftovers_kills_what_the_command_left_and_releases() {
     assert!(dead(bg), "the leftover still runs: {stderr}");
     assert!(!f.is_held());
 }
+
+/// SIGTERM to `lease` is forwarded to the command's group and, once, to a `setsid` descendant
+/// outside it; `lease` exits when both have ended, with the command's status (128 + 15).
+#[test]
+fn sigterm_reaches_a_setsid_descendant_once() {
+    let f = Fixture::new("forward");
+    f.script(
+        "polite.sh",
+        "trap 'echo got >> term; exit 0' TERM; echo $$ > \"$1\"; while :; do sleep 0.05; done",
+    );
+    let mut runner = f.run_ttl("6s", "setsid sh polite.sh bgpid & wait");
+    let bg = f.pid_in("bgpid");
+    let _reap = Reap(vec![bg]);
+    kill(pid_of(&runner), Signal::SIGTERM).expect("SIGTERM");
+    let (status, stderr) = finish(&f, &mut runner);
+    assert_eq!(status.code(), Some(128 + 15), "{status:?}: {stderr}");
+    assert!(dead(bg));
+    assert_eq!(read(&f.path("term")), "got\n", "{stderr}");
+}
