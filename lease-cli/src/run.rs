@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease::supervisor::{Acquisition, Health, LeaseGuard, Supervisor, SupervisorConfig};
-use lease::{Holder, LeaseKey, LeaseStore, OwnerId};
+use lease::{Holder, LeaseKey, LeaseStore};
 use nix::sys::signal::{Signal, raise};
 use nix::unistd::{Pid, getpid};
 use tokio::process::{Child, Command};
@@ -108,7 +108,7 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
         args.wait
     };
     store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
-    let owner = OwnerId::with_label(&owner_label(args.label.as_deref()));
+    let owner = store::owner_for(&url, &owner_label(args.label.as_deref()));
     let config = config.with_acquire_wait(wait);
     let sup = Supervisor::from_arc(store.clone(), config).with_owner(owner);
 

@@ -84,6 +84,23 @@ pub(crate) async fn open(flag: Option<&str>) -> Result<(String, Arc<dyn LeaseSto
     Ok((url, store))
 }
 
+/// The owner `lease run` acquires as: a readable label followed by a random part, or, on a store
+/// that keeps owners in a `uuid` column (PostgreSQL's seed table, `layout=seed` in the URL), a
+/// random UUID, since no label fits that column.
+pub(crate) fn owner_for(url: &str, label: &str) -> lease::OwnerId {
+    let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    let seed = matches!(scheme.as_deref(), Some("postgres" | "postgresql"))
+        && lease::backend::UrlParams::parse("postgres", url)
+            .ok()
+            .and_then(|mut p| p.take("layout"))
+            .is_some_and(|l| l == "seed");
+    if seed {
+        lease::OwnerId::random()
+    } else {
+        lease::OwnerId::with_label(label)
+    }
+}
+
 /// The environment variable that acknowledges Redis's asynchronous failover.
 pub(crate) const ACCEPT_REDIS_FAILOVER_ENV: &str = "LEASE_ACCEPT_REDIS_FAILOVER";
 

@@ -1045,3 +1045,81 @@ fn shards_prints_json_assignments_and_hands_over_to_a_second_worker() {
     }
     b_lines.wait_for("left", limit, |e| e["event"] == "left");
 }
+
+/// Runs `sql` with psql against `url` (the PostgreSQL client is installed by the test script's
+/// PostgreSQL service).
+fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-XqAt", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The store URL alone chooses the table and its layout: `lease run` on the seed's
+/// `coordination_lease` table, used in place, writes its grant into that table; a misspelt
+/// parameter is refused with the configuration status before anything runs.
+#[test]
+fn run_on_the_seeds_table_chosen_in_the_url() {
+    let Some(url) = postgres() else { return };
+    let schema = format!("lease_cli_seed_{}", std::process::id());
+    psql(
+        &url,
+        &format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}; \
+             CREATE TABLE {schema}.coordination_lease (resource_key text PRIMARY KEY, \
+             owner_id uuid, lease_until timestamptz NOT NULL DEFAULT '-infinity', \
+             fencing_token bigint NOT NULL DEFAULT 0)"
+        ),
+    );
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let store = format!("{url}{sep}table={schema}.coordination_lease&layout=seed");
+    let key = unique_key("seed");
+    let out = output(lease().args([
+        "run",
+        "--store",
+        &store,
+        "--key",
+        &key,
+        "--",
+        "sh",
+        "-c",
+        "echo \"$LEASE_FENCING_TOKEN\"",
+    ]));
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let row = psql(
+        &url,
+        &format!(
+            "SELECT fencing_token FROM {schema}.coordination_lease WHERE resource_key = '{key}'"
+        ),
+    );
+    let typo = output(lease().args([
+        "run",
+        "--store",
+        &format!("{url}{sep}tabel={schema}.coordination_lease"),
+        "--key",
+        &key,
+        "--",
+        "true",
+    ]));
+    psql(&url, &format!("DROP SCHEMA {schema} CASCADE"));
+    assert_eq!(code(&out), 0, "lease run on the seed's table: {stderr}");
+    assert!(!token.is_empty(), "no token printed: {stderr}");
+    assert_eq!(row, token, "the grant is the seed table's row");
+    assert_eq!(
+        code(&typo),
+        78,
+        "a misspelt URL parameter is a configuration error"
+    );
+    assert!(
+        String::from_utf8_lossy(&typo.stderr).contains("tabel"),
+        "the error names the parameter: {}",
+        String::from_utf8_lossy(&typo.stderr)
+    );
+}
