@@ -274,8 +274,9 @@ impl Election {
 
     /// Joins as `id` and starts campaigning in a background task (see [`Election::try_join`]).
     ///
-    /// An `id` that [`Election::try_join`] refuses (longer than 111 bytes: no room for the
-    /// instance part) gives a candidate that has left at once: it never leads and
+    /// An `id` or settings that [`Election::try_join`] refuses (an id longer than 111 bytes,
+    /// leaving no room for the instance part; a TTL or timings that leave no time to renew)
+    /// give a candidate that has left at once: it never leads and
     /// [`Candidate::next_event`] returns `None`; the error is logged. Use
     /// [`Election::try_join`] to get it.
     pub fn join(&self, id: OwnerId) -> Candidate {
@@ -307,9 +308,12 @@ impl Election {
     /// processes that join with the same id are two owners to the store and never both lead.
     ///
     /// # Errors
-    /// [`Error::InvalidOwner`](crate::Error::InvalidOwner) if `id` leaves no room for the
-    /// instance part (longer than 111 bytes).
+    /// - [`Error::InvalidOwner`](crate::Error::InvalidOwner) if `id` leaves no room for the
+    ///   instance part (longer than 111 bytes).
+    /// - The error of [`SupervisorConfig::validate`] if the election's settings leave no time to
+    ///   renew (or the TTL is zero or over a day): such a candidate could never lead.
     pub fn try_join(&self, id: OwnerId) -> crate::Result<Candidate> {
+        self.config.validate()?;
         let owner = OwnerId::instance(id.as_str())?;
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (role_tx, role_rx) = watch::channel(Role::Follower);

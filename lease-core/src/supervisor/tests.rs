@@ -1,4 +1,4 @@
-//! The configuration space (issue 18, item 6): any durations give a typed error or a working
+//! The configuration space: any durations give a typed error or a working
 //! supervisor, never a panic.
 
 use std::time::Duration;
