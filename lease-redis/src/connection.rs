@@ -6,6 +6,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
+use crate::sentinel::SentinelConnection;
+
 /// The store's connection, shared by every clone of the store: a multiplexed, automatically
 /// reconnecting [`ConnectionManager`] to one server, or a
 /// [`ClusterConnection`] that routes each command by its key's hash slot (following `MOVED` and
@@ -23,6 +25,7 @@ pub struct RedisConnection {
 pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(SentinelConnection),
 }
 
 impl RedisConnection {
@@ -30,8 +33,17 @@ impl RedisConnection {
     /// on a single server; on a cluster, the key's hash slot.
     pub(crate) fn group(&self, key: &str) -> Option<Slot> {
         match &self.inner {
-            Conn::Single(_) => None,
+            Conn::Single(_) | Conn::Sentinel(_) => None,
             Conn::Cluster(_) => Some(Slot::for_key(key)),
+        }
+    }
+
+    /// Where a watch opens its pub/sub connection: the current master of a sentinel-managed
+    /// group, or `None` (the store's own clients).
+    pub(crate) fn current_client(&self) -> Option<redis::Client> {
+        match &self.inner {
+            Conn::Sentinel(c) => Some(c.client()),
+            _ => None,
         }
     }
 
@@ -46,6 +58,7 @@ impl std::fmt::Debug for RedisConnection {
         match &self.inner {
             Conn::Single(_) => f.write_str("RedisConnection::Single"),
             Conn::Cluster(_) => f.write_str("RedisConnection::Cluster"),
+            Conn::Sentinel(c) => write!(f, "RedisConnection::Sentinel({})", c.addr()),
         }
     }
 }
@@ -55,6 +68,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
         match &mut self.inner {
             Conn::Single(c) => c.req_packed_command(cmd),
             Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -67,6 +81,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
         match &mut self.inner {
             Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -74,6 +89,7 @@ impl redis::aio::ConnectionLike for RedisConnection {
         match &self.inner {
             Conn::Single(c) => c.get_db(),
             Conn::Cluster(c) => c.get_db(),
+            Conn::Sentinel(c) => c.get_db(),
         }
     }
 }

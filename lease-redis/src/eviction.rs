@@ -31,6 +31,10 @@ pub(crate) async fn check_policy(
             let mut c = c.clone();
             cmd.query_async::<Value>(&mut c).await
         }
+        Conn::Sentinel(c) => {
+            let mut c = c.clone();
+            cmd.query_async::<Value>(&mut c).await
+        }
         Conn::Cluster(c) => {
             let mut c = c.clone();
             c.route_command(

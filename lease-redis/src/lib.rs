@@ -38,6 +38,28 @@
 //! | `redis+unix:///path/to/socket` | one server on a Unix socket |
 //! | `redis+cluster://[user:password@]h1:p1,h2:p2,...` | Redis Cluster (seed nodes) |
 //! | `rediss+cluster://[user:password@]h1:p1,...[?tls_ca=..]` | Redis Cluster over TLS |
+//! | `redis+sentinel://[user:password@]s1:p1,s2:p2,.../mastername[/db]` | the master that Redis Sentinel names |
+//!
+//! **Sentinel.** The store asks the listed sentinels (the first that answers) for the master of
+//! `mastername`, checks with `ROLE` that it is one, and connects to it; `user:password` and `db`
+//! apply to the master, not to the sentinels (which are reached without authentication or TLS;
+//! `rediss+sentinel://` is not supported). It follows a failover two ways: a background task
+//! subscribes to the sentinels' `+switch-master` announcements and moves to the announced master
+//! at once, and a command that fails in a way that says the master may have moved (`READONLY`
+//! from a demoted master, a dropped, refused or timed-out connection) makes the store ask the
+//! sentinels again. The failed command's error is returned as usual (retryable); the next one
+//! goes to the new master. A failover is asynchronous replication's failover: a grant that the
+//! replica had not received, or that the old master made after the switch and before the
+//! sentinels demoted it, is lost, and the key can be granted twice. So fence with a resource
+//! outside this Redis (see below).
+//!
+//! Tested against a master, a replica and three sentinels (`scripts/services/redis-sentinel.sh`):
+//! the whole conformance suite (the `redis-sentinel` target), and `SENTINEL FAILOVER` under a
+//! holder whose grant the replica acknowledged (`redis-sentinel-failover`): the store follows the
+//! new master by itself, the holder's renewal is granted there and a contender refused; a key
+//! granted right after the switch was lost with the old master in the runs so far, granted again
+//! with a greater token, and an outside fenced resource rejected the first owner's late write.
+//! With the following disabled, the holder's renewal came back `Lost` from the demoted master.
 //!
 //! `user:password` authenticates with `AUTH` (an ACL user; the password alone for the `default`
 //! user); percent-encode special characters. A failed authentication (`WRONGPASS`, `NOAUTH`) is
@@ -233,6 +255,7 @@ mod error;
 mod eviction;
 mod fenced;
 pub mod protocol;
+mod sentinel;
 mod store;
 mod tls;
 mod watch;

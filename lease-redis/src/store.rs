@@ -68,8 +68,10 @@ impl fmt::Debug for RedisLeaseStore {
                 "servers",
                 &self
                     .inner
-                    .clients
+                    .con
+                    .current_client()
                     .iter()
+                    .chain(&self.inner.clients)
                     .map(|c| c.get_connection_info().addr().to_string())
                     .collect::<Vec<_>>(),
             )
@@ -122,8 +124,20 @@ impl RedisLeaseStore {
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
         options.validate()?;
         let target = crate::tls::target(url, &options)?;
+        if let Some(sentinel) = crate::sentinel::parse(&target.url)? {
+            if target.secure || target.tls != crate::tls::TlsFiles::default() {
+                return Err(Error::config(
+                    BACKEND,
+                    "TLS to sentinels is not supported (redis+sentinel:// only)",
+                    None,
+                ));
+            }
+            // Boxed, as is the cluster's: each connect path is a deep future, and callers that
+            // nest `connect_with` deep in their own futures should not carry all three inline.
+            return Box::pin(Self::connect_sentinel(&sentinel, options)).await;
+        }
         if let Some(nodes) = cluster_nodes(&target.url)? {
-            return Self::connect_cluster(nodes, &target, options).await;
+            return Box::pin(Self::connect_cluster(nodes, &target, options)).await;
         }
         let client = crate::tls::client(&target.url, &target.tls, target.secure)?;
         Self::from_client(client, options).await
@@ -139,15 +153,10 @@ impl RedisLeaseStore {
     pub async fn from_client(client: redis::Client, options: RedisOptions) -> Result<Self> {
         let layout = options.validate()?;
         let op_deadline = options.op_deadline();
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(options.response_timeout))
-            .set_connection_timeout(Some(options.connect_timeout))
-            .set_number_of_retries(options.connect_retries)
-            .set_max_delay(Duration::from_millis(500));
         let con = bounded(
             "connect",
             op_deadline,
-            ConnectionManager::new_with_config(client.clone(), config),
+            ConnectionManager::new_with_config(client.clone(), manager_config(&options)),
         )
         .await?
         .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
@@ -159,6 +168,43 @@ impl RedisLeaseStore {
         Ok(RedisLeaseStore {
             inner: Arc::new(Inner {
                 clients: vec![client],
+                con,
+                layout,
+                db,
+                response_timeout: options.response_timeout,
+                connect_timeout: options.connect_timeout,
+                op_deadline,
+                replica_wait: options.replica_wait,
+                poll_interval: options.poll_interval,
+            }),
+        })
+    }
+
+    /// Connects to the master that the sentinels of `url` name.
+    async fn connect_sentinel(
+        url: &crate::sentinel::SentinelUrl,
+        options: RedisOptions,
+    ) -> Result<Self> {
+        let layout = options.validate()?;
+        let op_deadline = options.op_deadline();
+        let con = bounded(
+            "connect",
+            op_deadline,
+            crate::sentinel::SentinelConnection::connect(
+                url,
+                manager_config(&options),
+                options.connect_timeout,
+            ),
+        )
+        .await??;
+        let con = RedisConnection {
+            inner: Conn::Sentinel(con),
+        };
+        check_eviction(&con, &options, op_deadline).await?;
+        let db = redis::aio::ConnectionLike::get_db(&con);
+        Ok(RedisLeaseStore {
+            inner: Arc::new(Inner {
+                clients: Vec::new(),
                 con,
                 layout,
                 db,
@@ -299,6 +345,15 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
         return bad("no node listed (expected host:port,host:port,...)");
     }
     Ok(Some(nodes))
+}
+
+/// The connection manager's settings from `options`.
+fn manager_config(options: &RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(options.response_timeout))
+        .set_connection_timeout(Some(options.connect_timeout))
+        .set_number_of_retries(options.connect_retries)
+        .set_max_delay(Duration::from_millis(500))
 }
 
 /// [`eviction::check_policy`](crate::eviction::check_policy) under the operation deadline.

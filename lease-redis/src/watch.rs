@@ -64,7 +64,8 @@ pub(crate) async fn watch(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Key
 async fn pubsub(store: &RedisLeaseStore) -> Result<redis::aio::PubSub> {
     let inner = &store.inner;
     let mut last = None;
-    for client in &inner.clients {
+    let current = inner.con.current_client();
+    for client in current.iter().chain(&inner.clients) {
         match bounded("watch", inner.connect_timeout, client.get_async_pubsub()).await {
             Ok(Ok(pubsub)) => return Ok(pubsub),
             Ok(Err(e)) => last = Some(map_redis("watch", inner.connect_timeout, e)),
