@@ -47,7 +47,10 @@
 //! ## Holding a lease while working: the supervisor
 //! [`supervisor::Supervisor`] acquires with a bounded wait, renews every third of the TTL, and
 //! publishes the lease's health (`Held`, `AtRisk`, `Lost`, `Released`). Guarded work is
-//! cancelled strictly **before** the local validity deadline when renewal cannot be confirmed:
+//! cancelled strictly **before** the local validity deadline when renewal cannot be confirmed
+//! while the process runs; a process that resumes past that deadline (a host suspend) sees
+//! `may_act()` false at once, but its work is cancelled only when the supervisor next looks at
+//! the clock, up to its check interval (a twentieth of the TTL, at most 1 s) later:
 //!
 //! ```
 //! use std::time::Duration;

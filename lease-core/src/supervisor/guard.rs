@@ -104,7 +104,9 @@ impl LeaseGuardRef {
     /// (the local validity deadline minus the loss lead) has not passed. The
     /// deadline is checked on the spot, on the validity clock, so a process resuming from a long
     /// pause or a host suspend gets `false` at once, before the renewal task has run (see
-    /// [`clock`](crate::clock) for which suspends are seen).
+    /// [`clock`](crate::clock) for which suspends are seen). Work that does not ask is not
+    /// stopped at once: its cancellation token is cancelled when the renewal task next wakes,
+    /// up to [`SupervisorConfig::clock_check_interval`] of tokio time after the resume.
     pub fn may_act(&self) -> bool {
         self.shared.may_act()
     }
@@ -238,7 +240,10 @@ impl LeaseGuard {
     }
 
     /// Runs `work` until it completes or the lease is lost or released, whichever comes first.
-    /// On loss the work future is dropped (cancelled) and the loss reason returned.
+    /// On loss the work future is dropped (cancelled) and the loss reason returned. After a
+    /// host suspend past the loss deadline, the loss is seen when the renewal task next wakes,
+    /// so the work runs on for up to [`SupervisorConfig::clock_check_interval`] of tokio time
+    /// after the resume (check [`LeaseGuard::may_act`] before each side effect to stop sooner).
     ///
     /// # Cancellation safety
     /// Cancel safe: dropping it drops `work` and leaves the guard as it was.
