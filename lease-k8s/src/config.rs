@@ -247,7 +247,7 @@ pub(crate) fn parse_url(url: &str) -> Result<Option<String>> {
         )
     };
     let (scheme, rest) = url.split_once(':').ok_or_else(|| bad("not a URL"))?;
-    if !matches!(scheme, "k8s" | "kubernetes") {
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "k8s" | "kubernetes") {
         return Err(bad("not a Kubernetes URL"));
     }
     let ns = rest.strip_prefix("//").unwrap_or(rest);
@@ -372,6 +372,7 @@ mod tests {
             ("k8s://team-a", Some("team-a")),
             ("k8s://team-a/", Some("team-a")),
             ("kubernetes://team-a", Some("team-a")),
+            ("K8S://team-a", Some("team-a")),
         ] {
             assert_eq!(parse_url(url).unwrap().as_deref(), ns, "{url}");
         }
