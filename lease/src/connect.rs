@@ -15,7 +15,11 @@ use crate::url::StoreUrl;
 /// returns [`Error::Config`](crate::Error::Config) too. `memory:` makes a new, empty in-process
 /// store on every call (it is useful for tests and demos, never shared between processes).
 ///
-/// What each backend does on connect:
+/// The URL is handed to the backend as written, user information and query included: the
+/// backend reads its options from the query (table names, prefixes, timeouts, TLS files; see
+/// "Options in the URL" in each backend crate's docs) and refuses a parameter it does not know
+/// with [`Error::Config`](crate::Error::Config) naming it. Without a query each backend uses its
+/// defaults:
 /// - **postgres**: builds a pool, then creates the lease tables if they are missing
 ///   (`PostgresLeaseStore::connect`: idempotent, under an advisory lock); a role
 ///   without DDL rights may use tables that already exist.
@@ -25,8 +29,8 @@ use crate::url::StoreUrl;
 ///   service account) and the URL's namespace, else the configuration's default namespace.
 /// - **sqlite**: opens (creating) the file and its tables.
 ///
-/// For anything beyond the defaults (table names, prefixes, timeouts, TLS), build the backend's
-/// store with its own constructor and wrap it in an `Arc`.
+/// For what a URL cannot say (a client you built, a test hook), build the backend's store with
+/// its own constructor and wrap it in an `Arc`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,8 +59,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LeaseStore>> {
         StoreUrl::Memory => Ok(Arc::new(MemoryLeaseStore::new())),
         StoreUrl::Postgres(u) => backends::postgres(u).await.map(|(s, _)| s),
         StoreUrl::Redis(u) => backends::redis(u).await.map(|(s, _)| s),
-        StoreUrl::Etcd { .. } => backends::etcd(&parsed.to_string()).await.map(|(s, _)| s),
-        StoreUrl::Kubernetes { .. } => backends::k8s(&parsed.to_string()).await.map(|(s, _)| s),
+        StoreUrl::Etcd { url, .. } => backends::etcd(url).await.map(|(s, _)| s),
+        StoreUrl::Kubernetes { url, .. } => backends::k8s(url).await.map(|(s, _)| s),
         StoreUrl::Sqlite(u) => backends::sqlite(u).await.map(|(s, _)| s),
     }
 }
@@ -212,8 +216,8 @@ async fn connect_parsed(
         )),
         StoreUrl::Postgres(u) => backends::postgres(u).await,
         StoreUrl::Redis(u) => backends::redis(u).await,
-        StoreUrl::Etcd { .. } => backends::etcd(&parsed.to_string()).await,
-        StoreUrl::Kubernetes { .. } => backends::k8s(&parsed.to_string()).await,
+        StoreUrl::Etcd { url, .. } => backends::etcd(url).await,
+        StoreUrl::Kubernetes { url, .. } => backends::k8s(url).await,
         StoreUrl::Sqlite(u) => backends::sqlite(u).await,
     }
 }

@@ -16,6 +16,13 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// A store URL, parsed: which backend and where. Parsing never connects and does not depend on
 /// which backend features are enabled, so a URL can be checked anywhere.
 ///
+/// Every form keeps the URL as written, user information and query included, and
+/// [`connect`](crate::connect) hands exactly that to the backend, which reads its options from
+/// the query and refuses parameters it does not know (each backend's crate docs list them:
+/// "Options in the URL"). So a URL alone configures the store:
+/// `k8s://payments?name_prefix=lease-&request_timeout=5s`,
+/// `etcds://h:2379?tls_ca=/pki/ca.crt`, `postgres://db/app?table=locks.leases`.
+///
 /// | URL | backend | feature |
 /// |-----|---------|---------|
 /// | `memory:` | [`MemoryLeaseStore`](lease_core::MemoryLeaseStore), one per call | none |
@@ -31,8 +38,12 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// ```
 /// use lease::StoreUrl;
 /// let url: StoreUrl = "etcd://10.0.0.1:2379,10.0.0.2:2379".parse()?;
-/// assert_eq!(url, StoreUrl::Etcd { endpoints: vec!["http://10.0.0.1:2379".into(), "http://10.0.0.2:2379".into()] });
+/// let StoreUrl::Etcd { endpoints, .. } = &url else { panic!("{url}") };
+/// assert_eq!(endpoints, &["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
 /// assert_eq!(url.feature(), Some("etcd"));
+/// // The query stays, for the backend; a password is never shown.
+/// let url: StoreUrl = "etcds://root:secret@10.0.0.1:2379?tls_ca=/pki/ca.crt".parse()?;
+/// assert_eq!(url.to_string(), "etcds://root:***@10.0.0.1:2379?tls_ca=/pki/ca.crt");
 /// assert!("ftp://example.org".parse::<StoreUrl>().is_err());
 /// # Ok::<(), lease::Error>(())
 /// ```
@@ -47,13 +58,19 @@ pub enum StoreUrl {
     Redis(String),
     /// etcd endpoints (`http://host:port` or `https://host:port`).
     Etcd {
-        /// The endpoints, with their `http://` or `https://` scheme.
+        /// The endpoints, with their `http://` or `https://` scheme (without user information).
         endpoints: Vec<String>,
+        /// The URL as written, user information and query included: what the backend is given.
+        url: String,
     },
-    /// The Kubernetes cluster of the ambient kubeconfig (or in-cluster configuration).
+    /// The Kubernetes cluster of the ambient kubeconfig (or in-cluster configuration, or the
+    /// `kubeconfig` the query names).
     Kubernetes {
-        /// The namespace of the Lease objects; `None` uses the configuration's default namespace.
+        /// The namespace the URL's path names; `None` uses the query's `namespace`, else the
+        /// configuration's default namespace.
         namespace: Option<String>,
+        /// The URL as written, query included: what the backend is given.
+        url: String,
     },
     /// A SQLite URL (`sqlite://PATH`), passed to the backend as written.
     Sqlite(String),
@@ -101,10 +118,12 @@ impl StoreUrl {
                     "http"
                 };
                 let list = authority(url, rest, "etcd")?;
+                let list = list.split_once('?').map_or(list, |(hosts, _query)| hosts);
+                let list = list.rsplit_once('@').map_or(list, |(_user, hosts)| hosts);
                 let list = list.strip_suffix('/').unwrap_or(list);
                 let mut endpoints = Vec::new();
                 for ep in list.split(',').map(str::trim) {
-                    if ep.is_empty() || ep.contains('/') || ep.contains('?') {
+                    if ep.is_empty() || ep.contains(['/', '#']) {
                         return Err(Error::config(
                             "etcd",
                             format!(
@@ -115,13 +134,20 @@ impl StoreUrl {
                     }
                     endpoints.push(format!("{http}://{ep}"));
                 }
-                Ok(StoreUrl::Etcd { endpoints })
+                Ok(StoreUrl::Etcd {
+                    endpoints,
+                    url: url.to_string(),
+                })
             }
             "k8s" | "kubernetes" => {
-                let ns = rest.strip_prefix("//").unwrap_or(rest);
+                let path = rest.split_once('?').map_or(rest, |(path, _query)| path);
+                let ns = path.strip_prefix("//").unwrap_or(path);
                 let ns = ns.strip_suffix('/').unwrap_or(ns);
                 if ns.is_empty() {
-                    return Ok(StoreUrl::Kubernetes { namespace: None });
+                    return Ok(StoreUrl::Kubernetes {
+                        namespace: None,
+                        url: url.to_string(),
+                    });
                 }
                 if !is_dns_label(ns) {
                     return Err(Error::config(
@@ -134,6 +160,7 @@ impl StoreUrl {
                 }
                 Ok(StoreUrl::Kubernetes {
                     namespace: Some(ns.to_string()),
+                    url: url.to_string(),
                 })
             }
             "sqlite" => {
@@ -268,30 +295,18 @@ impl FromStr for StoreUrl {
     }
 }
 
-/// Shows the URL with any password replaced by `***`.
+/// Shows the URL as written, with the password of its user information and the value of every
+/// query parameter whose name holds `pass`, `secret` or `token` (`password=`, `sslpassword=`)
+/// replaced by `***`.
 impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Memory => f.write_str("memory:"),
-            StoreUrl::Postgres(u) | StoreUrl::Redis(u) | StoreUrl::Sqlite(u) => {
-                f.write_str(&redact(u))
-            }
-            StoreUrl::Etcd { endpoints } => {
-                let tls = endpoints.iter().any(|e| e.starts_with("https://"));
-                let hosts: Vec<&str> = endpoints
-                    .iter()
-                    .map(|e| e.split_once("://").map_or(e.as_str(), |(_, h)| h))
-                    .collect();
-                write!(
-                    f,
-                    "{}://{}",
-                    if tls { "etcds" } else { "etcd" },
-                    hosts.join(",")
-                )
-            }
-            StoreUrl::Kubernetes { namespace } => {
-                write!(f, "k8s://{}", namespace.as_deref().unwrap_or(""))
-            }
+            StoreUrl::Postgres(u)
+            | StoreUrl::Redis(u)
+            | StoreUrl::Sqlite(u)
+            | StoreUrl::Etcd { url: u, .. }
+            | StoreUrl::Kubernetes { url: u, .. } => f.write_str(&redact(u)),
         }
     }
 }
@@ -302,12 +317,50 @@ impl fmt::Debug for StoreUrl {
     }
 }
 
-/// Replaces the password of `scheme://user:password@host` by `***`.
+/// Replaces the password of `scheme://user:password@host`, and the value of every query
+/// parameter that [`is_secret`], by `***`.
 pub(crate) fn redact(url: &str) -> String {
+    let (url, fragment) = match url.split_once('#') {
+        Some((u, f)) => (u, Some(f)),
+        None => (url, None),
+    };
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let mut out = redact_user_info(head);
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) if is_secret(name) => format!("{name}=***"),
+                _ => pair.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        out.push('#');
+        out.push_str(fragment);
+    }
+    out
+}
+
+/// Whether a query parameter named `name` carries a secret: its name holds `pass` (`password`,
+/// `pass`, `sslpassword`, `passfile` is a path but is hidden too), `secret` or `token`, in any
+/// case.
+fn is_secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "secret", "token"].iter().any(|s| name.contains(s))
+}
+
+/// Replaces the password of `scheme://user:password@host...` (a URL without its query).
+fn redact_user_info(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let auth_end = rest.find('/').unwrap_or(rest.len());
     let (auth, tail) = rest.split_at(auth_end);
     match auth.rsplit_once('@') {
         Some((user, host)) => match user.split_once(':') {
@@ -348,21 +401,36 @@ mod tests {
         assert_eq!(
             ok("etcd://a:2379, b:2379/"),
             StoreUrl::Etcd {
-                endpoints: vec!["http://a:2379".into(), "http://b:2379".into()]
+                endpoints: vec!["http://a:2379".into(), "http://b:2379".into()],
+                url: "etcd://a:2379, b:2379/".into(),
             }
         );
         assert_eq!(
-            ok("etcds://a:2379"),
+            ok("etcds://root:pw@a:2379?tls_ca=/ca.crt"),
             StoreUrl::Etcd {
-                endpoints: vec!["https://a:2379".into()]
+                endpoints: vec!["https://a:2379".into()],
+                url: "etcds://root:pw@a:2379?tls_ca=/ca.crt".into(),
             }
         );
-        assert_eq!(ok("k8s://"), StoreUrl::Kubernetes { namespace: None });
-        assert_eq!(ok("k8s:"), StoreUrl::Kubernetes { namespace: None });
         assert_eq!(
-            ok("kubernetes://team-a"),
+            ok("k8s://"),
             StoreUrl::Kubernetes {
-                namespace: Some("team-a".into())
+                namespace: None,
+                url: "k8s://".into()
+            }
+        );
+        assert_eq!(
+            ok("k8s:?namespace=x"),
+            StoreUrl::Kubernetes {
+                namespace: None,
+                url: "k8s:?namespace=x".into()
+            }
+        );
+        assert_eq!(
+            ok("kubernetes://team-a?name_prefix=p-"),
+            StoreUrl::Kubernetes {
+                namespace: Some("team-a".into()),
+                url: "kubernetes://team-a?name_prefix=p-".into()
             }
         );
         assert_eq!(
@@ -396,6 +464,60 @@ mod tests {
         assert_eq!(ok("redis://h:6379").to_string(), "redis://h:6379");
         assert_eq!(ok("etcd://a:1,b:2").to_string(), "etcd://a:1,b:2");
         assert_eq!(ok("k8s://ns").to_string(), "k8s://ns");
+    }
+
+    #[test]
+    fn queries_are_kept_for_every_backend() {
+        for url in [
+            "postgres://h/db?sslmode=require",
+            "redis://h:6379/0?protocol=resp3",
+            "etcds://a:2379,b:2379?tls_ca=/pki/ca.crt&tls_cert=/pki/c.crt&tls_key=/pki/c.key",
+            "etcd://a:2379/?tls_ca=x",
+            "k8s://team-a?name_prefix=lease-&request_timeout=5s",
+            "k8s:?namespace=team-a",
+            "kubernetes://team-a/?kubeconfig=/etc/kube%20config",
+            "sqlite:///var/x.db?busy_timeout=2s",
+        ] {
+            let parsed = ok(url);
+            assert_eq!(parsed.to_string(), url, "{url}");
+        }
+        assert_eq!(
+            ok("etcds://a:2379,b:2379?tls_ca=/ca.crt").to_string(),
+            "etcds://a:2379,b:2379?tls_ca=/ca.crt"
+        );
+        assert!(config_err("etcd://a:1/path?x=1").contains("is not an endpoint"));
+        assert!(config_err("etcd://?x=1").contains("names no host"));
+        assert!(config_err("k8s://Team_A?x=1").contains("not a namespace"));
+    }
+
+    #[test]
+    fn display_redacts_passwords_in_user_info_and_query() {
+        for (url, secret) in [
+            ("etcd://root:pw-etcd@a:2379,b:2379", "pw-etcd"),
+            ("etcds://root:pw-etcd@a:2379?tls_ca=/ca.crt", "pw-etcd"),
+            (
+                "postgres://h/db?user=app&password=pw-pg&sslmode=require",
+                "pw-pg",
+            ),
+            ("postgres://h/db?sslpassword=pw-key", "pw-key"),
+            ("redis://h:6379?pass=pw-redis", "pw-redis"),
+            ("k8s://ns?name_prefix=x&password=pw-k8s", "pw-k8s"),
+            ("sqlite:///x.db?PASSWORD=pw-sq#frag", "pw-sq"),
+        ] {
+            let shown = ok(url).to_string();
+            assert!(!shown.contains(secret), "{url} shown as {shown}");
+            assert!(shown.contains("***"), "{url} shown as {shown}");
+            let debug = format!("{:?}", ok(url));
+            assert!(!debug.contains(secret), "{url} debug {debug}");
+        }
+        assert_eq!(
+            ok("postgres://h/db?user=app&password=pw&sslmode=require").to_string(),
+            "postgres://h/db?user=app&password=***&sslmode=require"
+        );
+        assert_eq!(
+            ok("etcd://root:pw@a:2379?x=1").to_string(),
+            "etcd://root:***@a:2379?x=1"
+        );
     }
 
     #[test]
