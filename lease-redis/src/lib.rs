@@ -102,9 +102,10 @@
 //! Tested against a TLS-only `redis-server` with an ACL user (`scripts/services/redis-tls.sh`):
 //! the whole conformance suite, mutual TLS (a server that requires client certificates), and the
 //! typed errors for a wrong CA, an expired server certificate, a missing client certificate, a
-//! wrong password and unknown parameters (the `redis-tls` test target). TLS to a Redis Cluster
-//! is wired the same way (the certificates go to every node) but not tested against a TLS
-//! cluster.
+//! wrong password and unknown parameters (the `redis-tls` test target). On a Redis Cluster the
+//! certificates go to every node the cluster client discovers: the whole conformance suite passes
+//! against a TLS-only 3-master, 3-replica cluster (`scripts/services/redis-tls-cluster.sh`,
+//! `--tls-cluster yes`; the `redis-tls-cluster` target).
 //!
 //! ## How it works
 //! - **One script per operation, with the fewest commands.** Acquire sets the holder's record
