@@ -102,7 +102,16 @@
 //!
 //! ## URLs
 //! [`connect`] accepts the forms in the table above; [`StoreUrl`] parses them without
-//! connecting. A URL whose feature is not enabled fails with [`Error::Config`] naming the feature:
+//! connecting. The backend receives the URL as written, so its query configures the store
+//! (table, key prefix, name prefix, timeouts, TLS files: each backend module lists its
+//! parameters under "Options in the URL"), and a parameter the backend does not know is an
+//! [`Error::Config`] naming it:
+//! `k8s://payments?name_prefix=lease-&request_timeout=5s&kubeconfig=/etc/lease/kubeconfig`,
+//! `etcds://10.0.0.1:2379?tls_ca=/pki/ca.crt`, `sqlite:///var/lib/app/leases.db?busy_timeout=2s`.
+//! Displayed, a [`StoreUrl`] hides the password of its user information and of any query
+//! parameter named like one (`password=`, `sslpassword=`).
+//!
+//! A URL whose feature is not enabled fails with [`Error::Config`] naming the feature:
 //! ```
 //! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! match lease::connect("ftp://example.org").await {
