@@ -3,7 +3,8 @@
 //! `cargo run --release -p lease-model --example explore -- <variant> [key=value ...]` where
 //! variant is one of `k8s-old`, `k8s`, `pg-old`, `pg`, `cas`, `redis`, `etcd`, and the keys are
 //! `horizon`, `lag`, `margin`, `losses`, `dups`, `attempts`, `writes`, `clients`, `inflight`,
-//! `release` (0/1), `cap` (stop after this many states).
+//! `release` (0/1), `restarts`, `promotions`, `deletions`, `renew` and `timeout` (ticks), `cap`
+//! (stop after this many million states).
 
 use std::time::Instant;
 
@@ -42,6 +43,8 @@ fn main() {
             "restarts" => cfg.restarts = n,
             "promotions" => cfg.promotions = n,
             "deletions" => cfg.deletions = n,
+            "renew" => cfg.renew_ticks = n,
+            "timeout" => cfg.op_timeout_ticks = n,
             "cap" => cap = usize::from(n) * 1_000_000,
             _ => {}
         }

@@ -35,9 +35,10 @@ use tokio::time::Instant;
 pub const TICK_MS: u64 = 1000;
 /// The TTL every client requests and every store grants, in ticks.
 pub const TTL_TICKS: u8 = 4;
-/// The supervisor's renew interval, in ticks.
+/// The supervisor's default renew interval, in ticks ([`Config::renew_ticks`]).
 pub const RENEW_TICKS: u8 = 2;
-/// A request's timeout (the supervisor's `op_timeout`), in ticks.
+/// A request's default timeout (the supervisor's `op_timeout`), in ticks
+/// ([`Config::op_timeout_ticks`]).
 pub const OP_TIMEOUT_TICKS: u8 = 1;
 /// The supervisor's loss lead (loss is declared this long before the local deadline).
 pub const LOSS_LEAD: Duration = Duration::from_millis(500);
@@ -79,7 +80,8 @@ fn token(t: u16) -> FencingToken {
 /// What a store does: one variant per backend family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StoreKind {
-    /// One row (or hash) changed atomically per request: compare-and-set on expiry and owner;
+    /// One row (or hash) changed atomically per request: compare-and-set on expiry and owner (a
+    /// live record refuses another owner; its own owner gets a new token);
     /// tokens from a counter kept next to it (PostgreSQL's sequence, SQLite's token column floored by its deletion trigger,
     /// Redis's `gen` key). With `clock_floor`, a grant's token is `max(counter + 1, clock floor)`
     /// (the Redis script's rule, and the fixed PostgreSQL failover rule).
@@ -135,6 +137,10 @@ pub struct Config {
     pub deletions: u8,
     /// Largest number of messages in flight.
     pub max_in_flight: u8,
+    /// The supervisor's renew interval, in ticks.
+    pub renew_ticks: u8,
+    /// A request's timeout (the supervisor's `op_timeout`), in ticks.
+    pub op_timeout_ticks: u8,
 }
 
 impl Config {
@@ -156,12 +162,14 @@ impl Config {
             promoted_clock_lag: 0,
             deletions: 0,
             max_in_flight: 2,
+            renew_ticks: RENEW_TICKS,
+            op_timeout_ticks: OP_TIMEOUT_TICKS,
         }
     }
 
     /// PostgreSQL or SQLite: a durable compare-and-set row with a sequence; a restart keeps the
-    /// state (so it is only the loss of in-flight messages, covered by `losses`). Requests may be
-    /// duplicated (a retried statement).
+    /// state (so it is only the loss of in-flight messages, covered by `losses`). No request is
+    /// duplicated here; set `duplicates` for a retried statement.
     pub fn cas_row() -> Self {
         Config {
             max_lag: 1,
@@ -601,18 +609,18 @@ impl LeaseModel {
         let before = (s.store.rec, s.grants.last().copied(), s.grants.len());
         let resp = self.serve_inner(s, from, req)?;
         let (prev, last, n) = before;
-        if s.grants.len() > n && !s.lost_state {
-            if let Some(r) = prev {
-                let expired = !r.live(s.now);
-                if r.holder.is_some_and(|h| h != from) && expired {
-                    s.seen |= EXPIRY_TAKEOVER;
-                    if matches!(req, Req::Replace { .. }) {
-                        s.seen |= K8S_TAKEOVER;
-                    }
+        if s.grants.len() > n
+            && !s.lost_state
+            && let Some(r) = prev
+        {
+            if r.holder.is_some_and(|h| h != from) && !r.live(s.now) {
+                s.seen |= EXPIRY_TAKEOVER;
+                if matches!(req, Req::Replace { .. }) {
+                    s.seen |= K8S_TAKEOVER;
                 }
-                if r.holder == Some(from) && last == Some((from, r.token)) {
-                    s.seen |= SAME_OWNER_REGRANT;
-                }
+            }
+            if r.holder == Some(from) && last == Some((from, r.token)) {
+                s.seen |= SAME_OWNER_REGRANT;
             }
         }
         Some(resp)
@@ -625,7 +633,11 @@ impl LeaseModel {
         let st = &mut s.store;
         let resp = match (self.cfg.store, req) {
             (StoreKind::Row { clock_floor }, Req::Acquire) => {
-                if st.rec.is_some_and(|r| r.live(now)) {
+                // A live record of another owner refuses; the same owner gets a new token.
+                if st
+                    .rec
+                    .is_some_and(|r| r.live(now) && r.holder != Some(from))
+                {
                     Resp::Refused
                 } else {
                     let mut t = st.counter + 1;
@@ -645,10 +657,11 @@ impl LeaseModel {
             }
             (StoreKind::EtcdLockKey, Req::Acquire) => {
                 match st.rec {
-                    Some(r) if r.live(now) => Resp::Refused,
+                    Some(r) if r.live(now) && r.holder != Some(from) => Resp::Refused,
                     old => {
                         if old.is_some() {
-                            // The lease expired: etcd deletes the key, a write of its own.
+                            // The lease expired (etcd deletes the key) or the same owner
+                            // re-acquires (its old key is replaced): a write of its own.
                             st.counter += 1;
                         }
                         st.counter += 1;
@@ -772,7 +785,7 @@ impl LeaseModel {
                         );
                         let m = Machine::new(
                             lease,
-                            Duration::from_millis(u64::from(RENEW_TICKS) * TICK_MS),
+                            Duration::from_millis(u64::from(self.cfg.renew_ticks) * TICK_MS),
                             RETRY,
                             LOSS_LEAD,
                             instant(now_local),
@@ -1006,7 +1019,7 @@ impl Model for LeaseModel {
                 }
                 Phase::Acquiring(Acq::Ready(_)) => out.push(Action::SendNext(c)),
                 Phase::Acquiring(Acq::Waiting { sent, .. }) => {
-                    if local >= sent + OP_TIMEOUT_TICKS {
+                    if local >= sent + cfg.op_timeout_ticks {
                         out.push(Action::Timeout(c));
                     }
                 }
@@ -1027,7 +1040,8 @@ impl Model for LeaseModel {
                                 out.push(Action::Renew(c))
                             }
                             Some(sent)
-                                if local >= sent + OP_TIMEOUT_TICKS && now_i < loss_deadline =>
+                                if local >= sent + cfg.op_timeout_ticks
+                                    && now_i < loss_deadline =>
                             {
                                 out.push(Action::Timeout(c))
                             }
