@@ -84,8 +84,10 @@ impl fmt::Debug for K8sOptions {
 
 impl K8sOptions {
     /// The namespace of the Lease objects. Default: the namespace the URL names, else the
-    /// client's (the kubeconfig context's) default namespace. A URL naming another namespace is
-    /// an [`Error::Config`].
+    /// client's (the kubeconfig context's) default namespace. A URL's `namespace` query parameter
+    /// replaces this one, as every query parameter replaces its option; a URL whose path
+    /// (`k8s://NAMESPACE`) names another namespace than the options (or the query) is an
+    /// [`Error::Config`].
     pub fn with_namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -388,6 +390,48 @@ mod tests {
                 matches!(parse_url(bad), Err(Error::Config { .. })),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn url_options_apply_on_top_of_those_in_code() {
+        let code = K8sOptions::default()
+            .with_name_prefix("code-")
+            .with_request_timeout(Duration::from_secs(3))
+            .with_kubeconfig("/code/kubeconfig");
+        let (url, o) = code.clone().with_url("k8s://ns").unwrap();
+        assert_eq!(url, "k8s://ns");
+        assert_eq!(o.name_prefix(), "code-");
+        assert_eq!(o.request_timeout(), Duration::from_secs(3));
+        assert_eq!(o.kubeconfig(), Some(Path::new("/code/kubeconfig")));
+        let (url, o) = code
+            .with_url("k8s:?request_timeout=250ms&kubeconfig=/url/kube%20config&namespace=n1")
+            .unwrap();
+        assert_eq!(url, "k8s:");
+        assert_eq!(o.name_prefix(), "code-");
+        assert_eq!(o.request_timeout(), Duration::from_millis(250));
+        assert_eq!(o.kubeconfig(), Some(Path::new("/url/kube config")));
+        assert_eq!(o.namespace(), Some("n1"));
+        let (_, o) = K8sOptions::default()
+            .with_url("k8s://ns?name_prefix=")
+            .unwrap();
+        assert_eq!(o.name_prefix(), "");
+        for (bad, name) in [
+            ("k8s://ns?prefix=a-", "prefix"),
+            ("k8s://ns?name_prefix=A", "name_prefix"),
+            ("k8s://ns?request_timeout=0s", "request_timeout"),
+            ("k8s://ns?request_timeout=1d", "request_timeout"),
+            ("k8s://ns?kubeconfig=", "kubeconfig"),
+            ("k8s://ns?namespace=", "namespace"),
+            ("k8s://ns?namespace=a&namespace=b", "namespace"),
+            ("k8s://ns?timeout", "timeout"),
+        ] {
+            match K8sOptions::default().with_url(bad) {
+                Err(e @ Error::Config { .. }) => {
+                    assert!(e.to_string().contains(name), "{bad}: {e}");
+                }
+                other => panic!("{bad}: expected Config, got {other:?}"),
+            }
         }
     }
 
