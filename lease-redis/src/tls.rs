@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use lease_core::backend::UrlParams;
 use lease_core::{Error, Result};
 use redis::{ClientTlsConfig, TlsCertificates};
 
@@ -92,67 +93,42 @@ const DRIVERS: [&str; 4] = ["protocol", "db", "user", "pass"];
 /// [`Error::Config`] for an unknown or repeated parameter, a file given both in the URL and in
 /// the options, or TLS files with a scheme that is not TLS.
 pub(crate) fn target(url: &str, options: &RedisOptions) -> Result<Target> {
-    let bad = |why: String| config(format!("unusable Redis URL {}: {why}", redact(url)));
-    let (rest, fragment) = match url.split_once('#') {
-        Some((r, f)) => (r, Some(f)),
-        None => (url, None),
-    };
-    let (base, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut params = UrlParams::parse(BACKEND, url)?;
     let mut tls = options.tls.clone();
-    let mut passed = Vec::new();
-    let mut seen = Vec::new();
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
-        if seen.contains(&name) {
-            return Err(bad(format!("parameter {name:?} given twice")));
-        }
-        seen.push(name.clone());
-        let slot = match name.as_ref() {
-            "tls_ca" => &mut tls.ca,
-            "tls_cert" => &mut tls.cert,
-            "tls_key" => &mut tls.key,
-            n if DRIVERS.contains(&n) => {
-                passed.push(format!(
-                    "{}={}",
-                    n,
-                    form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>()
-                ));
-                continue;
-            }
-            other => {
-                return Err(bad(format!(
-                    "unknown parameter {other:?} (known: {}, and the driver's {})",
-                    OURS.join(", "),
-                    DRIVERS.join(", ")
+    for (name, slot) in [
+        ("tls_ca", &mut tls.ca),
+        ("tls_cert", &mut tls.cert),
+        ("tls_key", &mut tls.key),
+    ] {
+        if let Some(path) = params.take(name) {
+            if slot.is_some() {
+                return Err(config(format!(
+                    "{name} is given both in the URL and in the options"
                 )));
             }
-        };
-        if slot.is_some() {
-            return Err(bad(format!(
-                "{name} is given both in the URL and in the options"
-            )));
+            *slot = Some(PathBuf::from(path));
         }
-        *slot = Some(PathBuf::from(value.as_ref()));
     }
+    let passed = params.take_all(&DRIVERS);
+    let base = params.base().to_string();
+    params.finish(&[OURS.as_slice(), DRIVERS.as_slice()].concat())?;
     let scheme = base
         .split_once("://")
         .map(|(s, _)| s.to_ascii_lowercase())
         .unwrap_or_default();
     let secure = matches!(scheme.as_str(), "rediss" | "rediss+cluster" | "valkeys");
     if !tls.is_empty() && !secure {
-        return Err(bad(
-            "TLS files are given, but the scheme is not rediss:// or rediss+cluster://".to_string(),
-        ));
+        return Err(config(format!(
+            "unusable Redis URL {}: TLS files are given, but the scheme is not rediss:// or \
+             rediss+cluster://",
+            redact(&base)
+        )));
     }
-    let mut url = base.to_string();
-    if !passed.is_empty() {
-        url.push('?');
-        url.push_str(&passed.join("&"));
-    }
-    if let Some(f) = fragment {
-        url.push('#');
-        url.push_str(f);
-    }
-    Ok(Target { url, tls, secure })
+    Ok(Target {
+        url: UrlParams::join(&base, &passed),
+        tls,
+        secure,
+    })
 }
 
 /// `url` with the password replaced by `***`, for messages.
@@ -254,7 +230,7 @@ mod tests {
             (
                 "rediss://h:1?sslmode=require",
                 RedisOptions::default(),
-                "unknown parameter",
+                "unknown URL parameter",
             ),
             (
                 "redis://h:1?tls_ca=/a",

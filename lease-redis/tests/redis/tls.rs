@@ -191,7 +191,7 @@ async fn bad_tls_parameters_are_config_errors(_ctx: Ctx) -> CaseResult {
     expect_config(
         &format!("{base}?tls_ca_file=/x"),
         quick(),
-        &["unknown parameter"],
+        &["unknown URL parameter"],
     )
     .await?;
     expect_config(
