@@ -310,6 +310,9 @@ pub enum Msg {
         to: u8,
         /// The request's local send tick.
         sent: u8,
+        /// The request answered (a renewal and a release sent at the same tick are told apart
+        /// by it, as the driver tells them apart by the call that returns).
+        req: Req,
         /// Response.
         resp: Resp,
     },
@@ -493,7 +496,7 @@ pub const REACH_K8S_TAKEOVER: &str =
 pub const REACH_AT_RISK: &str = "reached: a client is AtRisk (a renewal failed before loss)";
 /// Coverage guard: a release racing an in-flight renewal.
 pub const REACH_RELEASE_RACE: &str =
-    "reached: a release is outstanding while the same client's renewal is in flight";
+    "reached: a release is sent while the same client's renewal is outstanding";
 /// Coverage guard: a same-owner re-grant.
 pub const REACH_SAME_OWNER: &str = "reached: the store grants again to its record's holder";
 /// Coverage guard: a duplicated request delivered twice.
@@ -577,10 +580,10 @@ impl LeaseModel {
 
     fn may_act(&self, s: &State, c: u8) -> bool {
         match &s.clients[usize::from(c)].phase {
+            // The driver's gate: the real machine's `may_act` (Held, no release started, before
+            // the loss deadline).
             Phase::Holding { sup, releasing, .. } => {
-                releasing.is_none()
-                    && sup.0.health() == Health::Held
-                    && instant(self.local(s, c)) < sup.0.lease().deadline()
+                releasing.is_none() && sup.0.may_act(instant(self.local(s, c)))
             }
             _ => false,
         }
@@ -767,7 +770,7 @@ impl LeaseModel {
     }
 
     /// A client handles an answer.
-    fn receive(&self, s: &mut State, c: u8, sent: u8, resp: Resp) {
+    fn receive(&self, s: &mut State, c: u8, sent: u8, answered: Req, resp: Resp) {
         let now_local = self.local(s, c);
         let ci = usize::from(c);
         let phase = s.clients[ci].phase.clone();
@@ -835,7 +838,16 @@ impl LeaseModel {
                 releasing,
                 ..
             } => {
-                if renewing == Some(sent) {
+                if renewing == Some(sent)
+                    && matches!(answered, Req::Renew(_))
+                    && releasing.is_some()
+                {
+                    // The driver stopped waiting for this renewal when the release began: the
+                    // answer is dropped with the renewal's future.
+                    if let Phase::Holding { renewing, .. } = &mut s.clients[ci].phase {
+                        *renewing = None;
+                    }
+                } else if renewing == Some(sent) && matches!(answered, Req::Renew(_)) {
                     let ev = match resp {
                         Resp::Renewed => {
                             Event::RenewConfirmed(sup.0.lease().renewed(self.ttl(), instant(sent)))
@@ -850,7 +862,7 @@ impl LeaseModel {
                         releasing,
                         at,
                     };
-                } else if releasing == Some(sent) {
+                } else if releasing == Some(sent) && matches!(answered, Req::Release(_)) {
                     let ev = match resp {
                         Resp::Released => Event::Released,
                         _ => Event::ReleaseNotHeld,
@@ -897,19 +909,15 @@ impl LeaseModel {
                 })
             }),
             Property::sometimes(REACH_RELEASE_RACE, |_: &LeaseModel, s: &State| {
-                s.clients.iter().enumerate().any(|(i, c)| match &c.phase {
-                    Phase::Holding {
-                        renewing,
-                        releasing: Some(_),
-                        ..
-                    } => {
-                        renewing.is_some()
-                            || s.net.iter().any(|m| {
-                                matches!(m, Msg::ToStore { from, req: Req::Renew(_), .. }
-                                    if usize::from(*from) == i)
-                            })
-                    }
-                    _ => false,
+                s.clients.iter().any(|c| {
+                    matches!(
+                        &c.phase,
+                        Phase::Holding {
+                            renewing: Some(_),
+                            releasing: Some(_),
+                            ..
+                        }
+                    )
                 })
             }),
             Property::sometimes(REACH_SAME_OWNER, |_: &LeaseModel, s: &State| {
@@ -1047,9 +1055,17 @@ impl Model for LeaseModel {
                             }
                             _ => {}
                         }
-                        if cfg.release && renewing.is_none() && releasing.is_none() {
+                        // The driver's stop request wins over a renewal in flight too: it stops
+                        // waiting for it and releases.
+                        if cfg.release && releasing.is_none() {
                             out.push(Action::Release(c));
                         }
+                    }
+                    if let Some(sent) = releasing
+                        && local >= sent + cfg.op_timeout_ticks
+                        && !sup.0.health().is_final()
+                    {
+                        out.push(Action::Timeout(c));
                     }
                     if cl.writes > 0 && self.may_act(s, c) {
                         out.push(Action::Write(c));
@@ -1096,13 +1112,19 @@ impl Model for LeaseModel {
                             Msg::ToClient {
                                 to: from,
                                 sent,
+                                req,
                                 resp,
                             },
                         ) {
                             return None;
                         }
                     }
-                    Msg::ToClient { to, sent, resp } => self.receive(&mut s, to, sent, resp),
+                    Msg::ToClient {
+                        to,
+                        sent,
+                        req,
+                        resp,
+                    } => self.receive(&mut s, to, sent, req, resp),
                     Msg::Write { token: t, .. } => {
                         let out = s.res.0.apply(token(t), Some(&WriteOp::Add(1)));
                         if out.is_accepted() {
@@ -1149,6 +1171,14 @@ impl Model for LeaseModel {
                 let cl = &mut s.clients[usize::from(c)];
                 match &mut cl.phase {
                     Phase::Acquiring(_) => cl.phase = Phase::Idle,
+                    Phase::Holding {
+                        sup,
+                        releasing: Some(_),
+                        ..
+                    } => {
+                        // A release that timed out: the driver reports it not held.
+                        sup.0.step(Event::ReleaseNotHeld, now_i);
+                    }
                     Phase::Holding {
                         sup, renewing, at, ..
                     } => {
@@ -1203,6 +1233,9 @@ impl Model for LeaseModel {
                 else {
                     return None;
                 };
+                // As the driver: the release's start is stepped first (no more acting, no more
+                // renewing), then the release is sent.
+                sup.0.step(Event::ReleaseStarted, instant(sent));
                 *releasing = Some(sent);
                 let t = u16::try_from(sup.0.lease().token().get()).ok()?;
                 if !self.send(
@@ -1291,6 +1324,19 @@ impl Model for LeaseModel {
                                 r.live(s.now) && r.holder == Some(c) && u64::from(r.token) == t
                             })
                         })
+                },
+            ),
+            Property::always(
+                "a releasing client's machine has stepped ReleaseStarted",
+                |_: &LeaseModel, s: &State| {
+                    s.clients.iter().all(|c| match &c.phase {
+                        Phase::Holding {
+                            sup,
+                            releasing: Some(_),
+                            ..
+                        } => sup.0.is_releasing() || sup.0.health().is_final(),
+                        _ => true,
+                    })
                 },
             ),
             Property::sometimes(
