@@ -129,6 +129,12 @@ pub struct BackendReport {
     /// Which runs could not be carried out and why ("run: error"), the first
     /// [`NO_VERDICT_KEPT`] of them; [`errors`](Self::errors) counts them all.
     pub no_verdict: Vec<String>,
+    /// Tasks of this backend's soak that panicked (a storm, a failover run, the backend's whole
+    /// soak task); each is also a run without a verdict.
+    pub panicked: u64,
+    /// Store reads at loss reports that could not be carried out
+    /// ([`Measured::failed_probes`]).
+    pub failed_probes: u64,
 }
 
 /// How many runs without a verdict a [`BackendReport`] keeps the reasons of.
@@ -155,6 +161,7 @@ impl BackendReport {
                 self.renewals += m.renewals;
                 self.unknown += m.unknown;
                 self.false_expiries += m.false_expiries;
+                self.failed_probes += m.failed_probes;
                 let v = m.verdict();
                 if !v.is_clean() {
                     self.failed += 1;
@@ -177,6 +184,14 @@ impl BackendReport {
         {
             self.no_verdict.push(format!("{what}: {e}"));
         }
+    }
+
+    /// Counts the run `what`, whose task panicked (`r` holds the panic), as a run without a
+    /// verdict and as a panicked task.
+    pub fn add_panicked(&mut self, what: &str, r: &Result<Measured, String>) {
+        self.note_no_verdict(what, r);
+        self.add(r, false);
+        self.panicked += 1;
     }
 
     /// Counts a storm whose longest runtime stall was `stall`, against the loss lead `lead`.
@@ -207,8 +222,15 @@ impl BackendReport {
     /// A Markdown table row of the violations by kind.
     pub fn row(&self) -> String {
         let mut s = format!(
-            "| {} | {} | {} | {} | {} | {} |",
-            self.backend, self.runs, self.storms, self.errors, self.failed, self.faults
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            self.backend,
+            self.runs,
+            self.storms,
+            self.errors,
+            self.panicked,
+            self.failed_probes,
+            self.failed,
+            self.faults
         );
         for k in ViolationKind::ALL {
             s.push_str(&format!(" {} |", self.verdict.count(k)));
@@ -236,9 +258,9 @@ impl BackendReport {
     /// The Markdown header of [`row`](Self::row).
     pub fn header() -> String {
         let mut h = String::from(
-            "| backend | runs | storms | errors (no verdict) | runs with violations | faults injected |",
+            "| backend | runs | storms | errors (no verdict) | of them panicked tasks | failed probes | runs with violations | faults injected |",
         );
-        let mut sep = String::from("|---|---|---|---|---|---|");
+        let mut sep = String::from("|---|---|---|---|---|---|---|---|");
         for k in ViolationKind::ALL {
             h.push_str(&format!(" {} |", k.name()));
             sep.push_str("---|");

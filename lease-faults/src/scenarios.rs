@@ -42,6 +42,10 @@ pub struct Measured {
     pub unknown: u64,
     /// The history, when it holds a violation.
     pub history: Option<String>,
+    /// Reads of the store by a client without faults (at every loss report, in storms) that
+    /// could not be carried out: an error, a timeout or a panicked probe task. Each is a check
+    /// that did not happen.
+    pub failed_probes: u64,
 }
 
 impl Measured {

@@ -77,6 +77,8 @@ struct Recorder {
     /// The contender's loss lead.
     lead: Duration,
     probes: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Probes whose read failed or timed out (a panicked probe is counted when joined).
+    failed_probes: Arc<AtomicU64>,
 }
 
 impl Hook for Recorder {
@@ -131,9 +133,12 @@ impl Hook for Recorder {
         let lead = self.lead;
         let at_deadline = matches!(to, Health::Lost(LossReason::DeadlineReached));
         let reported = Instant::now();
+        let failed = self.failed_probes.clone();
         let probe = tokio::spawn(async move {
             let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
             else {
+                // The check this read was for did not happen: count it, never drop it.
+                failed.fetch_add(1, Ordering::Relaxed);
                 return;
             };
             match state.holder.as_ref().filter(|h| h.token == token) {
@@ -248,6 +253,7 @@ pub async fn storm_with(
     let false_expiries = Arc::new(AtomicU64::new(0));
     let store_margins = Arc::new(std::sync::Mutex::new(Vec::new()));
     let late = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failed_probes = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     let mut recorders = Vec::new();
     for i in 0..shape.contenders {
@@ -266,6 +272,7 @@ pub async fn storm_with(
             late: late.clone(),
             lead,
             probes: std::sync::Mutex::default(),
+            failed_probes: failed_probes.clone(),
         });
         recorders.push(recorder.clone());
         let sup = Supervisor::from_arc(c.store.clone(), config).with_hook(recorder);
@@ -298,7 +305,9 @@ pub async fn storm_with(
         let probes: Vec<_> =
             std::mem::take(&mut *r.probes.lock().unwrap_or_else(|p| p.into_inner()));
         for p in probes {
-            let _ = p.await;
+            if p.await.is_err() {
+                failed_probes.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
     let mut violations = history.check();
@@ -317,6 +326,7 @@ pub async fn storm_with(
         renewals: renewals.load(Ordering::Relaxed),
         unknown: history.unknown_outcomes(),
         false_expiries: false_expiries.load(Ordering::Relaxed),
+        failed_probes: failed_probes.load(Ordering::Relaxed),
         history: (!violations.is_empty()).then(|| history.dump()),
         violations,
         ..Measured::default()

@@ -10,7 +10,9 @@
 //! backend's next restart or failover scenario ([`lease_faults::failover`]) takes a slot
 //! (`0`: none). `--minutes` stops starting storms once that much time has passed; the file then
 //! says how many storms ran. With `LEASE_TEST_REQUIRE=1` a missing backend fails the run. The exit status is 1
-//! on any violation, any uncaught control or any missing required backend.
+//! on any violation, any uncaught control, any run without a verdict (an error, a timeout, a
+//! panicked storm, failover or backend task: each counted and named in the report), any failed
+//! store read at a loss report (probe) or any missing required backend.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +58,14 @@ fn note(rep: &mut BackendReport, what: &str, r: &Result<Measured, String>) {
             m.history.as_deref().unwrap_or_default()
         ),
         Ok(_) => {}
+    }
+    if let Ok(m) = r
+        && m.failed_probes > 0
+    {
+        eprintln!(
+            "{} {what}: {} FAILED PROBES (store reads at loss reports)",
+            rep.backend, m.failed_probes
+        );
     }
 }
 
@@ -119,6 +129,9 @@ async fn soak_backend(
     // one ends; every `failover_every` storms (and first of all) the backend's next restart or
     // failover scenario takes a slot, on servers of its own.
     let mut pool: JoinSet<Done> = JoinSet::new();
+    // What each running task of the pool runs, so that a panicked one is named.
+    let mut what_runs: std::collections::HashMap<tokio::task::Id, String> =
+        std::collections::HashMap::new();
     let (mut started, mut next_fo, mut time_up) = (0u64, 0u64, false);
     loop {
         while pool.len() < slots
@@ -132,12 +145,13 @@ async fn soak_backend(
                 let sc = failovers[usize::try_from(next_fo).unwrap_or(0) % failovers.len()];
                 next_fo += 1;
                 let seed = next_fo;
-                pool.spawn(async move {
+                let h = pool.spawn(async move {
                     let r = tokio::time::timeout(Duration::from_secs(400), failover::run(sc, seed))
                         .await
                         .unwrap_or_else(|_| Err("timeout".to_string()));
                     Done::Failover(sc, r)
                 });
+                what_runs.insert(h.id(), format!("failover {}", sc.name()));
                 continue;
             }
             started += 1;
@@ -148,7 +162,7 @@ async fn soak_backend(
                 rounds: plan.rounds,
             };
             let m = monitor.clone();
-            pool.spawn(async move {
+            let h = pool.spawn(async move {
                 let from = Instant::now();
                 let r = bounded(storm(&*t, shape)).await;
                 let to = Instant::now();
@@ -159,11 +173,15 @@ async fn soak_backend(
                     m.worst_step_between(from, to),
                 )
             });
+            what_runs.insert(h.id(), format!("storm seed {s}"));
         }
-        let Some(done) = pool.join_next().await else {
+        let Some(done) = pool.join_next_with_id().await else {
             break;
         };
-        match done {
+        if let Ok((id, _)) = &done {
+            what_runs.remove(id);
+        }
+        match done.map(|(_, d)| d) {
             Ok(Done::Storm(s, mut r, stall, step)) => {
                 let step_note = step.map_or(String::new(), |st| {
                     format!(", wall clock stepped {:+.3} s", st)
@@ -231,9 +249,12 @@ async fn soak_backend(
                 }
             }
             Err(e) => {
+                let what = what_runs
+                    .remove(&e.id())
+                    .unwrap_or_else(|| "pool task".into());
                 let r: Result<Measured, String> = Err(format!("panicked: {e}"));
-                note(&mut rep, "pool task", &r);
-                rep.add(&r, false);
+                eprintln!("{} {what}: ERROR panicked: {e}", rep.backend);
+                rep.add_panicked(&what, &r);
             }
         }
         if plan.stop_at.is_some_and(|s| Instant::now() >= s) && started < plan.storms && !time_up {
@@ -305,21 +326,16 @@ async fn main() {
             continue;
         }
         ttls.push(format!("{} {} ms", t.name, t.ttl.as_millis()));
-        handles.push(tokio::spawn(soak_backend(t, plan, monitor.clone())));
+        handles.push((
+            t.name.to_string(),
+            tokio::spawn(soak_backend(t, plan, monitor.clone())),
+        ));
     }
     let controls: Vec<_> = Control::ALL
         .iter()
         .map(|&c| tokio::spawn(run_control(c, 8)))
         .collect();
-    let mut reports = Vec::new();
-    let mut fo_reports = Vec::new();
-    for h in handles {
-        if let Ok((r, f)) = h.await {
-            println!("{}", r.row());
-            reports.push(r);
-            fo_reports.extend(f);
-        }
-    }
+    let (reports, fo_reports) = join_backends(handles).await;
     let mut fo_table = String::from(FailoverReport::header());
     fo_table.push('\n');
     for f in &fo_reports {
@@ -330,7 +346,7 @@ async fn main() {
     let mut control_rows = String::from(
         "| control | expected | caught | storms needed | what the catching storm reported |\n|---|---|---|---|---|\n",
     );
-    let mut uncaught = 0;
+    let mut uncaught = 0u64;
     for (c, h) in Control::ALL.iter().zip(controls) {
         let r = h.await.map_err(|e| e.to_string()).and_then(|r| r);
         let row = match r {
@@ -382,6 +398,8 @@ async fn main() {
     let violations: u64 = reports.iter().map(|r| r.verdict.total()).sum();
     let outside: u64 = reports.iter().map(|r| r.outside.total()).sum();
     let errors: u64 = reports.iter().map(|r| r.errors).sum();
+    let panicked: u64 = reports.iter().map(|r| r.panicked).sum();
+    let failed_probes: u64 = reports.iter().map(|r| r.failed_probes).sum();
     let elapsed = started.elapsed();
     if let Some(path) = out {
         let storms: Vec<String> = reports
@@ -404,6 +422,8 @@ async fn main() {
             violations,
             outside,
             errors,
+            panicked,
+            failed_probes,
             no_verdict: &no_verdict(&reports),
             load: sh("cat", &["/proc/loadavg"]),
             stall: monitor.summary(),
@@ -415,11 +435,94 @@ async fn main() {
         });
         std::fs::write(&path, doc).expect("write report");
     }
-    if violations > 0 || uncaught > 0 || (require && !missing.is_empty()) {
-        eprintln!(
-            "FAILED: {violations} violations, {uncaught} uncaught controls, missing backends: {missing:?}"
-        );
-        std::process::exit(1);
+    let failures = Failures::of(&reports, uncaught, if require { &missing } else { &[] });
+    eprintln!("{}", failures.line());
+    std::process::exit(failures.exit_code());
+}
+
+/// A backend's soak task: its report and its failover reports.
+type BackendTask = tokio::task::JoinHandle<(BackendReport, Vec<FailoverReport>)>;
+
+/// Waits for every backend's soak task and prints its row.
+async fn join_backends(
+    handles: Vec<(String, BackendTask)>,
+) -> (Vec<BackendReport>, Vec<FailoverReport>) {
+    let mut reports = Vec::new();
+    let mut fo_reports = Vec::new();
+    for (name, h) in handles {
+        let r = match h.await {
+            Ok((r, f)) => {
+                fo_reports.extend(f);
+                r
+            }
+            Err(e) => {
+                // The backend's runs are lost with its task: keep a row that says so.
+                eprintln!("{name}: backend task panicked: {e}");
+                let mut r = BackendReport::new(&name);
+                r.add_panicked("backend task panicked", &Err(e.to_string()));
+                r
+            }
+        };
+        println!("{}", r.row());
+        reports.push(r);
+    }
+    (reports, fo_reports)
+}
+
+/// Everything that fails the soak, counted: a run that did not reach a verdict (an error, a
+/// timeout, a panicked task) and a store read that failed are checks that did not happen, and
+/// count like a violation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failures {
+    violations: u64,
+    uncaught: u64,
+    no_verdict: u64,
+    panicked: u64,
+    failed_probes: u64,
+    missing: Vec<String>,
+}
+
+impl Failures {
+    /// The failures of `reports`, with `uncaught` controls and the `missing` required backends.
+    fn of(reports: &[BackendReport], uncaught: u64, missing: &[String]) -> Self {
+        Failures {
+            violations: reports.iter().map(|r| r.verdict.total()).sum(),
+            uncaught,
+            no_verdict: reports.iter().map(|r| r.errors).sum(),
+            panicked: reports.iter().map(|r| r.panicked).sum(),
+            failed_probes: reports.iter().map(|r| r.failed_probes).sum(),
+            missing: missing.to_vec(),
+        }
+    }
+
+    /// The last line the soak prints.
+    fn line(&self) -> String {
+        format!(
+            "{}: {} violations, {} uncaught controls, {} runs without a verdict ({} panicked tasks), {} failed probes, missing backends: {:?}",
+            if self.exit_code() == 0 {
+                "PASSED"
+            } else {
+                "FAILED"
+            },
+            self.violations,
+            self.uncaught,
+            self.no_verdict,
+            self.panicked,
+            self.failed_probes,
+            self.missing
+        )
+    }
+
+    /// The soak's exit status: 1 on any failure.
+    fn exit_code(&self) -> i32 {
+        i32::from(
+            self.violations > 0
+                || self.uncaught > 0
+                || self.no_verdict > 0
+                || self.panicked > 0
+                || self.failed_probes > 0
+                || !self.missing.is_empty(),
+        )
     }
 }
 
@@ -461,6 +564,8 @@ struct Doc<'a> {
     violations: u64,
     outside: u64,
     errors: u64,
+    panicked: u64,
+    failed_probes: u64,
     no_verdict: &'a str,
     load: String,
     stall: StallSummary,
@@ -489,7 +594,9 @@ This file is written by the soak program (`lease-faults/src/bin/soak.rs`); do no
   a restart or failover scenario every {every} storms per backend, in rotation
 - **TTLs:** {ttls}
 - **Result:** {violations} violations, {outside} findings outside the guarantee (the host's wall
-  clock stepped, see below), {errors} runs that could not be carried out (no verdict)
+  clock stepped, see below), {errors} runs that could not be carried out (no verdict; of them
+  {panicked} panicked tasks), {failed_probes} failed store reads at loss reports (probes). Any of
+  these but the findings outside the guarantee fails the run (exit status 1)
 {missing}
 ## Violations by kind
 
@@ -615,6 +722,8 @@ Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo
         violations = d.violations,
         outside = d.outside,
         errors = d.errors,
+        panicked = d.panicked,
+        failed_probes = d.failed_probes,
         no_verdict = d.no_verdict,
         missing = missing,
         table = d.table,
@@ -627,4 +736,91 @@ Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo
         steps = d.stall.steps,
         largest = d.stall.largest_step,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_testkit::history::{Violation, ViolationKind};
+
+    /// A backend task that panics is counted, shown in the report and fails the soak.
+    #[tokio::test]
+    async fn a_panicked_backend_task_is_counted_and_fails_the_soak() {
+        let ok = tokio::spawn(async { (BackendReport::new("redis"), Vec::new()) });
+        let boom: BackendTask =
+            tokio::spawn(async { panic!("deliberate panic in a backend task") });
+        let (reports, _) =
+            join_backends(vec![("redis".to_string(), ok), ("etcd".to_string(), boom)]).await;
+        let etcd = reports
+            .iter()
+            .find(|r| r.backend == "etcd")
+            .expect("the panicked backend keeps a row");
+        assert_eq!(etcd.panicked, 1);
+        assert!(etcd.row().contains("| etcd |"));
+        assert!(
+            no_verdict(&reports).contains("etcd: backend task panicked"),
+            "{}",
+            no_verdict(&reports)
+        );
+        let f = Failures::of(&reports, 0, &[]);
+        assert_eq!(f.exit_code(), 1);
+        assert!(f.line().contains("1 panicked tasks"), "{}", f.line());
+    }
+
+    /// A storm whose task panics, a run without a verdict and a failed probe each fail the soak
+    /// and are named on its last line.
+    #[test]
+    fn runs_without_a_verdict_panics_and_failed_probes_fail_the_soak() {
+        let clean = {
+            let mut r = BackendReport::new("postgres");
+            r.add(&Ok(Measured::default()), true);
+            r
+        };
+        assert_eq!(
+            Failures::of(std::slice::from_ref(&clean), 0, &[]).exit_code(),
+            0
+        );
+
+        let mut no_verdict_run = clean.clone();
+        let e: Result<Measured, String> = Err("not granted within 5s".to_string());
+        no_verdict_run.note_no_verdict("storm seed 2", &e);
+        no_verdict_run.add(&e, true);
+        let f = Failures::of(&[no_verdict_run], 0, &[]);
+        assert_eq!(f.exit_code(), 1);
+        assert!(
+            f.line().contains("1 runs without a verdict"),
+            "{}",
+            f.line()
+        );
+
+        let mut panicked = clean.clone();
+        let e: Result<Measured, String> = Err("panicked: deliberate".to_string());
+        panicked.add_panicked("storm seed 3", &e);
+        let f = Failures::of(&[panicked.clone()], 0, &[]);
+        assert_eq!(f.exit_code(), 1);
+        assert!(f.line().contains("1 panicked tasks"), "{}", f.line());
+        assert!(panicked.row().contains("| 1 |"));
+
+        let mut probe = clean.clone();
+        probe.add(
+            &Ok(Measured {
+                failed_probes: 2,
+                ..Measured::default()
+            }),
+            true,
+        );
+        let f = Failures::of(&[probe], 0, &[]);
+        assert_eq!(f.exit_code(), 1);
+        assert!(f.line().contains("2 failed probes"), "{}", f.line());
+
+        let mut violated = clean;
+        violated.add(
+            &Ok(Measured {
+                violations: vec![Violation::new(ViolationKind::TokenRegression, "x")],
+                ..Measured::default()
+            }),
+            true,
+        );
+        assert_eq!(Failures::of(&[violated], 0, &[]).exit_code(), 1);
+    }
 }
