@@ -429,7 +429,9 @@ impl Candidate {
     ///
     /// Returns once the lease is released: `true` if this candidate was leading and handed over,
     /// `false` if it was not leading (nothing changes) or the reservation could not be written
-    /// (it keeps leading; its work is not cancelled).
+    /// (it keeps leading; its work is not cancelled): the store refused or did not answer, the
+    /// reservation would last over a day ([`MAX_TTL`](crate::MAX_TTL)), or the election's key
+    /// is too long to have a reservation key (over 184 bytes).
     ///
     /// # Cancellation safety
     /// Cancel safe: the handover, once started, completes in the campaign task.
