@@ -89,6 +89,8 @@ pub(crate) fn map_redis(operation: &'static str, after: Duration, err: RedisErro
     }
     match err.kind() {
         ErrorKind::InvalidClientConfig
+        | ErrorKind::MasterNameNotFoundBySentinel
+        | ErrorKind::EmptySentinelList
         | ErrorKind::AuthenticationFailed
         | ErrorKind::Server(ServerErrorKind::NoPerm) => Error::config(BACKEND, message, source),
         ErrorKind::Server(

@@ -246,7 +246,8 @@
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); response timeouts are
 //! [`Error::Timeout`](lease_core::Error::Timeout), and so is an operation that outlives the
 //! [operation deadline](RedisLeaseStore::op_deadline); an unparsable URL, a bad prefix, a zero
-//! timeout, failed authentication or a server that may evict leases are
+//! timeout, failed authentication, a refused TLS certificate, a master name the sentinels do
+//! not know or a server that may evict leases are
 //! [`Error::Config`](lease_core::Error::Config); anything
 //! else is [`Error::Backend`](lease_core::Error::Backend).
 

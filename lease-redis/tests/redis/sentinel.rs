@@ -9,9 +9,11 @@ mod sentinel_common;
 
 use std::sync::Arc;
 
-use lease_core::{FencedResource, LeaseStore};
+use std::time::Duration;
+
+use lease_core::{Error, FencedResource, LeaseStore};
 use lease_redis::{RedisLeaseStore, RedisOptions};
-use lease_testkit::{Backend, BoxFuture};
+use lease_testkit::{Backend, BoxFuture, CaseResult, Ctx, case};
 
 use cases::PREFIX;
 use sentinel_common::url;
@@ -47,6 +49,47 @@ impl Backend for Sentinel {
     }
 }
 
+/// A master name the sentinels do not monitor is a `Config` error naming it; sentinels that are
+/// all down are `Unavailable` (retryable); each within the connect timeout, never a hang.
+async fn bad_sentinel_targets_are_typed_errors(_ctx: Ctx) -> CaseResult {
+    let options = || {
+        RedisOptions::default()
+            .with_connect_timeout(Duration::from_secs(1))
+            .with_response_timeout(Duration::from_secs(1))
+            .with_connect_retries(0)
+    };
+    let hung = Duration::from_secs(20);
+    let unknown = url().replace(sentinel_common::MASTER, "no-such-master");
+    match tokio::time::timeout(hung, RedisLeaseStore::connect_with(&unknown, options())).await {
+        Ok(Err(Error::Config { message, .. })) => {
+            eprintln!("as expected: {message}");
+        }
+        other => return Err(format!("{unknown}: expected Config, got {other:?}").into()),
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let down = format!(
+        "redis+sentinel://127.0.0.1:{port}/{}",
+        sentinel_common::MASTER
+    );
+    match tokio::time::timeout(hung, RedisLeaseStore::connect_with(&down, options())).await {
+        Ok(Err(e @ Error::Unavailable { .. })) => {
+            assert!(e.is_retryable());
+            eprintln!("as expected: {e}");
+        }
+        other => return Err(format!("{down}: expected Unavailable, got {other:?}").into()),
+    }
+    Ok(())
+}
+
 fn main() {
-    lease_testkit::run_with(Sentinel, Vec::new());
+    lease_testkit::run_with(
+        Sentinel,
+        vec![case!(
+            "redis_sentinel",
+            bad_sentinel_targets_are_typed_errors
+        )],
+    );
 }
