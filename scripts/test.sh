@@ -8,12 +8,12 @@
 # stops what it started.
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
-#   LEASE_SERVICES    which services to start (default "certs postgres postgres-tls redis redis-cluster etcd etcd-tls k8s")
+#   LEASE_SERVICES    which services to start (default "certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s")
 #   extra arguments   passed to `cargo test` (for example `-p lease-redis`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-SERVICES=${LEASE_SERVICES:-certs postgres postgres-tls redis redis-cluster etcd etcd-tls k8s}
+SERVICES=${LEASE_SERVICES:-certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s}
 STARTED=()
 cleanup() {
   local s
