@@ -325,8 +325,9 @@ pub enum Msg {
     },
 }
 
-/// The real supervisor state machine, hashed and compared by its observable projection
-/// (`Machine` implements neither `Hash` nor `Eq`).
+/// The real supervisor state machine, hashed and compared by its observable projection (health,
+/// token, deadlines, the next renewal time): two machines the driver and the properties cannot
+/// tell apart are one state.
 #[derive(Debug, Clone)]
 pub struct Sup(pub Machine);
 

@@ -14,7 +14,7 @@
 //! | [`Rule::TokenNotAboveEarlier`] | the store's token counter: a grant that began after another ended has a greater token, by at least the variant's gap (etcd: 2, the old key's deletion and the new key's creation are both revisions) |
 //! | [`Rule::DuplicateToken`] | no two grants share a token |
 //! | [`Rule::BelowClockFloor`] | `StoreKind::Row { clock_floor: true }`: a token is at least the store's clock (in microseconds) when the grant began |
-//! | [`Rule::GrantWhileHeld`] | the store grants only when the record is not live: no earlier grant's last confirmed extension plus the TTL can lie after the new grant (within the drift bound), unless its holder began a release |
+//! | [`Rule::GrantWhileHeld`] | the store grants only when the record is not live: no earlier grant's last confirmed extension plus the TTL can lie after the new grant (within the drift bound), unless its holder began a release or (row stores, etcd) is the new grant's owner |
 //! | [`Rule::RenewalAfterTakeover`] | the store renews only its current holder: no confirmed renewal of a grant was sent after a greater grant completed |
 //! | [`Rule::RefusedWhileFree`] | the store refuses only while some grant may be live |
 //! | [`Rule::LateLoss`] | the real `Machine` replayed over the holder's confirmed renewals: loss is reported no later than the lease's deadline (the model's loss timer fires at the loss deadline, before it) |
@@ -619,7 +619,10 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                     ),
                 );
             }
-            if h.token < g.token {
+            // The row stores and etcd re-grant a live lease to its own owner (a new token).
+            let same_owner = hs.client == s.client
+                && matches!(trace.store, StoreKind::Row { .. } | StoreKind::EtcdLockKey);
+            if h.token < g.token && !same_owner {
                 // h's record must not be live at g's grant: its last confirmed extension plus
                 // the TTL lies at or before g's completion (with the drift bound), unless h let go.
                 let last = h

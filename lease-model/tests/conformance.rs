@@ -517,3 +517,15 @@ fn real_backends_conform() {
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The model's row and etcd stores re-grant a live lease to its own owner with a new token (the
+/// backends' same-owner rule), so a trace showing it conforms; another owner is still refused.
+#[test]
+fn same_owner_regrant_while_live_conforms() {
+    let head = "store row\nttl_us 1000000\ndrift_us 21000\nrenew_us 333333\nlead_us 100000\nsteps\n\
+                0 500 a granted 1 979000\n";
+    let same = Trace::parse(&format!("{head}1000 1200 a granted 2 980000\n")).unwrap();
+    check(&same).unwrap_or_else(|e| panic!("a same-owner re-grant: {e}"));
+    let other = Trace::parse(&format!("{head}1000 1200 b granted 2 980000\n")).unwrap();
+    assert_eq!(check(&other).unwrap_err().rule, Rule::GrantWhileHeld);
+}
