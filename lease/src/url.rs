@@ -11,6 +11,7 @@ const FACADE: &str = "lease";
 /// The URL schemes [`connect`](crate::connect) understands, for error messages.
 pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss://, \
                            redis+cluster://host:port,..., rediss+cluster://, \
+                           redis+sentinel://host:port,.../MASTER, \
                            etcd://host:port,..., etcds://, k8s://NAMESPACE, sqlite://PATH";
 
 /// A store URL, parsed: which backend and where. Parsing never connects and does not depend on
@@ -29,6 +30,7 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// | `postgres://user@host:5432/db`, `postgresql://...` | PostgreSQL | `postgres` |
 /// | `redis://host:6379/0`, `rediss://...` (TLS) | Redis | `redis` |
 /// | `redis+cluster://host:7000,host:7001`, `rediss+cluster://...` (TLS) | Redis Cluster | `redis` |
+/// | `redis+sentinel://host:26379,host:26379/MASTER` | Redis behind Sentinel | `redis` |
 /// | `etcd://host:2379,host:2379`, `etcds://...` (TLS) | etcd v3 | `etcd` |
 /// | `k8s://NAMESPACE`, `k8s://` (the kubeconfig's namespace), `kubernetes://NAMESPACE` | Kubernetes Leases | `k8s` |
 /// | `sqlite://PATH`, `sqlite:///ABSOLUTE/PATH` | SQLite file | `sqlite` |
@@ -105,7 +107,8 @@ impl StoreUrl {
                 authority(url, rest, "postgres")?;
                 Ok(StoreUrl::Postgres(url.to_string()))
             }
-            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster" => {
+            "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster"
+            | "redis+sentinel" | "rediss+sentinel" => {
                 if scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss") {
                     authority(url, rest, "redis")?;
                 }
@@ -398,6 +401,10 @@ mod tests {
         assert_eq!(ok("redis://127.0.0.1:6379/0").backend(), "redis");
         assert_eq!(ok("rediss://h:6380").backend(), "redis");
         assert_eq!(ok("redis+cluster://a:7000,b:7001").backend(), "redis");
+        assert_eq!(
+            ok("redis+sentinel://a:26379,b:26379/mymaster").backend(),
+            "redis"
+        );
         assert_eq!(
             ok("etcd://a:2379, b:2379/"),
             StoreUrl::Etcd {

@@ -5,14 +5,15 @@
 //! or `cargo test -p lease --features etcd,__docs_rs_k8s_version`). They use the services of
 //! `scripts/services/etcd-tls.sh` (`LEASE_ETCD_TLS_ENDPOINTS`, `LEASE_ETCD_TLS_DIR`,
 //! `LEASE_ETCD_TLS_USER`, `LEASE_ETCD_TLS_PASSWORD`) and `scripts/services/k8s.sh` (`KUBECONFIG`,
-//! `LEASE_K8S_NAMESPACE`). A missing service skips with a message, and fails under `CI=true` or
+//! `LEASE_K8S_NAMESPACE`), and the Sentinel group of `scripts/services/redis-sentinel.sh`
+//! (`LEASE_REDIS_SENTINEL_URL`). A missing service skips with a message, and fails under `CI=true` or
 //! `LEASE_TEST_REQUIRE=1`.
 
-#![cfg(any(feature = "etcd", feature = "k8s"))]
+#![cfg(any(feature = "etcd", feature = "k8s", feature = "redis"))]
 
 use std::time::Duration;
 
-use lease::{AcquireRequest, Error, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
+use lease::{AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -63,9 +64,10 @@ async fn acquire_and_release(store: &dyn LeaseStore, key: &LeaseKey) -> OwnerId 
     owner
 }
 
+#[cfg(any(feature = "etcd", feature = "k8s"))]
 fn config_error_naming(result: lease::Result<impl Sized>, url: &str, needles: &[&str]) {
     match result {
-        Err(e @ Error::Config { .. }) => {
+        Err(e @ lease::Error::Config { .. }) => {
             let text = e.to_string();
             for needle in needles {
                 assert!(text.contains(needle), "{url}: {needle:?} not in {text}");
@@ -177,5 +179,24 @@ fn k8s_reads_every_option_from_the_url_given_to_connect() {
             let url = format!("k8s://{ns}?{bad}");
             config_error_naming(lease::connect(&url).await, &url, &[name]);
         }
+    });
+}
+
+/// A `redis+sentinel://` URL reaches the Redis backend, which finds the master through the
+/// sentinels.
+#[cfg(feature = "redis")]
+#[test]
+fn redis_sentinel_url_given_to_connect_finds_the_master() {
+    let Some(url) = service_env(
+        "LEASE_REDIS_SENTINEL_URL",
+        "scripts/services/redis-sentinel.sh",
+    ) else {
+        return;
+    };
+    rt().block_on(async {
+        let store = lease::connect(&url)
+            .await
+            .expect("connect through the sentinels");
+        acquire_and_release(&*store, &key("sentinel")).await;
     });
 }

@@ -25,7 +25,7 @@ alive() { [ -f "$D/$1.pid" ] && kill -0 "$(cat "$D/$1.pid")" 2>/dev/null; }
 member() {
   local name=$1 cert=$2 key=$3 cport=$4 pport=$5
   mkdir -p "$D/$name"
-  nohup /usr/bin/etcd --name "$name" --data-dir "$D/$name/data" \
+  setsid nohup /usr/bin/etcd --name "$name" --data-dir "$D/$name/data" \
     --listen-client-urls "https://127.0.0.1:$cport" --advertise-client-urls "https://127.0.0.1:$cport" \
     --cert-file "$cert" --key-file "$key" --client-cert-auth --trusted-ca-file "$PKI/ca.crt" \
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
