@@ -8,6 +8,7 @@ mod eviction;
 mod failover;
 mod input;
 mod many;
+mod options;
 mod protocol;
 mod restart;
 mod server;
@@ -67,6 +68,7 @@ fn main() {
         failover::cases(),
         clock::cases(),
         eviction::cases(),
+        options::cases(),
         watch::cases(),
         protocol::cases(),
     ]

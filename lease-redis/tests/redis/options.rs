@@ -1,0 +1,112 @@
+//! Settings that never panic: every duration and count of [`RedisOptions`], drawn from the edges
+//! (zero, 1 ms, `Duration::MAX`, `usize::MAX`, `u32::MAX`) mixed with ordinary values, either
+//! works or gives a typed error against the real server: connect, a watch, acquire, renew, a
+//! fenced write and release, each within a bound.
+
+use std::time::Duration;
+
+use lease_core::{AcquireOutcome, FencedResource, LeaseStore, OwnerId, WriteOp};
+use lease_redis::{RedisLeaseStore, RedisOptions};
+use lease_testkit::cases::Case;
+use lease_testkit::{CaseResult, Ctx, case};
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+
+use super::cases::{PREFIX, url};
+
+/// How many combinations are drawn.
+const DRAWS: usize = 48;
+/// How long one combination's calls may take in all: a `Duration::MAX` response timeout must
+/// still answer from a live server, and a `WAIT` for replicas this server does not have is cut at
+/// its own timeout, drawn below.
+const BOUND: Duration = Duration::from_secs(30);
+
+fn duration() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_millis(1)),
+        Just(Duration::MAX),
+        Just(Duration::from_secs(u64::MAX)),
+        (1u64..10_000).prop_map(Duration::from_millis),
+    ]
+}
+
+fn options() -> impl Strategy<Value = RedisOptions> {
+    (
+        duration(),
+        duration(),
+        prop_oneof![Just(0usize), Just(1), Just(usize::MAX), 0usize..4],
+        prop::option::of((
+            prop_oneof![Just(0u32), Just(1), Just(u32::MAX)],
+            prop_oneof![
+                Just(Duration::ZERO),
+                Just(Duration::from_millis(1)),
+                Just(Duration::MAX),
+                (1u64..200).prop_map(Duration::from_millis),
+            ],
+        )),
+        duration(),
+        any::<bool>(),
+    )
+        .prop_map(|(response, connect, retries, wait, poll, eviction)| {
+            let mut o = RedisOptions::default()
+                .with_prefix(PREFIX)
+                .with_response_timeout(response)
+                .with_connect_timeout(connect)
+                .with_connect_retries(retries)
+                .with_watch_poll_interval(poll)
+                .allow_eviction(eviction);
+            if let Some((replicas, timeout)) = wait {
+                o = o.with_wait_for_replicas(replicas, timeout);
+            }
+            o
+        })
+}
+
+/// Every call the options reach, each either a value or an error: only a panic or a hang fails.
+async fn exercise(ctx: &Ctx, opts: RedisOptions, n: usize) -> lease_core::Result<()> {
+    let store = RedisLeaseStore::connect_with(&url(), opts).await?;
+    let key = ctx.key(&format!("opt{n}"));
+    let req = ctx.request(&key, &OwnerId::with_label("opt"), Duration::from_secs(5));
+    let _watch = store.watch(&key).await?;
+    let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else {
+        return Ok(());
+    };
+    let _renewed = store.renew(&lease).await;
+    let _written = store
+        .fenced_resource()
+        .write(&key, lease.token(), WriteOp::Add(1))
+        .await;
+    let _released = store.release(&lease).await?;
+    Ok(())
+}
+
+pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> CaseResult {
+    let mut runner = TestRunner::deterministic();
+    let strategy = options();
+    for n in 0..DRAWS {
+        let opts = strategy
+            .new_tree(&mut runner)
+            .map_err(|e| format!("drawing options: {e}"))?
+            .current();
+        let shown = format!("{opts:?}");
+        let ctx2 = ctx.clone();
+        // A task of its own, so that a panic anywhere below is seen as one, not as a crash.
+        let run =
+            tokio::spawn(
+                async move { tokio::time::timeout(BOUND, exercise(&ctx2, opts, n)).await },
+            );
+        match run.await {
+            Err(e) if e.is_panic() => return Err(format!("panicked with {shown}: {e}").into()),
+            Err(e) => return Err(format!("task failed with {shown}: {e}").into()),
+            Ok(Err(_)) => return Err(format!("no answer within {BOUND:?} with {shown}").into()),
+            Ok(Ok(_typed_or_ok)) => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![case!("redis", every_option_edge_works_or_is_a_typed_error)]
+}
