@@ -3,11 +3,32 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use lease_core::backend::UrlParams;
 use lease_core::{Error, Result};
 
 use crate::error::BACKEND;
 use crate::protocol::{DEFAULT_PREFIX, KeyLayout};
 use crate::tls::TlsFiles;
+
+/// The query parameters of a store URL that set [`RedisOptions`]
+/// ([`RedisOptions::with_url`]); see the crate docs, "Options in the URL".
+pub const URL_OPTIONS: &[&str] = &[
+    "prefix",
+    "response_timeout",
+    "connect_timeout",
+    "connect_retries",
+    "wait_for_replicas",
+    "wait_timeout",
+    "watch_poll_interval",
+    "allow_eviction",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
+
+/// The query parameters the `redis` driver reads itself, passed on to it unchanged: `protocol`
+/// (`resp2`/`resp3`), and `db`, `user`, `pass` of a `redis+unix://` URL.
+pub const DRIVER_URL_PARAMETERS: &[&str] = &["protocol", "db", "user", "pass"];
 
 /// Wait for replicas after each grant (`WAIT numreplicas timeout`); see
 /// [`RedisOptions::with_wait_for_replicas`].
@@ -161,6 +182,105 @@ impl RedisOptions {
         self
     }
 
+    /// Applies the [`URL_OPTIONS`] in `url`'s query on top of `self`, and gives back the URL for
+    /// the driver: without them, with the driver's own [`DRIVER_URL_PARAMETERS`] (and a
+    /// `#insecure` fragment) kept. A setting in the URL replaces the one in `self`, except the
+    /// TLS files: naming one both ways is an error, so that two different CAs never meet
+    /// silently. `wait_for_replicas=N` needs `wait_timeout=<duration>` (or a wait already set in
+    /// `self`, whose timeout it keeps); `wait_timeout` alone changes the timeout of a wait set in
+    /// `self`. The values are checked when the store connects, as those set in code are.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_redis::RedisOptions;
+    /// let (url, opts) = RedisOptions::default()
+    ///     .with_url("redis://cache:6379/2?prefix=jobs&response_timeout=2s&protocol=resp3")?;
+    /// assert_eq!(url, "redis://cache:6379/2?protocol=resp3");
+    /// assert_eq!(opts, RedisOptions::default()
+    ///     .with_prefix("jobs")
+    ///     .with_response_timeout(Duration::from_secs(2)));
+    /// let err = RedisOptions::default().with_url("redis://cache?prefx=jobs").unwrap_err();
+    /// assert!(err.to_string().contains("prefx"));
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the parameter for an unknown, repeated or malformed one (a
+    /// duration without its unit, a count that is not one, a boolean that is not
+    /// `true`/`false`), a TLS file given both in the URL and in `self`, or a
+    /// `wait_for_replicas` without a timeout (or the reverse).
+    pub fn with_url(self, url: &str) -> Result<(String, RedisOptions)> {
+        let mut p = UrlParams::parse(BACKEND, url)?;
+        let mut o = self;
+        if let Some(prefix) = p.take("prefix") {
+            o.prefix = prefix;
+        }
+        if let Some(d) = p.take_duration("response_timeout")? {
+            o.response_timeout = d;
+        }
+        if let Some(d) = p.take_duration("connect_timeout")? {
+            o.connect_timeout = d;
+        }
+        if let Some(n) = p.take_count("connect_retries")? {
+            o.connect_retries = n;
+        }
+        let replicas = p.take_count::<u32>("wait_for_replicas")?;
+        let wait_timeout = p.take_duration("wait_timeout")?;
+        let known = o.replica_wait;
+        o.replica_wait = match (replicas, wait_timeout, known) {
+            (None, None, _) => known,
+            (Some(replicas), Some(timeout), _) => Some(ReplicaWait { replicas, timeout }),
+            (Some(replicas), None, Some(w)) => Some(ReplicaWait { replicas, ..w }),
+            (None, Some(timeout), Some(w)) => Some(ReplicaWait { timeout, ..w }),
+            (Some(_), None, None) => {
+                return Err(Error::config(
+                    BACKEND,
+                    "URL parameter wait_for_replicas needs wait_timeout=<duration> (how long \
+                     WAIT waits, below the response timeout)",
+                    None,
+                ));
+            }
+            (None, Some(_), None) => {
+                return Err(Error::config(
+                    BACKEND,
+                    "URL parameter wait_timeout needs wait_for_replicas=<count>",
+                    None,
+                ));
+            }
+        };
+        if let Some(d) = p.take_duration("watch_poll_interval")? {
+            o.poll_interval = d;
+        }
+        if let Some(on) = p.take_bool("allow_eviction")? {
+            o.allow_eviction = on;
+        }
+        for (name, slot) in [
+            ("tls_ca", &mut o.tls.ca),
+            ("tls_cert", &mut o.tls.cert),
+            ("tls_key", &mut o.tls.key),
+        ] {
+            if let Some(path) = p.take(name) {
+                if slot.is_some() {
+                    return Err(Error::config(
+                        BACKEND,
+                        format!("{name} is given both in the URL and in the options"),
+                        None,
+                    ));
+                }
+                *slot = Some(PathBuf::from(path));
+            }
+        }
+        let driver = p.take_all(DRIVER_URL_PARAMETERS);
+        let base = p.base().to_string();
+        let known: Vec<&str> = URL_OPTIONS
+            .iter()
+            .chain(DRIVER_URL_PARAMETERS)
+            .copied()
+            .collect();
+        p.finish(&known)?;
+        Ok((UrlParams::join(&base, &driver), o))
+    }
+
     /// The operation deadline these options give: connect timeout + 2 × response timeout.
     pub(crate) fn op_deadline(&self) -> Duration {
         self.connect_timeout
@@ -199,5 +319,98 @@ impl RedisOptions {
             ));
         }
         Ok(layout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_option_is_read_off_the_url_of_every_scheme() {
+        let query = "prefix=jobs&response_timeout=2s&connect_timeout=500ms&connect_retries=7\
+                     &wait_for_replicas=1&wait_timeout=100ms&watch_poll_interval=1m\
+                     &allow_eviction=yes&protocol=resp3";
+        let expected = RedisOptions::default()
+            .with_prefix("jobs")
+            .with_response_timeout(Duration::from_secs(2))
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_connect_retries(7)
+            .with_wait_for_replicas(1, Duration::from_millis(100))
+            .with_watch_poll_interval(Duration::from_secs(60))
+            .allow_eviction(true);
+        for base in [
+            "redis://u:p@h:1/2",
+            "rediss://h:1",
+            "redis+cluster://a:1,b:2",
+            "rediss+cluster://a:1,b:2",
+            "redis+sentinel://s:1,t:2/mymaster/3",
+        ] {
+            let (url, o) = RedisOptions::default()
+                .with_url(&format!("{base}?{query}"))
+                .unwrap();
+            assert_eq!(url, format!("{base}?protocol=resp3"));
+            assert_eq!(o, expected, "{base}");
+        }
+        let (url, o) = RedisOptions::default()
+            .with_url("rediss://h:1?tls_ca=/ca&tls_cert=/c&tls_key=/k#insecure")
+            .unwrap();
+        assert_eq!(url, "rediss://h:1#insecure");
+        assert_eq!(
+            o,
+            RedisOptions::default()
+                .with_tls_ca_file("/ca")
+                .with_tls_client_cert("/c", "/k")
+        );
+    }
+
+    #[test]
+    fn the_url_overrides_code_and_completes_a_wait() {
+        let code = RedisOptions::default()
+            .with_prefix("code")
+            .with_wait_for_replicas(2, Duration::from_millis(50));
+        let (_, o) = code
+            .clone()
+            .with_url("redis://h?prefix=url&wait_for_replicas=3")
+            .unwrap();
+        assert_eq!(o.prefix, "url");
+        assert_eq!(
+            o.replica_wait,
+            Some(ReplicaWait {
+                replicas: 3,
+                timeout: Duration::from_millis(50)
+            })
+        );
+        let (_, o) = code.clone().with_url("redis://h?wait_timeout=1s").unwrap();
+        assert_eq!(
+            o.replica_wait.map(|w| (w.replicas, w.timeout)),
+            Some((2, Duration::from_secs(1)))
+        );
+        let (url, same) = code.clone().with_url("redis://h").unwrap();
+        assert_eq!((url.as_str(), same), ("redis://h", code));
+    }
+
+    #[test]
+    fn bad_parameters_are_config_errors_naming_them() {
+        for (query, name) in [
+            ("prefx=jobs", "prefx"),
+            ("response_timeout=5", "response_timeout"),
+            ("connect_timeout=-1s", "connect_timeout"),
+            ("connect_retries=x", "connect_retries"),
+            ("wait_for_replicas=-1&wait_timeout=1s", "wait_for_replicas"),
+            ("wait_for_replicas=1", "wait_for_replicas"),
+            ("wait_timeout=1s", "wait_timeout"),
+            ("watch_poll_interval=", "watch_poll_interval"),
+            ("allow_eviction=maybe", "allow_eviction"),
+            ("prefix=a&prefix=b", "prefix"),
+            ("sslmode=require", "sslmode"),
+        ] {
+            match RedisOptions::default().with_url(&format!("redis://h:1?{query}")) {
+                Err(Error::Config { message, .. }) => {
+                    assert!(message.contains(name), "{query}: {message}");
+                }
+                other => panic!("{query}: expected Config, got {other:?}"),
+            }
+        }
     }
 }

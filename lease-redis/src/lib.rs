@@ -107,6 +107,37 @@
 //! against a TLS-only 3-master, 3-replica cluster (`scripts/services/redis-tls-cluster.sh`,
 //! `--tls-cluster yes`; the `redis-tls-cluster` target).
 //!
+//! ## Options in the URL
+//! Every [`RedisOptions`] setting can be given in the URL's query, on top of the options passed
+//! in code ([`RedisOptions::with_url`], [`URL_OPTIONS`]), with every scheme above, so that a URL
+//! alone (`lease run --store ...`, an environment variable) configures the store. The driver's
+//! own parameters ([`DRIVER_URL_PARAMETERS`]: `protocol=resp3`, and `db`, `user`, `pass` of a
+//! `redis+unix://` URL) pass through; **any other parameter is an
+//! [`Error::Config`](lease_core::Error::Config)** naming it, so a misspelt one is never ignored.
+//! Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
+//!
+//! | parameter | sets | example |
+//! |---|---|---|
+//! | `prefix` | [`RedisOptions::with_prefix`] | `prefix=jobs` |
+//! | `response_timeout` | [`RedisOptions::with_response_timeout`] | `response_timeout=2s` |
+//! | `connect_timeout` | [`RedisOptions::with_connect_timeout`] | `connect_timeout=1s` |
+//! | `connect_retries` | [`RedisOptions::with_connect_retries`] | `connect_retries=3` |
+//! | `wait_for_replicas`, `wait_timeout` | [`RedisOptions::with_wait_for_replicas`] (both, unless set in code) | `wait_for_replicas=1&wait_timeout=200ms` |
+//! | `watch_poll_interval` | [`RedisOptions::with_watch_poll_interval`] | `watch_poll_interval=100ms` |
+//! | `allow_eviction` | [`RedisOptions::allow_eviction`] | `allow_eviction=true` |
+//! | `tls_ca`, `tls_cert`, `tls_key` | the TLS files (see "TLS" above) | `tls_ca=/etc/redis/ca.crt` |
+//! | `protocol`, `db`, `user`, `pass` | the driver | `protocol=resp3` |
+//!
+//! ```no_run
+//! use lease_redis::RedisLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = RedisLeaseStore::connect(
+//!     "redis+cluster://10.0.0.1:7000,10.0.0.2:7000?prefix=jobs&response_timeout=2s",
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
 //! ## How it works
 //! - **One script per operation, with the fewest commands.** Acquire sets the holder's record
 //!   (one string, `"<token> <owner> <ttl>"`) with a server-side TTL (`PX`) only if the key is
@@ -262,7 +293,7 @@ mod store;
 mod tls;
 mod watch;
 
-pub use config::{RedisOptions, ReplicaWait};
+pub use config::{DRIVER_URL_PARAMETERS, RedisOptions, ReplicaWait, URL_OPTIONS};
 pub use connection::RedisConnection;
 pub use fenced::RedisFencedResource;
 pub use store::{MIN_TTL, RedisLeaseStore};

@@ -51,6 +51,9 @@ pub(crate) fn parse(url: &str) -> Result<Option<SentinelUrl>> {
             None,
         ))
     };
+    if rest.contains(['?', '#']) {
+        return bad("the driver's query parameters and fragments are not supported here");
+    }
     let (userinfo, rest) = match rest.rsplit_once('@') {
         Some((u, r)) => (format!("{u}@"), r),
         None => (String::new(), rest),
@@ -372,6 +375,7 @@ mod tests {
             "redis+sentinel:///m",
             "redis+sentinel://a:1/m/x",
             "redis+sentinel://a:1/m/1/2",
+            "redis+sentinel://a:1/m?protocol=resp3",
         ] {
             assert!(
                 matches!(parse(bad), Err(Error::Config { .. })),

@@ -122,8 +122,8 @@ impl RedisLeaseStore {
     /// # Cancellation safety
     /// Cancel safe: nothing is held until the store is returned.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<Self> {
+        let (target, options) = crate::tls::target(url, options)?;
         options.validate()?;
-        let target = crate::tls::target(url, &options)?;
         if let Some(sentinel) = crate::sentinel::parse(&target.url)? {
             if target.secure || target.tls != crate::tls::TlsFiles::default() {
                 return Err(Error::config(

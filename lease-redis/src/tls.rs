@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use lease_core::backend::UrlParams;
 use lease_core::{Error, Result};
 use redis::{ClientTlsConfig, TlsCertificates};
 
@@ -70,65 +69,38 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>> {
     })
 }
 
-/// A connection URL without its query, and the TLS files of the options merged with those the
-/// query names.
+/// A connection URL for the driver, and the TLS files of the options.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Target {
-    /// The URL without the TLS query parameters (a fragment such as `#insecure` is kept).
+    /// The URL with only the driver's query parameters (a fragment such as `#insecure` is kept).
     pub(crate) url: String,
     pub(crate) tls: TlsFiles,
     /// Whether the scheme asks for TLS (`rediss://`, `rediss+cluster://`).
     pub(crate) secure: bool,
 }
 
-/// The query parameters the store reads itself; the driver's own (`protocol`, and `db`, `user`,
-/// `pass` of a `redis+unix://` URL) are passed on; any other is refused.
-const OURS: [&str; 3] = ["tls_ca", "tls_cert", "tls_key"];
-const DRIVERS: [&str; 4] = ["protocol", "db", "user", "pass"];
-
-/// Splits the TLS parameters (`?tls_ca=/path&tls_cert=/path&tls_key=/path`) off `url` and merges
-/// them with `options`.
+/// Reads the store's options off `url`'s query ([`RedisOptions::with_url`]) and checks that TLS
+/// files come with a TLS scheme.
 ///
 /// # Errors
-/// [`Error::Config`] for an unknown or repeated parameter, a file given both in the URL and in
-/// the options, or TLS files with a scheme that is not TLS.
-pub(crate) fn target(url: &str, options: &RedisOptions) -> Result<Target> {
-    let mut params = UrlParams::parse(BACKEND, url)?;
-    let mut tls = options.tls.clone();
-    for (name, slot) in [
-        ("tls_ca", &mut tls.ca),
-        ("tls_cert", &mut tls.cert),
-        ("tls_key", &mut tls.key),
-    ] {
-        if let Some(path) = params.take(name) {
-            if slot.is_some() {
-                return Err(config(format!(
-                    "{name} is given both in the URL and in the options"
-                )));
-            }
-            *slot = Some(PathBuf::from(path));
-        }
-    }
-    let passed = params.take_all(&DRIVERS);
-    let base = params.base().to_string();
-    params.finish(&[OURS.as_slice(), DRIVERS.as_slice()].concat())?;
-    let scheme = base
+/// As [`RedisOptions::with_url`], and [`Error::Config`] for TLS files with a scheme that is not
+/// TLS.
+pub(crate) fn target(url: &str, options: RedisOptions) -> Result<(Target, RedisOptions)> {
+    let (url, options) = options.with_url(url)?;
+    let scheme = url
         .split_once("://")
         .map(|(s, _)| s.to_ascii_lowercase())
         .unwrap_or_default();
     let secure = matches!(scheme.as_str(), "rediss" | "rediss+cluster" | "valkeys");
+    let tls = options.tls.clone();
     if !tls.is_empty() && !secure {
         return Err(config(format!(
             "unusable Redis URL {}: TLS files are given, but the scheme is not rediss:// or \
              rediss+cluster://",
-            redact(&base)
+            redact(&url)
         )));
     }
-    Ok(Target {
-        url: UrlParams::join(&base, &passed),
-        tls,
-        secure,
-    })
+    Ok((Target { url, tls, secure }, options))
 }
 
 /// `url` with the password replaced by `***`, for messages.
@@ -198,7 +170,7 @@ mod tests {
     use super::*;
 
     fn split(url: &str) -> Result<Target> {
-        target(url, &RedisOptions::default())
+        target(url, RedisOptions::default()).map(|(t, _)| t)
     }
 
     #[test]
@@ -244,7 +216,7 @@ mod tests {
                 "both in the URL and in the options",
             ),
         ] {
-            match target(url, &options) {
+            match target(url, options) {
                 Err(Error::Config { message, .. }) => {
                     assert!(message.contains(why), "{url}: {message}");
                 }

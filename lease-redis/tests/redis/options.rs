@@ -107,6 +107,79 @@ pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> Cas
     Ok(())
 }
 
+/// A URL alone configures the store: the key prefix (seen in the key the store writes), the
+/// timeouts (seen in the operation deadline), retries, the watch poll interval, eviction and a
+/// `WAIT` for replicas; a misspelt or malformed parameter is refused, naming it, before anything
+/// is sent.
+pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused(
+    ctx: Ctx,
+) -> CaseResult {
+    let base = url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let with = |q: &str| format!("{base}{sep}{q}");
+    let prefix = format!("{PREFIX}-url");
+    let store = RedisLeaseStore::connect(&with(&format!(
+        "prefix={prefix}&response_timeout=2s&connect_timeout=1500ms&connect_retries=1\
+         &watch_poll_interval=100ms&allow_eviction=false&wait_for_replicas=0&wait_timeout=100ms"
+    )))
+    .await?;
+    assert_eq!(store.layout().prefix(), prefix);
+    // connect timeout + 2 x response timeout
+    assert_eq!(store.op_deadline(), Duration::from_millis(5500));
+    let key = ctx.key("url");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &OwnerId::with_label("url"), ctx.long_ttl())
+        .await?;
+    let record = store.layout().lease(&key);
+    assert!(record.starts_with(&prefix), "{record}");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&record)
+        .query_async(&mut store.connection())
+        .await
+        .map_err(|e| format!("EXISTS {record}: {e}"))?;
+    assert_eq!(
+        exists, 1,
+        "the lease record {record} is written under the URL's prefix"
+    );
+    let _released = store.release(&lease).await?;
+    for bad in [
+        "prefx=jobs",
+        "sslmode=require",
+        "response_timeout=5",
+        "connect_timeout=soon",
+        "connect_retries=-1",
+        "allow_eviction=perhaps",
+        "watch_poll_interval=1d",
+        "wait_for_replicas=many&wait_timeout=1s",
+        "wait_for_replicas=1",
+        "wait_timeout=100ms",
+        "prefix=a&prefix=b",
+        "response_timeout=0s",
+    ] {
+        let connected = tokio::time::timeout(BOUND, RedisLeaseStore::connect(&with(bad))).await;
+        match connected {
+            Ok(Err(e @ lease_core::Error::Config { .. })) => {
+                let name = bad.split('=').next().unwrap_or(bad).replace('_', " ");
+                let shown = e.to_string().replace('_', " ");
+                if !shown.contains(&name) {
+                    return Err(format!("{bad}: the error does not name {name}: {e}").into());
+                }
+            }
+            Ok(other) => {
+                return Err(format!("{bad}: expected Error::Config, got {other:?}").into());
+            }
+            Err(_) => return Err(format!("{bad}: no answer within {BOUND:?}").into()),
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn cases() -> Vec<Case> {
-    vec![case!("redis", every_option_edge_works_or_is_a_typed_error)]
+    vec![
+        case!("redis", every_option_edge_works_or_is_a_typed_error),
+        case!(
+            "redis",
+            url_options_configure_the_store_and_unknown_ones_are_refused
+        ),
+    ]
 }
