@@ -138,10 +138,8 @@ impl Supervisor {
     /// Invalid input, or the last store error if every attempt failed.
     ///
     /// # Cancellation safety
-    /// Cancel safe: dropping it stops waiting, and a grant it obtained but has not handed out as
-    /// a guard (one whose reply arrives after the drop, or one waiting for its fence install)
-    /// is released in a background task, bounded by the op timeout, instead of holding the key
-    /// for a whole TTL. ([`Supervisor::acquire_until_cancelled`] stops waiting and returns.)
+    /// Not cancel safe: a dropped acquire may leave a ghost grant that expires after its TTL. Use
+    /// [`Supervisor::acquire_until_cancelled`] to stop waiting cleanly.
     pub async fn acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
         self.acquire_until_cancelled(key, &CancellationToken::new())
             .await
@@ -154,8 +152,7 @@ impl Supervisor {
     ///
     /// # Cancellation safety
     /// Cancel safe through `cancel`: an attempt in flight finishes (bounded by the call timeout)
-    /// and a lease it obtained is released before returning `Cancelled`. Dropping the future is
-    /// cancel safe too, as for [`Supervisor::acquire`].
+    /// and a lease it obtained is released before returning `Cancelled`.
     pub async fn acquire_until_cancelled(
         &self,
         key: &LeaseKey,
@@ -188,8 +185,7 @@ impl Supervisor {
     /// Invalid input, or the store error of the attempt.
     ///
     /// # Cancellation safety
-    /// Cancel safe, as [`Supervisor::acquire`]: a grant that lands after the drop is released in
-    /// the background, bounded by the op timeout.
+    /// Not cancel safe: a dropped attempt may leave a ghost grant that expires after its TTL.
     pub async fn try_acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
         self.acquire_within(key, Duration::ZERO, &CancellationToken::new())
             .await
@@ -237,16 +233,21 @@ impl Supervisor {
             // Suspended time before the request is sent: the grant's deadline is placed on the
             // validity clock with it (a suspend during the call only makes it earlier).
             let suspended = clock.suspended();
-            let pause = match self.attempt(&req, op).await {
+            let result = match timeout(op, self.store.acquire(&req)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    backend: self.store.backend(),
+                    operation: "acquire",
+                    after: op,
+                }),
+            };
+            let pause = match result {
                 Ok(AcquireOutcome::Acquired(lease)) => {
-                    // From here until a guard holds it, dropping this future releases the
-                    // lease in the background.
-                    let lease = Ungiven::new(self.store.clone(), lease, op);
                     if cancel.is_cancelled() {
-                        lease.release().await;
+                        let _ = timeout(op, self.store.release(&lease)).await;
                         return Ok(Acquisition::Cancelled);
                     }
-                    self.hook.acquired(lease.get(), started.elapsed());
+                    self.hook.acquired(&lease, started.elapsed());
                     return self
                         .start(lease, suspended)
                         .await
@@ -319,9 +320,7 @@ impl Supervisor {
     /// As [`Supervisor::acquire`].
     ///
     /// # Cancellation safety
-    /// Cancel safe: dropped while acquiring, it releases as [`Supervisor::acquire`] does;
-    /// dropped while `work` runs, it drops `work` and the guard, which releases in the
-    /// background.
+    /// Not cancel safe: dropping it drops the guard, which releases in the background.
     pub async fn run<F, Fut, T>(&self, key: &LeaseKey, work: F) -> Result<RunOutcome<T>>
     where
         F: FnOnce(LeaseGuardRef) -> Fut,
@@ -343,43 +342,13 @@ impl Supervisor {
         }
     }
 
-    /// One acquire call, bounded by `op`, run in its own task so that dropping the caller does
-    /// not drop the call half way: a grant that lands after the caller is gone is released by
-    /// the task (bounded by `op` again), instead of holding the key for a whole TTL.
-    async fn attempt(&self, req: &AcquireRequest, op: Duration) -> Result<AcquireOutcome> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let store = self.store.clone();
-        let req = req.clone();
-        tokio::spawn(async move {
-            let result = match timeout(op, store.acquire(&req)).await {
-                Ok(r) => r,
-                Err(_) => Err(Error::Timeout {
-                    backend: store.backend(),
-                    operation: "acquire",
-                    after: op,
-                }),
-            };
-            if let Err(Ok(AcquireOutcome::Acquired(lease))) = tx.send(result) {
-                tracing::debug!(backend = store.backend(), key = %lease.key(), token = %lease.token(), "acquire dropped before its grant arrived; releasing");
-                let _ = timeout(op, store.release(&lease)).await;
-            }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(Error::unavailable(
-                self.store.backend(),
-                "the acquire task ended without an answer",
-                None,
-            ))
-        })
-    }
-
     /// Hands out the guard for `lease`, granted to a request sent after `suspended` of host
     /// suspend.
-    async fn start(&self, lease: Ungiven, suspended: Duration) -> Result<LeaseGuard> {
+    async fn start(&self, lease: Lease, suspended: Duration) -> Result<LeaseGuard> {
         if let Some(fence) = &self.fence {
             let out = match timeout(
                 self.config.op_timeout(),
-                fence.install(lease.get().key(), lease.get().token()),
+                fence.install(lease.key(), lease.token()),
             )
             .await
             {
@@ -393,8 +362,10 @@ impl Supervisor {
             match out {
                 Ok(o) if o.is_accepted() => {}
                 other => {
-                    let (lease, released) = lease.release().await;
-                    self.hook.ended(&lease, Duration::ZERO, released);
+                    let released =
+                        timeout(self.config.op_timeout(), self.store.release(&lease)).await;
+                    self.hook
+                        .ended(&lease, Duration::ZERO, released.ok().and_then(|r| r.ok()));
                     return Err(match other {
                         Err(e) => e,
                         Ok(o) => Error::InvalidInput(format!(
@@ -405,7 +376,6 @@ impl Supervisor {
                 }
             }
         }
-        let lease = lease.take();
         tracing::info!(backend = self.store.backend(), key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease acquired");
         Ok(LeaseGuard::spawn(
             self.store.clone(),
@@ -415,63 +385,6 @@ impl Supervisor {
             self.hook.clone(),
             self.renewer.clone(),
         ))
-    }
-}
-
-/// A granted lease no guard holds yet. Dropped while it still holds the lease (its acquire was
-/// cancelled between the grant and the guard), it releases in a spawned task bounded by the op
-/// timeout.
-struct Ungiven {
-    store: Arc<dyn LeaseStore>,
-    lease: Option<Lease>,
-    op: Duration,
-}
-
-impl Ungiven {
-    fn new(store: Arc<dyn LeaseStore>, lease: Lease, op: Duration) -> Self {
-        Ungiven {
-            store,
-            lease: Some(lease),
-            op,
-        }
-    }
-
-    fn get(&self) -> &Lease {
-        self.lease.as_ref().expect("held until taken")
-    }
-
-    /// Hands the lease over (to a guard).
-    fn take(mut self) -> Lease {
-        self.lease.take().expect("held until taken")
-    }
-
-    /// Releases the lease now (bounded by the op timeout): the lease and the store's answer.
-    /// Dropped half way, the release goes on in the background.
-    async fn release(self) -> (Lease, Option<ReleaseOutcome>) {
-        let lease = self.get().clone();
-        let (store, op) = (self.store.clone(), self.op);
-        let released = {
-            let fut = tokio::spawn(async move {
-                let mut this = self;
-                let lease = this.lease.take().expect("held until taken");
-                timeout(op, store.release(&lease)).await
-            });
-            fut.await.ok().and_then(|r| r.ok()).and_then(|r| r.ok())
-        };
-        (lease, released)
-    }
-}
-
-impl Drop for Ungiven {
-    fn drop(&mut self) {
-        if let Some(lease) = self.lease.take()
-            && let Ok(rt) = tokio::runtime::Handle::try_current()
-        {
-            let (store, op) = (self.store.clone(), self.op);
-            rt.spawn(async move {
-                let _ = timeout(op, store.release(&lease)).await;
-            });
-        }
     }
 }
 
