@@ -372,7 +372,9 @@ impl OwnerId {
             });
         }
         OwnerId::new(id)?;
-        let nonce = uuid::Uuid::new_v4().as_u64_pair().0;
+        // fastrand, not a UUID: a deterministic simulation that seeds fastrand on its thread
+        // replays the same instances; elsewhere each thread's generator is seeded at random.
+        let nonce = fastrand::u64(..);
         OwnerId::new(format!("{id}#{nonce:016x}"))
     }
 
