@@ -9,6 +9,19 @@ use lease_core::{Error, LeaseKey, Result};
 use crate::error::BACKEND;
 use crate::protocol::{self, DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX};
 
+/// The query parameters of an `etcd://` URL that set [`EtcdOptions`]
+/// ([`EtcdOptions::with_url`]); see the crate docs, "Options in the URL".
+pub const URL_OPTIONS: &[&str] = &[
+    "prefix",
+    "fence_prefix",
+    "connect_timeout",
+    "request_timeout",
+    "lease_sharing",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+];
+
 /// How grants map to etcd leases.
 ///
 /// ```
@@ -245,10 +258,95 @@ impl EtcdOptions {
         protocol::lock_name(&self.prefix, key)
     }
 
+    /// Applies the [`URL_OPTIONS`] in `url`'s query on top of `self` (a setting in the URL
+    /// replaces the one in `self`), and gives back the URL without its query. The user
+    /// information (`user:password@`) and the endpoints are read by
+    /// [`connect_with`](crate::EtcdLeaseStore::connect_with), as are the values checked
+    /// (non-zero timeouts, readable TLS files).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lease_etcd::{EtcdOptions, LeaseSharing};
+    /// let (url, opts) = EtcdOptions::default()
+    ///     .with_url("etcd://a:2379,b:2379?prefix=jobs/&request_timeout=2s&lease_sharing=per_ttl")?;
+    /// assert_eq!(url, "etcd://a:2379,b:2379");
+    /// assert_eq!(opts, EtcdOptions::default()
+    ///     .with_prefix("jobs/")
+    ///     .with_request_timeout(Duration::from_secs(2))
+    ///     .with_lease_sharing(LeaseSharing::PerTtl));
+    /// let err = EtcdOptions::default().with_url("etcd://a:2379?prefx=jobs/").unwrap_err();
+    /// assert!(err.to_string().contains("prefx"));
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the parameter for an unknown, repeated or malformed one (a
+    /// duration without its unit, a sharing mode other than `per_grant` or `per_ttl`, an empty
+    /// TLS file), or `tls_cert` without `tls_key` (or the reverse).
+    pub fn with_url(self, url: &str) -> Result<(String, EtcdOptions)> {
+        let mut p = lease_core::backend::UrlParams::parse(BACKEND, url.trim())?;
+        let mut o = self;
+        if let Some(prefix) = p.take("prefix") {
+            o.prefix = prefix;
+        }
+        if let Some(prefix) = p.take("fence_prefix") {
+            o.fence_prefix = prefix;
+        }
+        if let Some(d) = p.take_duration("connect_timeout")? {
+            o.connect_timeout = d;
+        }
+        if let Some(d) = p.take_duration("request_timeout")? {
+            o.request_timeout = d;
+        }
+        if let Some(sharing) = p.take_with("lease_sharing", |v| match v {
+            "per_grant" => Ok(LeaseSharing::PerGrant),
+            "per_ttl" => Ok(LeaseSharing::PerTtl),
+            _ => Err("expected per_grant or per_ttl".into()),
+        })? {
+            o.lease_sharing = sharing;
+        }
+        let mut file = |name: &str| {
+            p.take_with(name, |v| {
+                if v.is_empty() {
+                    Err("needs a value (a percent-encoded path)".into())
+                } else {
+                    Ok(PathBuf::from(v))
+                }
+            })
+        };
+        let (ca, cert, key) = (file("tls_ca")?, file("tls_cert")?, file("tls_key")?);
+        if let Some(ca) = ca {
+            o.tls_ca = Some(ca);
+        }
+        match (cert, key) {
+            (Some(cert), Some(key)) => o.tls_client_cert = Some((cert, key)),
+            (None, None) => {}
+            _ => {
+                return Err(Error::config(
+                    BACKEND,
+                    "URL parameters tls_cert and tls_key go together",
+                    None,
+                ));
+            }
+        }
+        let base = p.base().to_string();
+        p.finish(URL_OPTIONS)?;
+        Ok((base, o))
+    }
+
     /// Checks what can be checked without a server: timeouts non-zero, a user name not empty.
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.connect_timeout.is_zero() || self.request_timeout.is_zero() {
-            return Err(Error::config(BACKEND, "timeouts must be non-zero", None));
+        for (name, value) in [
+            ("connect timeout", self.connect_timeout),
+            ("request timeout", self.request_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::config(
+                    BACKEND,
+                    format!("the {name} must be non-zero"),
+                    None,
+                ));
+            }
         }
         if self.user().is_some_and(str::is_empty) {
             return Err(Error::config(BACKEND, "the etcd user name is empty", None));
@@ -267,14 +365,12 @@ pub(crate) struct Target {
 }
 
 /// Parses `url` (its endpoints as `endpoints_of` reads them) with its user information
-/// (`etcd://user:password@host:port`, percent-encoded) and query parameters (`tls_ca`,
-/// `tls_cert`, `tls_key`: file paths, percent-encoded; `tls_cert` and `tls_key` together), which
-/// override those of `options`. Refuses unknown or repeated parameters, TLS files on a plain
+/// (`etcd://user:password@host:port`, percent-encoded) and query parameters
+/// ([`EtcdOptions::with_url`]), which override those of `options`. Refuses unknown or repeated parameters, TLS files on a plain
 /// `etcd://` URL, a user without a password, and empty values.
 pub(crate) fn target_of(url: &str, options: EtcdOptions) -> Result<Target> {
     let bad = |why: String| Error::config(BACKEND, format!("{}: {why}", redacted(url)), None);
-    let mut params = lease_core::backend::UrlParams::parse(BACKEND, url.trim())?;
-    let rest = params.base().to_string();
+    let (rest, mut options) = options.with_url(url)?;
     let (scheme, hosts) = rest.split_once("://").unwrap_or((rest.as_str(), ""));
     let (user, hosts) = match hosts.rsplit_once('@') {
         Some((user, hosts)) => (Some(user), hosts),
@@ -282,7 +378,6 @@ pub(crate) fn target_of(url: &str, options: EtcdOptions) -> Result<Target> {
     };
     let endpoints = endpoints(&format!("{scheme}://{hosts}")).map_err(bad)?;
     let tls = scheme.eq_ignore_ascii_case("etcds");
-    let mut options = options;
     if let Some(user) = user {
         let (name, password) = user
             .split_once(':')
@@ -295,22 +390,6 @@ pub(crate) fn target_of(url: &str, options: EtcdOptions) -> Result<Target> {
             return Err(bad("the user name is empty".into()));
         }
         options = options.with_user(name, password);
-    }
-    let mut take = |name: &str| match params.take(name) {
-        Some(v) if v.is_empty() => Err(bad(format!(
-            "parameter {name:?} needs a value (a percent-encoded path)"
-        ))),
-        v => Ok(v),
-    };
-    let (ca, cert, key) = (take("tls_ca")?, take("tls_cert")?, take("tls_key")?);
-    params.finish(&["tls_ca", "tls_cert", "tls_key"])?;
-    if let Some(ca) = ca {
-        options = options.with_tls_ca(ca);
-    }
-    match (cert, key) {
-        (Some(cert), Some(key)) => options = options.with_tls_client_cert(cert, key),
-        (None, None) => {}
-        _ => return Err(bad("tls_cert and tls_key go together".into())),
     }
     if !tls && (options.tls_ca.is_some() || options.tls_client_cert.is_some()) {
         return Err(bad(
@@ -473,6 +552,49 @@ mod tests {
             redacted("etcd://u:secret@h:1?tls_ca=/x"),
             "etcd://u:***@h:1?tls_ca=/x"
         );
+    }
+
+    #[test]
+    fn every_option_is_read_off_the_url() {
+        let (url, o) = EtcdOptions::default()
+            .with_prefix("code/")
+            .with_url(
+                "etcds://u:pw@a:1,b:2?prefix=p/&fence_prefix=f/&connect_timeout=250ms\
+                 &request_timeout=1m&lease_sharing=per_ttl&tls_ca=/ca&tls_cert=/c&tls_key=/k",
+            )
+            .unwrap();
+        assert_eq!(url, "etcds://u:pw@a:1,b:2");
+        assert_eq!(
+            o,
+            EtcdOptions::default()
+                .with_prefix("p/")
+                .with_fence_prefix("f/")
+                .with_connect_timeout(Duration::from_millis(250))
+                .with_request_timeout(Duration::from_secs(60))
+                .with_lease_sharing(LeaseSharing::PerTtl)
+                .with_tls_ca("/ca")
+                .with_tls_client_cert("/c", "/k")
+        );
+        let (_, o) = EtcdOptions::default()
+            .with_lease_sharing(LeaseSharing::PerTtl)
+            .with_url("etcd://h:1?lease_sharing=per_grant")
+            .unwrap();
+        assert_eq!(o.lease_sharing(), LeaseSharing::PerGrant);
+        for (query, name) in [
+            ("prefx=a/", "prefx"),
+            ("connect_timeout=5", "connect_timeout"),
+            ("request_timeout=1d", "request_timeout"),
+            ("lease_sharing=PerTtl", "lease_sharing"),
+            ("fence_prefix=a&fence_prefix=b", "fence_prefix"),
+            ("tls_key=/k", "tls_key"),
+        ] {
+            match EtcdOptions::default().with_url(&format!("etcds://h:1?{query}")) {
+                Err(Error::Config { message, .. }) => {
+                    assert!(message.contains(name), "{query}: {message}");
+                }
+                other => panic!("{query}: {other:?}"),
+            }
+        }
     }
 
     #[test]

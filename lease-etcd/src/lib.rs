@@ -161,6 +161,32 @@
 //! # let _ = store; Ok(()) }
 //! ```
 //!
+//! ## Options in the URL
+//! Every [`EtcdOptions`] setting can be given in the URL's query, on top of the options passed
+//! in code ([`EtcdOptions::with_url`], [`URL_OPTIONS`]), so that a URL alone (`lease run --store
+//! ...`, an environment variable) configures the store; the user is the URL's `user:password@`.
+//! **Any other parameter is an [`Error::Config`](lease_core::Error::Config)** naming it, so a
+//! misspelt one is never ignored. Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
+//!
+//! | parameter | sets | example |
+//! |---|---|---|
+//! | `prefix` | [`EtcdOptions::with_prefix`] (the lock-name prefix) | `prefix=jobs/` |
+//! | `fence_prefix` | [`EtcdOptions::with_fence_prefix`] | `fence_prefix=fence/` |
+//! | `connect_timeout` | [`EtcdOptions::with_connect_timeout`] | `connect_timeout=1s` |
+//! | `request_timeout` | [`EtcdOptions::with_request_timeout`] | `request_timeout=3s` |
+//! | `lease_sharing` | [`EtcdOptions::with_lease_sharing`]: `per_grant` or `per_ttl` | `lease_sharing=per_ttl` |
+//! | `tls_ca`, `tls_cert`, `tls_key` | [`EtcdOptions::with_tls_ca`], [`EtcdOptions::with_tls_client_cert`] | `tls_ca=/etc/etcd/ca.crt` |
+//!
+//! ```no_run
+//! use lease_etcd::EtcdLeaseStore;
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> lease_core::Result<()> {
+//! let store = EtcdLeaseStore::connect(
+//!     "etcd://10.0.0.1:2379,10.0.0.2:2379?prefix=jobs/&request_timeout=3s&lease_sharing=per_ttl",
+//! )
+//! .await?;
+//! # let _ = store; Ok(()) }
+//! ```
+//!
 //! ## Errors
 //! Refused connections and etcd's "unavailable" answers are
 //! [`Error::Unavailable`](lease_core::Error::Unavailable); requests that exceed
@@ -188,7 +214,7 @@ mod shared;
 mod store;
 mod tls;
 
-pub use config::{EtcdOptions, LeaseSharing};
+pub use config::{EtcdOptions, LeaseSharing, URL_OPTIONS};
 pub use fenced::EtcdFencedResource;
 pub use protocol::{DEFAULT_FENCE_PREFIX, DEFAULT_PREFIX};
 pub use store::EtcdLeaseStore;

@@ -18,7 +18,13 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
     match sharing {
         LeaseSharing::PerTtl => Vec::new(),
-        _ => vec![case!("etcd", no_option_value_panics_or_hangs)],
+        _ => vec![
+            case!("etcd", no_option_value_panics_or_hangs),
+            case!(
+                "etcd",
+                url_options_configure_the_store_and_unknown_ones_are_refused
+            ),
+        ],
     }
 }
 
@@ -156,4 +162,85 @@ pub(crate) async fn no_option_value_panics_or_hangs(ctx: Ctx) -> CaseResult {
     });
     let _ = std::panic::take_hook();
     result.map_err(Failed::from)
+}
+
+/// A URL alone configures the store: the lock-name and fence prefixes (seen in the keys the
+/// store writes), both timeouts and the lease sharing; a misspelt or malformed parameter is
+/// refused, naming it, before anything is sent.
+pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused(
+    ctx: Ctx,
+) -> CaseResult {
+    use lease_core::{FencedResource, WriteOp};
+    let base = super::url();
+    let (prefix, fence) = ("lease-url-test/", "lease-url-fence/");
+    let store = EtcdLeaseStore::connect(&format!(
+        "{base}?prefix={prefix}&fence_prefix={fence}&connect_timeout=1500ms\
+         &request_timeout=3s&lease_sharing=per_ttl"
+    ))
+    .await?;
+    let o = store.options();
+    assert_eq!((o.prefix(), o.fence_prefix()), (prefix, fence));
+    assert_eq!(o.connect_timeout(), Duration::from_millis(1500));
+    assert_eq!(o.request_timeout(), Duration::from_secs(3));
+    assert_eq!(o.lease_sharing(), LeaseSharing::PerTtl);
+    let key = ctx.key("url");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &OwnerId::random(), ctx.long_ttl())
+        .await?;
+    let written = store
+        .fenced_resource()
+        .write(&key, lease.token(), WriteOp::Add(1))
+        .await?;
+    let mut client = store.client();
+    let count = |p: String| {
+        let mut client = client.clone();
+        async move {
+            let opts = etcd_client::GetOptions::new()
+                .with_prefix()
+                .with_count_only();
+            client
+                .get(p.clone(), Some(opts))
+                .await
+                .map(|r| r.count())
+                .map_err(|e| format!("get {p}: {e}"))
+        }
+    };
+    let holders = count(format!("{}/", store.options().lock_name(&key))).await?;
+    let fenced = count(format!("{fence}{key}")).await?;
+    let _released = store.release(&lease).await?;
+    let all = etcd_client::DeleteOptions::new().with_prefix();
+    let _ = client.delete(prefix, Some(all.clone())).await;
+    let _ = client.delete(fence, Some(all)).await;
+    assert!(store.options().lock_name(&key).starts_with(prefix));
+    assert_eq!(holders, 1, "the holder's key is under the URL's prefix");
+    assert!(written.is_accepted());
+    assert_eq!(
+        fenced, 1,
+        "the fenced state is under the URL's fence_prefix"
+    );
+    for bad in [
+        "prefx=jobs/",
+        "sslmode=require",
+        "request_timeout=5",
+        "connect_timeout=soon",
+        "lease_sharing=sometimes",
+        "prefix=a/&prefix=b/",
+        "request_timeout=0s",
+    ] {
+        let url = format!("{base}?{bad}");
+        match tokio::time::timeout(Duration::from_secs(20), EtcdLeaseStore::connect(&url)).await {
+            Ok(Err(e @ Error::Config { .. })) => {
+                let name = bad.split('=').next().unwrap_or(bad).replace('_', " ");
+                let shown = e.to_string().replace('_', " ");
+                if !shown.contains(&name) {
+                    return Err(format!("{bad}: the error does not name {name}: {e}").into());
+                }
+            }
+            Ok(other) => {
+                return Err(format!("{bad}: expected Error::Config, got {other:?}").into());
+            }
+            Err(_) => return Err(format!("{bad}: no answer within 20 s").into()),
+        }
+    }
+    Ok(())
 }
