@@ -149,10 +149,38 @@ fn tls_config_error(
     Error::config(
         BACKEND,
         format!(
-            "{operation}: TLS with the apiserver refused a certificate ({tls}): check the kubeconfig's certificate-authority and client certificate"
+            "{operation}: TLS with the apiserver failed: {}",
+            tls_cause(tls)
         ),
         Some(source),
     )
+}
+
+/// The cause of a refused certificate in words, with what to check, and rustls's own text.
+fn tls_cause(tls: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let cause = match tls {
+        rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            "the apiserver's certificate has expired (renew it on the server)"
+        }
+        rustls::Error::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+            "the apiserver's certificate is not valid yet (check the clocks)"
+        }
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => {
+            "the apiserver's certificate is not signed by the kubeconfig's certificate-authority"
+        }
+        rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        ) => "the apiserver's certificate does not name the server the kubeconfig gives",
+        rustls::Error::AlertReceived(_) | rustls::Error::NoCertificatesPresented => {
+            "a certificate was refused (check the kubeconfig's client certificate)"
+        }
+        _ => {
+            "a certificate was refused (check the kubeconfig's certificate-authority and client \
+              certificate)"
+        }
+    };
+    format!("{cause}; {tls}")
 }
 
 /// Runs one API call under the store's request timeout.
@@ -169,5 +197,42 @@ pub(crate) async fn timed<T>(
             operation,
             after,
         })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::CertificateError as C;
+
+    #[test]
+    fn a_refused_certificate_is_named_by_its_cause() {
+        for (tls, says) in [
+            (
+                rustls::Error::InvalidCertificate(C::Expired),
+                "certificate has expired",
+            ),
+            (
+                rustls::Error::InvalidCertificate(C::NotValidYet),
+                "not valid yet",
+            ),
+            (
+                rustls::Error::InvalidCertificate(C::UnknownIssuer),
+                "not signed by the kubeconfig's certificate-authority",
+            ),
+            (
+                rustls::Error::InvalidCertificate(C::NotValidForName),
+                "does not name the server",
+            ),
+            (
+                rustls::Error::AlertReceived(rustls::AlertDescription::CertificateRequired),
+                "client certificate",
+            ),
+        ] {
+            assert!(refuses_a_certificate(&tls), "{tls}");
+            let e = tls_config_error("get", &tls, Box::new(tls.clone()));
+            assert!(matches!(e, Error::Config { .. }), "{e:?}");
+            assert!(e.to_string().contains(says), "{tls}: {e}");
+        }
     }
 }

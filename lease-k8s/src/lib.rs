@@ -172,9 +172,10 @@
 //! The client authenticates as its kubeconfig (or the in-cluster service account) says; this
 //! crate adds nothing. The tests run against a real kube-apiserver with a **static bearer token**
 //! and with a **client certificate** signed by the CA of its `--client-ca-file`, and check the
-//! failures: a kubeconfig whose CA did not sign the apiserver's certificate is
-//! [`Error::Config`](lease_core::Error::Config) naming the refused certificate (not retryable,
-//! returned at the first request, never a hang); an unknown token or an untrusted client
+//! failures: a kubeconfig whose CA did not sign the apiserver's certificate, and a server whose
+//! certificate has expired, are each an [`Error::Config`](lease_core::Error::Config) that says
+//! which (not retryable, returned at the first request, never a hang; the expired certificate is
+//! tested against a TLS server with one, standing in for an apiserver); an unknown token or an untrusted client
 //! certificate is the apiserver's `401`, an [`Error::Backend`](lease_core::Error::Backend).
 //!
 //! ## RBAC
@@ -202,8 +203,9 @@
 //! request exceeding [`K8sOptions::with_request_timeout`] is
 //! [`Error::Timeout`](lease_core::Error::Timeout); a missing or unusable kubeconfig, an illegal
 //! namespace or prefix, a namespace that does not exist, and a TLS handshake that refused a
-//! certificate (the kubeconfig's CA did not sign the apiserver's certificate, or the apiserver
-//! refused the client certificate; told apart by the rustls error's type) are
+//! certificate (the kubeconfig's CA did not sign the apiserver's certificate, that certificate
+//! has expired, is not valid yet or does not name the server, or the apiserver refused the
+//! client certificate; told apart by the rustls error's type) are
 //! [`Error::Config`](lease_core::Error::Config), not retryable; 401/403, invalid objects and malformed records
 //! are [`Error::Backend`](lease_core::Error::Backend).
 

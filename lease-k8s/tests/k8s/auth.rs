@@ -124,6 +124,58 @@ pub(crate) async fn wrong_ca_kubeconfig_is_a_config_error_not_a_hang(ctx: Ctx) -
     }
 }
 
+/// A server whose certificate has expired: a typed, non-retryable configuration error that says
+/// so, promptly. No apiserver here has an expired certificate, so the TLS etcd member that
+/// `scripts/services/etcd-tls.sh` runs with one (`LEASE_ETCD_TLS_EXPIRED_ENDPOINTS`, signed by
+/// the test CA in `LEASE_ETCD_TLS_DIR`) stands in: the kubeconfig names it as the server and
+/// trusts that CA, so the client refuses the certificate in the TLS handshake, before any HTTP
+/// is spoken, exactly as it would an apiserver's.
+pub(crate) async fn expired_server_certificate_is_a_config_error_not_a_hang(
+    ctx: Ctx,
+) -> CaseResult {
+    let endpoint = std::env::var("LEASE_ETCD_TLS_EXPIRED_ENDPOINTS")
+        .ok()
+        .and_then(|e| e.split(',').next().map(str::trim).map(str::to_owned))
+        .filter(|e| !e.is_empty())
+        .ok_or(
+            "LEASE_ETCD_TLS_EXPIRED_ENDPOINTS is not set (source /tmp/lease-test/etcd-tls.env, \
+             written by scripts/services/etcd-tls.sh start)",
+        )?;
+    let pki = std::env::var("LEASE_ETCD_TLS_DIR").unwrap_or_else(|_| "/tmp/lease-test/pki".into());
+    let ca = PathBuf::from(pki).join("ca.crt");
+    read(&ca)?;
+    // The file's name must not say "expired": the error is checked for that word.
+    let path = edited_kubeconfig("stale-server-cert", |l| {
+        if let Some((indent, _)) = l.split_once("certificate-authority:") {
+            format!("{indent}certificate-authority: {}", ca.display())
+        } else if let Some((indent, _)) = l.split_once("server:") {
+            format!("{indent}server: https://{endpoint}")
+        } else {
+            l.to_owned()
+        }
+    })?;
+    let result = tokio::time::timeout(BOUND, async {
+        let store = store_from(&path).await?;
+        store.inspect(&ctx.key("stale-cert")).await
+    })
+    .await
+    .map_err(|_| "an expired server certificate hung")?;
+    let _ = std::fs::remove_file(&path);
+    match result {
+        Err(e @ Error::Config { .. }) => {
+            assert!(!e.is_retryable(), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("the apiserver's certificate has expired"),
+                "{e}"
+            );
+            println!("as expected: {e}");
+            Ok(())
+        }
+        other => Err(format!("expired certificate: expected Error::Config, got {other:?}").into()),
+    }
+}
+
 /// A client certificate from a CA the apiserver does not trust: the apiserver completes the TLS
 /// handshake and answers 401, a typed non-retryable error, promptly.
 pub(crate) async fn untrusted_client_certificate_is_a_typed_error(ctx: Ctx) -> CaseResult {

@@ -46,6 +46,10 @@ fn all() -> Vec<Case> {
             "k8s",
             auth::wrong_ca_kubeconfig_is_a_config_error_not_a_hang
         ),
+        case!(
+            "k8s",
+            auth::expired_server_certificate_is_a_config_error_not_a_hang
+        ),
         case!("k8s", auth::wrong_bearer_token_is_a_typed_error),
         case!("k8s", auth::untrusted_client_certificate_is_a_typed_error),
         case!("k8s", failure::bad_configuration_is_a_typed_error),
