@@ -31,6 +31,10 @@ pub enum ClientFault {
     /// Starts the local deadline of a grant or renewal when the *reply arrives* instead of when
     /// the request was sent: a slow reply makes the client outlive the store's lease.
     StampAtReceipt,
+    /// A test hook for the per-seed time limit ([`Scenario::seed_timeout`](crate::Scenario)):
+    /// the first call blocks its host's thread for good, so the run can never finish, as a
+    /// deadlocked or endlessly looping build would not.
+    BlockThread,
 }
 
 struct Conn {
@@ -77,6 +81,11 @@ impl NetClient {
     /// # Cancellation safety
     /// Not cancel safe: a dropped call may or may not have been applied by the server.
     pub async fn call(&self, operation: &'static str, req: Request) -> Result<Response> {
+        if self.fault == ClientFault::BlockThread {
+            loop {
+                std::thread::park();
+            }
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let exchange = async {
             let mut guard = self.conn.lock().await;

@@ -44,6 +44,9 @@ pub struct Scenario {
     pub store_clock_rate: Option<f64>,
     /// Overrides the supervisor's loss lead (see `SupervisorConfig::with_loss_lead`).
     pub loss_lead: Option<Duration>,
+    /// The wall-clock time one seed may take before it fails as hung (a seed takes well under a
+    /// second of CPU; a build that deadlocks or loops must fail, naming its seed, not hang).
+    pub seed_timeout: Duration,
 }
 
 impl Default for Scenario {
@@ -56,6 +59,7 @@ impl Default for Scenario {
             belief: BeliefRule::default(),
             store_clock_rate: None,
             loss_lead: None,
+            seed_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -149,15 +153,50 @@ fn host_name(i: usize) -> String {
     format!("w{i}")
 }
 
-/// Runs one seed of `sc` and checks it.
+/// Runs one seed of `sc` and checks it, on a thread of its own, for at most
+/// [`Scenario::seed_timeout`] of wall-clock time.
 ///
 /// Deterministic: the network (turmoil's RNG), the fault schedule, the server's reply drops, the
-/// workers' choices and the supervisor's backoff jitter (`fastrand`, reseeded on this thread) all
+/// workers' choices and the supervisor's backoff jitter (`fastrand`, reseeded on that thread) all
 /// derive from `seed`.
+///
+/// A seed that does not finish in time fails: its report says so, naming the seed, and holds the
+/// trace recorded so far. Its thread cannot be stopped from outside; it is left behind (blocked
+/// or looping) and ends with the process.
 pub fn run_seed(seed: u64, sc: &Scenario) -> RunReport {
+    let trace = Trace::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (sc2, trace2) = (sc.clone(), trace.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("lease-sim seed {seed}"))
+        .spawn(move || {
+            let _ = tx.send(run_seed_here(seed, &sc2, trace2));
+        });
+    let failed = |why: String| RunReport {
+        seed,
+        trace: trace.events(),
+        violations: vec![why],
+    };
+    if let Err(e) = spawned {
+        return failed(format!("seed {seed} could not start its thread: {e}"));
+    }
+    match rx.recv_timeout(sc.seed_timeout) {
+        Ok(r) => r,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => failed(format!(
+            "seed {seed} did not finish within {:?} of wall-clock time (hung: a deadlock or an endless loop); the trace so far holds {} events",
+            sc.seed_timeout,
+            trace.events().len()
+        )),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => failed(format!(
+            "seed {seed} panicked (see its thread's message above)"
+        )),
+    }
+}
+
+/// Runs one seed of `sc` on this thread, recording into `trace`.
+fn run_seed_here(seed: u64, sc: &Scenario, trace: Trace) -> RunReport {
     fastrand::seed(seed);
     let p = plan(seed, sc);
-    let trace = Trace::new();
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .tick_duration(TICK)
@@ -530,7 +569,7 @@ fn check(events: &[Event], sc: &Scenario, heal_at: Duration) -> Vec<String> {
     //
     // A later grant to the *same* owner is skipped: by the store contract a same-owner acquire of
     // a held key is a new grant with a greater token, and here it comes from the holder's own
-    // abandoned acquire delivered late (seed 4648), whose answer nobody receives. Each owner id is
+    // abandoned acquire delivered late, whose answer nobody receives. Each owner id is
     // used by one host only, so it is not a second host believing; the resource still fences the
     // older token (property 2); and a grant to a different owner needs the same-owner grant
     // released (only its unknown token can) or expired, which is later than the older lease's
