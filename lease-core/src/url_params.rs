@@ -178,6 +178,30 @@ impl UrlParams {
         ))
     }
 
+    /// Ends the parse for a backend whose driver reads parameters of its own: takes the
+    /// `driver` parameters, checks that nothing else is left ([`finish`](UrlParams::finish), with
+    /// `options` and `driver` as the known names), and gives the URL to hand to the driver: the
+    /// base with only the driver's parameters.
+    ///
+    /// ```
+    /// use lease_core::backend::UrlParams;
+    /// let mut p = UrlParams::parse("postgres", "postgres://db/app?op_timeout=2s&sslmode=require")?;
+    /// p.take("op_timeout");
+    /// let url = p.finish_for_driver(&["op_timeout"], &["sslmode"])?;
+    /// assert_eq!(url, "postgres://db/app?sslmode=require");
+    /// # Ok::<(), lease_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`finish`](UrlParams::finish).
+    pub fn finish_for_driver(mut self, options: &[&str], driver: &[&str]) -> Result<String> {
+        let passed = self.take_all(driver);
+        let base = std::mem::take(&mut self.base);
+        let known: Vec<&str> = options.iter().chain(driver).copied().collect();
+        self.finish(&known)?;
+        Ok(UrlParams::join(&base, &passed))
+    }
+
     /// `base` with `params` as its query, percent-encoded: the URL to hand to a driver.
     pub fn join(base: &str, params: &[(String, String)]) -> String {
         if params.is_empty() {

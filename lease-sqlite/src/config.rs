@@ -202,15 +202,8 @@ impl SqliteOptions {
         if let Some(d) = p.take_duration("watch_poll_interval")? {
             o = o.watch_poll_interval(d);
         }
-        let driver = p.take_all(DRIVER_URL_PARAMETERS);
-        let base = p.base().to_string();
-        let known: Vec<&str> = URL_OPTIONS
-            .iter()
-            .chain(DRIVER_URL_PARAMETERS)
-            .copied()
-            .collect();
-        p.finish(&known)?;
-        Ok((UrlParams::join(&base, &driver), o))
+        let url = p.finish_for_driver(URL_OPTIONS, DRIVER_URL_PARAMETERS)?;
+        Ok((url, o))
     }
 }
 

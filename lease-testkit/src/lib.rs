@@ -49,6 +49,7 @@ pub mod cases;
 pub mod env;
 pub mod faulty;
 pub mod history;
+pub mod settings;
 
 use std::fmt;
 use std::future::Future;

@@ -8,10 +8,8 @@ use std::time::Duration;
 use lease_core::{AcquireOutcome, LeaseStore, OwnerId};
 use lease_postgres::{FencedTx, PostgresLeaseStore, PostgresOptions, TxTimeouts};
 use lease_testkit::cases::Case;
-use lease_testkit::{CaseResult, Ctx, case};
+use lease_testkit::{CaseResult, Ctx, case, settings};
 use proptest::prelude::*;
-use proptest::strategy::ValueTree;
-use proptest::test_runner::TestRunner;
 
 use super::{table, url};
 
@@ -80,28 +78,12 @@ async fn exercise(ctx: &Ctx, opts: PostgresOptions, n: usize) -> lease_core::Res
 }
 
 pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> CaseResult {
-    let mut runner = TestRunner::deterministic();
-    let strategy = options();
-    for n in 0..DRAWS {
-        let opts = strategy
-            .new_tree(&mut runner)
-            .map_err(|e| format!("drawing options: {e}"))?
-            .current();
-        let shown = format!("{opts:?}");
-        let ctx2 = ctx.clone();
-        // A task of its own, so that a panic anywhere below is seen as one, not as a crash.
-        let run =
-            tokio::spawn(
-                async move { tokio::time::timeout(BOUND, exercise(&ctx2, opts, n)).await },
-            );
-        match run.await {
-            Err(e) if e.is_panic() => return Err(format!("panicked with {shown}: {e}").into()),
-            Err(e) => return Err(format!("task failed with {shown}: {e}").into()),
-            Ok(Err(_)) => return Err(format!("no answer within {BOUND:?} with {shown}").into()),
-            Ok(Ok(_typed_or_ok)) => {}
-        }
-    }
-    Ok(())
+    let values = settings::draw(&options(), DRAWS)?;
+    settings::never_panics_or_hangs(values, BOUND, |opts, n| {
+        let ctx = ctx.clone();
+        async move { exercise(&ctx, opts, n).await }
+    })
+    .await
 }
 
 /// A URL alone configures the store: the seed's table used in place (`table=`, `layout=seed`),
