@@ -121,7 +121,7 @@ fn etcd_refuses_an_unknown_parameter_given_to_connect() {
             "etcd://127.0.0.1:1?tls_caa=/ca.crt",
             "etcds://127.0.0.1:1,127.0.0.1:2?tls_caa=/ca.crt",
         ] {
-            let refusal = ["unknown URL parameter tls_caa", "known: tls_ca"];
+            let refusal = ["unknown URL parameter tls_caa", "(known: ", " tls_ca,"];
             config_error_naming(lease::connect(url).await, url, &refusal);
             config_error_naming(lease::connect_resource(url).await, url, &refusal);
         }
