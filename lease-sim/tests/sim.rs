@@ -171,7 +171,7 @@ fn negative_control_stamp_at_receipt_without_loss_lead() {
             loss_lead: Some(std::time::Duration::from_nanos(1)),
             ..Scenario::default()
         },
-        200,
+        1000,
     );
 }
 
