@@ -1036,7 +1036,7 @@ mod tests {
         assert_eq!(redis_client_requests(info, &cmds), 4);
     }
 
-    /// Issue 22 part 5: `INFO` was subtracted twice, once here (`cmdstat_info` left out) and
+    /// `INFO` was once subtracted twice, once here (`cmdstat_info` left out) and
     /// once more in the renewal load's difference of two readings.
     #[test]
     fn requests_between_two_info_readings_are_not_reduced_twice() {

@@ -699,7 +699,7 @@ fn elect_hands_over_with_a_greater_term() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Durations: out-of-range values are usage errors, never a panic (issue 18, item 6)
+// Durations: out-of-range values are usage errors, never a panic
 
 const HUGE: &str = "3000000000000000h";
 
@@ -784,7 +784,7 @@ fn zero_durations_are_refused_or_mean_at_once() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The command never outlives the lease (issue 18, item 5)
+// The command never outlives the lease
 
 #[test]
 fn a_grace_that_cannot_fit_before_the_deadline_is_refused() {
@@ -909,7 +909,7 @@ fn command_ignoring_sigterm_dies_before_the_local_deadline_redis() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Redis: failover is shared by the lease and any fence kept in the same Redis (issue 18, item 13)
+// Redis: failover is shared by the lease and any fence kept in the same Redis
 
 const FAILOVER_WARNING: &str = "replicates asynchronously";
 
