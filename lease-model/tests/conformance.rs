@@ -1,4 +1,4 @@
-//! Trace conformance (issue 21 part 3): histories recorded against the real backends, under
+//! Trace conformance: histories recorded against the real backends, under
 //! faults, are checked against the model's rules by [`lease_model::trace::check`].
 //!
 //! - `fixtures_conform`: one small recorded trace per backend, checked in under `tests/traces/`

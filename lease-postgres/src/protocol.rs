@@ -201,8 +201,8 @@ impl Statements {
         // `i` (and its trigger, which draws from the sequence); its ON CONFLICT branch covers a
         // row inserted concurrently after the statement's snapshot.
         //
-        // The store sends `acquire_free` first and `acquire` only when it returned no row
-        // (issue 22): a guarded UPDATE that grants a free (or own) row and nothing else. Its
+        // The store sends `acquire_free` first and `acquire` only when it returned no row:
+        // a guarded UPDATE that grants a free (or own) row and nothing else. Its
         // clock is `statement_timestamp()`, the time the server received the statement: no
         // later than `c.now`, so a grant is never early and the row's lease_until is never
         // later than `acquire`'s would be. The INSERT branch's executor set-up, the CASEs, the
@@ -437,7 +437,7 @@ mod tests {
         assert!(MIGRATION.contains(&format!("IS '{FLOOR_VERSION}'")));
     }
 
-    /// Issue 18 item 14: names are substituted in one pass, so a schema that starts with
+    /// Names are substituted in one pass, so a schema that starts with
     /// `leases` (or contains the other name) stays as given.
     #[test]
     fn names_that_look_like_other_names_are_kept() {
@@ -486,7 +486,7 @@ mod tests {
         assert!(!seed.acquire.contains("wake"));
     }
 
-    /// Issue 22: the store's first statement is the `UPDATE` of `acquire`, word for word, so
+    /// The store's first statement is the `UPDATE` of `acquire`, word for word, so
     /// `acquire_free` grants exactly what `acquire`'s UPDATE grants (the same owner, token and
     /// TTL, and the same guard with the statement's receipt time for `c.now`), and does
     /// nothing else: no CASE, no clock CTE, no INSERT, no wake mark.

@@ -6,10 +6,23 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
+use proptest::prelude::{Just, prop_oneof};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
 
 use crate::CaseResult;
+
+/// Durations from the edges (zero, 1 ms, `Duration::MAX`, `u64::MAX` seconds) mixed with
+/// ordinary ones (1 ms to 10 s): the values every duration setting must survive.
+pub fn edge_durations() -> impl Strategy<Value = Duration> {
+    prop_oneof![
+        Just(Duration::ZERO),
+        Just(Duration::from_millis(1)),
+        Just(Duration::MAX),
+        Just(Duration::from_secs(u64::MAX)),
+        (1u64..10_000).prop_map(Duration::from_millis),
+    ]
+}
 
 /// `n` values drawn from `strategy` with proptest's deterministic runner: the same values on
 /// every run, so a failure is reproduced by running the case again.

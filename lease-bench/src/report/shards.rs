@@ -25,7 +25,7 @@ impl Report {
              owner changed between the settled assignments before and after with the least that \
              must move (the joiner's share; the dead worker's shards); *grants* counts every \
              assignment in the phase. *Owned again* is the time from the death until every shard \
-             has a live owner, against the bound of issue 23 (TTL + one interval; two where expiry \
+             has a live owner, against its bound (TTL + one interval; two where expiry \
              is observed locally, Kubernetes); times are polled every tenth of an interval, so \
              they are late by up to that. *Lost* counts leases that live workers lost during the \
              run (a renewal not confirmed in time). A configuration after the backend's name is \

@@ -19,26 +19,21 @@ const DRAWS: usize = 64;
 /// call fails fast; with `Duration::MAX` every call still answers from a live server.
 const BOUND: Duration = Duration::from_secs(30);
 
-fn duration() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_millis(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        (1u64..10_000).prop_map(Duration::from_millis),
-    ]
-}
-
 fn count() -> impl Strategy<Value = u32> {
     prop_oneof![Just(0), Just(1), Just(u32::MAX), 1u32..16]
 }
 
 fn options() -> impl Strategy<Value = PostgresOptions> {
     (
-        duration(),
+        settings::edge_durations(),
         count(),
-        duration(),
-        (duration(), duration(), duration(), duration()),
+        settings::edge_durations(),
+        (
+            settings::edge_durations(),
+            settings::edge_durations(),
+            settings::edge_durations(),
+            settings::edge_durations(),
+        ),
     )
         .prop_map(|(op, max, acquire, (lock, statement, idle, deadline))| {
             PostgresOptions::new(table())

@@ -20,20 +20,10 @@ const DRAWS: usize = 48;
 /// its own timeout, drawn below.
 const BOUND: Duration = Duration::from_secs(30);
 
-fn duration() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_millis(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        (1u64..10_000).prop_map(Duration::from_millis),
-    ]
-}
-
 fn options() -> impl Strategy<Value = RedisOptions> {
     (
-        duration(),
-        duration(),
+        settings::edge_durations(),
+        settings::edge_durations(),
         prop_oneof![Just(0usize), Just(1), Just(usize::MAX), 0usize..4],
         prop::option::of((
             prop_oneof![Just(0u32), Just(1), Just(u32::MAX)],
@@ -44,7 +34,7 @@ fn options() -> impl Strategy<Value = RedisOptions> {
                 (1u64..200).prop_map(Duration::from_millis),
             ],
         )),
-        duration(),
+        settings::edge_durations(),
         any::<bool>(),
     )
         .prop_map(|(response, connect, retries, wait, poll, eviction)| {

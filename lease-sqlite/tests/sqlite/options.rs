@@ -17,23 +17,13 @@ const DRAWS: usize = 48;
 /// How long one combination's calls may take in all.
 const BOUND: Duration = Duration::from_secs(30);
 
-fn duration() -> impl Strategy<Value = Duration> {
-    prop_oneof![
-        Just(Duration::ZERO),
-        Just(Duration::from_millis(1)),
-        Just(Duration::MAX),
-        Just(Duration::from_secs(u64::MAX)),
-        (1u64..10_000).prop_map(Duration::from_millis),
-    ]
-}
-
 fn options() -> impl Strategy<Value = SqliteOptions> {
     (
-        duration(),
+        settings::edge_durations(),
         prop_oneof![Just(0u32), Just(1), Just(u32::MAX), 1u32..16],
         any::<bool>(),
         any::<bool>(),
-        duration(),
+        settings::edge_durations(),
     )
         .prop_map(|(busy, max, full, watch, interval)| {
             SqliteOptions::new()
