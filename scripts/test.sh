@@ -9,7 +9,7 @@
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
 #   LEASE_SERVICES    which services to start (default "certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s")
-#   extra arguments   passed to `cargo test` (for example `-p lease-redis`)
+#   extra arguments   passed to `cargo test` (for example `-p leasehold-redis`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -23,7 +23,7 @@ trap cleanup EXIT
 
 # iproute2: `ss`, with which scripts/lib.sh tells a free port from one taken by a connection.
 need_pkgs build-essential pkg-config protobuf-compiler curl ca-certificates iproute2
-# lease-cli/tests/generate.rs: each completion script is syntax-checked by its shell, each man
+# leasehold-cli/tests/generate.rs: each completion script is syntax-checked by its shell, each man
 # page rendered by groff.
 need_pkgs zsh fish groff-base
 command -v cargo >/dev/null || die "cargo is not installed"
@@ -52,7 +52,7 @@ log "cargo doc --workspace --all-features --no-deps (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 # Every publishable crate packages and builds from its .crate file alone. The crates depend on
 # each other by path+version and are not on crates.io: `--workspace` packages them against a
-# local overlay registry of each other. lease-k8s's own build needs a Kubernetes API version for
+# local overlay registry of each other. leasehold-k8s's own build needs a Kubernetes API version for
 # k8s-openapi (a library must not pick one; an application does). --allow-dirty: a local run with
 # uncommitted edits checks what is in the working tree.
 log "cargo package --workspace (publishable crates)"
@@ -71,7 +71,7 @@ for d in "${CARGO_TARGET_DIR:-target}"/debug/deps/*.d; do
   rm -rf "${CARGO_TARGET_DIR:-target}"/debug/deps/*-"$h".* "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/*-"$h"
 done
 K8S_OPENAPI_ENABLED_VERSION=1.33 cargo package --workspace --locked --allow-dirty \
-  --exclude lease-examples --exclude lease-bench --exclude lease-faults --exclude lease-model --exclude lease-sim
+  --exclude leasehold-examples --exclude leasehold-bench --exclude leasehold-faults --exclude leasehold-model --exclude leasehold-sim
 # The MSRV the manifests state (workspace rust-version) builds everything.
 MSRV=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
 [ -n "$MSRV" ] || die "no rust-version in Cargo.toml"
@@ -80,12 +80,12 @@ log "MSRV $MSRV: cargo +$MSRV check --workspace --all-targets --all-features"
 rustup toolchain install "$MSRV" --profile minimal >/dev/null
 cargo +"$MSRV" check --workspace --all-targets --all-features --locked
 log "cargo test --workspace --all-targets $*"
-cargo test --workspace --all-targets --exclude lease-examples "$@"
+cargo test --workspace --all-targets --exclude leasehold-examples "$@"
 # The examples crate with every backend feature, so each example runs against each backend it names.
-log "cargo test -p lease-examples --all-features"
-cargo test -p lease-examples --all-features --all-targets "$@"
+log "cargo test -p leasehold-examples --all-features"
+cargo test -p leasehold-examples --all-features --all-targets "$@"
 log "cargo test --workspace --doc"
 cargo test --workspace --doc "$@"
 # The deterministic simulation's many seeds, in an optimised build (profile `sim`, target/sim).
-log "LEASE_SIM_SEEDS=5000 cargo test --profile sim -p lease-sim --test sim -- seeds"
-LEASE_SIM_SEEDS=5000 cargo test --profile sim -p lease-sim --test sim -- seeds
+log "LEASE_SIM_SEEDS=5000 cargo test --profile sim -p leasehold-sim --test sim -- seeds"
+LEASE_SIM_SEEDS=5000 cargo test --profile sim -p leasehold-sim --test sim -- seeds

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lease::{
+use leasehold::{
     AcquireOutcome, AcquireRequest, Capabilities, FencedResource, KeyState, KeyWatch, Lease,
     LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome,
 };
@@ -36,9 +36,9 @@ impl Backend {
     /// Connects to `url`.
     ///
     /// # Errors
-    /// As `lease::connect_with_resource`.
-    pub async fn connect(url: &str) -> lease::Result<Self> {
-        let (store, resource) = lease::connect_with_resource(url).await?;
+    /// As `leasehold::connect_with_resource`.
+    pub async fn connect(url: &str) -> leasehold::Result<Self> {
+        let (store, resource) = leasehold::connect_with_resource(url).await?;
         Ok(Backend {
             url: url.to_string(),
             store,
@@ -49,12 +49,12 @@ impl Backend {
     /// Another client (another connection) of the same store.
     ///
     /// # Errors
-    /// As `lease::connect`.
-    pub async fn client(&self) -> lease::Result<Arc<dyn LeaseStore>> {
+    /// As `leasehold::connect`.
+    pub async fn client(&self) -> leasehold::Result<Arc<dyn LeaseStore>> {
         if self.url.starts_with("memory") {
             Ok(self.store.clone())
         } else {
-            lease::connect(&self.url).await
+            leasehold::connect(&self.url).await
         }
     }
 
@@ -99,7 +99,7 @@ impl Network {
 }
 
 /// Each call is cancel safe exactly when the wrapped store's is.
-#[lease::async_trait]
+#[leasehold::async_trait]
 impl LeaseStore for Network {
     fn backend(&self) -> &'static str {
         self.inner.backend()
@@ -107,23 +107,23 @@ impl LeaseStore for Network {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
-    async fn acquire(&self, req: &AcquireRequest) -> lease::Result<AcquireOutcome> {
+    async fn acquire(&self, req: &AcquireRequest) -> leasehold::Result<AcquireOutcome> {
         self.pass().await;
         self.inner.acquire(req).await
     }
-    async fn renew(&self, lease: &Lease) -> lease::Result<RenewOutcome> {
+    async fn renew(&self, lease: &Lease) -> leasehold::Result<RenewOutcome> {
         self.pass().await;
         self.inner.renew(lease).await
     }
-    async fn release(&self, lease: &Lease) -> lease::Result<ReleaseOutcome> {
+    async fn release(&self, lease: &Lease) -> leasehold::Result<ReleaseOutcome> {
         self.pass().await;
         self.inner.release(lease).await
     }
-    async fn inspect(&self, key: &LeaseKey) -> lease::Result<KeyState> {
+    async fn inspect(&self, key: &LeaseKey) -> leasehold::Result<KeyState> {
         self.pass().await;
         self.inner.inspect(key).await
     }
-    async fn watch(&self, key: &LeaseKey) -> lease::Result<Option<KeyWatch>> {
+    async fn watch(&self, key: &LeaseKey) -> leasehold::Result<Option<KeyWatch>> {
         self.pass().await;
         self.inner.watch(key).await
     }

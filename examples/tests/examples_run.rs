@@ -22,7 +22,7 @@ fn run(bin: &str, store: &str, extra: &[&str]) -> (bool, String) {
 }
 
 fn stores() -> Vec<(&'static str, Option<String>)> {
-    let tmp = std::env::temp_dir().join(format!("lease-examples-{}.db", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!("leasehold-examples-{}.db", std::process::id()));
     vec![
         ("memory", Some("memory:".to_string())),
         ("sqlite", Some(format!("sqlite://{}", tmp.display()))),
@@ -48,7 +48,7 @@ fn stores() -> Vec<(&'static str, Option<String>)> {
 }
 
 /// Whether a missing service must fail the run: `CI` is `true`/`1` or `LEASE_TEST_REQUIRE` is `1`
-/// (the project's rule, as `lease_testkit::require_services`; the examples depend on `lease` only).
+/// (the project's rule, as `leasehold_testkit::require_services`; the examples depend on `lease` only).
 fn require_services() -> bool {
     let set = |name: &str| {
         std::env::var(name)
@@ -70,7 +70,7 @@ fn check(bin: &str, expect: &str) {
             eprintln!("{name}: not configured, skipped (set its address variable to run it)");
             continue;
         };
-        if lease::StoreUrl::parse(&url)
+        if leasehold::StoreUrl::parse(&url)
             .map(|u| !u.is_enabled())
             .unwrap_or(true)
         {
@@ -204,7 +204,7 @@ fn field(line: &str, key: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{key} in {line}: {e}"))
 }
 
-/// 16 shards over 3 worker processes on SQLite with a 2 s TTL and `lease-otel` shard metrics:
+/// 16 shards over 3 worker processes on SQLite with a 2 s TTL and `leasehold-otel` shard metrics:
 /// the example itself waits (bounded by 30 TTLs per phase) until every shard is owned by a live
 /// worker within one of its fair share, after the start, after killing `w2` and after adding
 /// `w4`, and fails otherwise. Here: it succeeded, the new worker took shards, and the metrics
@@ -214,7 +214,8 @@ fn field(line: &str, key: &str) -> i64 {
 /// 100 ms before the deadline. 2 s keeps the check for lost leases without testing the host.)
 #[test]
 fn shards_survive_a_kill_and_share_with_a_new_worker_on_sqlite() {
-    let dir = std::env::temp_dir().join(format!("lease-examples-shards-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("leasehold-examples-shards-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let url = format!("sqlite://{}", dir.join("shards.db").display());
     let (ok, out) = run_bounded(

@@ -3,16 +3,16 @@
 //! fencing token; the paused replica wakes up and its late write is rejected by the resource.
 //!
 //! ```text
-//! cargo run -p lease-examples --bin demo                      # in-memory store
-//! cargo run -p lease-examples --features redis --bin demo -- --store redis://127.0.0.1:6379
+//! cargo run -p leasehold-examples --bin demo                      # in-memory store
+//! cargo run -p leasehold-examples --features redis --bin demo -- --store redis://127.0.0.1:6379
 //! ```
 //! Any store URL works (`postgres://`, `redis://`, `etcd://`, `k8s://`, `sqlite://`) with the
 //! matching cargo feature; the fenced resource is then the backend's own.
 
 use std::time::Duration;
 
-use lease::{AcquireOutcome, AcquireRequest, LeaseKey, OwnerId, WriteOp, WriteOutcome};
-use lease_examples::{Backend, store_url};
+use leasehold::{AcquireOutcome, AcquireRequest, LeaseKey, OwnerId, WriteOp, WriteOutcome};
+use leasehold_examples::{Backend, store_url};
 use tokio::time::{Instant, sleep};
 
 #[tokio::main]
@@ -21,7 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let backend = Backend::connect(&url).await?;
     // Stores without a server clock (Kubernetes) judge expiry by observation: give them longer.
     let wanted = match backend.store.capabilities().expiry_clock {
-        lease::ExpiryClock::ObservedLocally => Duration::from_secs(3),
+        leasehold::ExpiryClock::ObservedLocally => Duration::from_secs(3),
         _ => Duration::from_millis(800),
     };
     let ttl = backend.ttl(wanted);

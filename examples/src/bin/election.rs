@@ -4,17 +4,17 @@
 //! write is rejected, and it notices it lost.
 //!
 //! ```text
-//! cargo run -p lease-examples --bin election
-//! cargo run -p lease-examples --features etcd --bin election -- --store etcd://127.0.0.1:2379
+//! cargo run -p leasehold-examples --bin election
+//! cargo run -p leasehold-examples --features etcd --bin election -- --store etcd://127.0.0.1:2379
 //! ```
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use lease::election::{Election, ElectionEvent};
-use lease::supervisor::SupervisorConfig;
-use lease::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
-use lease_examples::{Backend, Network, store_url};
+use leasehold::election::{Election, ElectionEvent};
+use leasehold::supervisor::SupervisorConfig;
+use leasehold::{FencingToken, LeaseKey, OwnerId, WriteOp, WriteOutcome};
+use leasehold_examples::{Backend, Network, store_url};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep};
 
@@ -29,7 +29,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = store_url();
     let backend = Backend::connect(&url).await?;
     let wanted = match backend.store.capabilities().expiry_clock {
-        lease::ExpiryClock::ObservedLocally => Duration::from_secs(3),
+        leasehold::ExpiryClock::ObservedLocally => Duration::from_secs(3),
         _ => Duration::from_millis(900),
     };
     let ttl = backend.ttl(wanted);

@@ -3,14 +3,14 @@
 //! cannot commit anything, even if it never noticed.
 //!
 //! ```text
-//! cargo run -p lease-examples --features postgres --bin fenced-transaction -- --store postgres://postgres@127.0.0.1:5432/test
+//! cargo run -p leasehold-examples --features postgres --bin fenced-transaction -- --store postgres://postgres@127.0.0.1:5432/test
 //! ```
 
 use std::time::Duration;
 
-use lease::postgres::{FencedTx, PostgresLeaseStore};
-use lease::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
-use lease_examples::store_url;
+use leasehold::postgres::{FencedTx, PostgresLeaseStore};
+use leasehold::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+use leasehold_examples::store_url;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -6,16 +6,16 @@
 //! In a cluster: `kubectl apply -f examples/k8s/` (RBAC + Deployment). Locally, with a kubeconfig:
 //!
 //! ```text
-//! cargo run -p lease-examples --features k8s --bin k8s-controller -- --store k8s://default --rounds 3
+//! cargo run -p leasehold-examples --features k8s --bin k8s-controller -- --store k8s://default --rounds 3
 //! ```
 //! `--rounds N` reconciles N times, then resigns and exits (the default runs until SIGTERM).
 
 use std::time::Duration;
 
-use lease::election::{Election, ElectionEvent};
-use lease::supervisor::SupervisorConfig;
-use lease::{LeaseKey, OwnerId, WriteOp};
-use lease_examples::{Backend, store_url};
+use leasehold::election::{Election, ElectionEvent};
+use leasehold::supervisor::SupervisorConfig;
+use leasehold::{LeaseKey, OwnerId, WriteOp};
+use leasehold_examples::{Backend, store_url};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -3,16 +3,16 @@
 //! fifth, and prints the table again after each change.
 //!
 //! ```text
-//! cargo run -p lease-examples --bin shards                      # a temporary SQLite file
-//! cargo run -p lease-examples --features redis --bin shards -- --store redis://127.0.0.1:6379
-//! cargo run -p lease-examples --bin shards -- --shards 16 --workers 3 --ttl-ms 1000 --metrics
+//! cargo run -p leasehold-examples --bin shards                      # a temporary SQLite file
+//! cargo run -p leasehold-examples --features redis --bin shards -- --store redis://127.0.0.1:6379
+//! cargo run -p leasehold-examples --bin shards -- --shards 16 --workers 3 --ttl-ms 1000 --metrics
 //! ```
 //! The store must be shared between processes, so `memory:` is replaced by a temporary SQLite
 //! file. A worker process is the same binary run with `--worker ID`; it leaves gracefully
 //! (draining and releasing its shards) when its stdin closes.
 //!
 //! Defaults: 64 shards, 4 workers (`w1`..`w4`; `w2` is killed, `w5` added), a 2 s TTL. With
-//! `--metrics` every worker records the shard set's OpenTelemetry metrics (`lease_otel::ShardMetrics`:
+//! `--metrics` every worker records the shard set's OpenTelemetry metrics (`leasehold_otel::ShardMetrics`:
 //! `lease.shard.owned`, `lease.shard.moves` by reason, `lease.shard.steals`) into an in-memory
 //! exporter and prints them when it leaves (the killed worker prints nothing).
 
@@ -21,9 +21,9 @@ use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use lease_examples::store_url;
-use lease_otel::ShardMetrics;
-use lease_shard::{ShardSet, ShardSetConfig, Snapshot};
+use leasehold_examples::store_url;
+use leasehold_otel::ShardMetrics;
+use leasehold_shard::{ShardSet, ShardSetConfig, Snapshot};
 use opentelemetry::metrics::MeterProvider;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
@@ -78,7 +78,7 @@ impl Params {
     }
 
     async fn set(&self) -> Result<ShardSet, BoxError> {
-        let store = lease::connect(&self.url).await?;
+        let store = leasehold::connect(&self.url).await?;
         let shards: Vec<String> = (0..self.shards).map(|i| format!("s{i}")).collect();
         Ok(ShardSet::new(
             store,
@@ -110,7 +110,7 @@ async fn worker(p: &Params, id: &str) -> Result<(), BoxError> {
         let provider = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(exporter.clone()).build())
             .build();
-        let store = lease::connect(&p.url).await?;
+        let store = leasehold::connect(&p.url).await?;
         let hook = ShardMetrics::new(&provider.meter("shards"), store.backend(), &p.name);
         set = set.with_shard_hook(std::sync::Arc::new(hook));
         otel = Some((provider, exporter));
@@ -185,7 +185,7 @@ fn summary(exporter: &InMemoryMetricExporter) -> Result<String, BoxError> {
 
 fn reason<'a>(attrs: impl Iterator<Item = &'a opentelemetry::KeyValue>) -> Option<String> {
     attrs
-        .filter(|kv| kv.key.as_str() == lease_otel::names::ATTR_SHARD_REASON)
+        .filter(|kv| kv.key.as_str() == leasehold_otel::names::ATTR_SHARD_REASON)
         .map(|kv| kv.value.to_string())
         .next()
 }
@@ -228,7 +228,7 @@ async fn settle(
         });
         let fair = workers.iter().all(|w| {
             let have = counts.get(*w).copied().unwrap_or(0);
-            have.abs_diff(lease_shard::fair_share(shards, &members, w)) <= 1
+            have.abs_diff(leasehold_shard::fair_share(shards, &members, w)) <= 1
         });
         if owned && fair {
             return Ok(s);

@@ -1,0 +1,119 @@
+//! Runs the built benchmark once in smoke mode and checks that its report has every section for
+//! every backend it could reach. Under `CI=true` or `LEASE_TEST_REQUIRE=1` every backend must have
+//! been reached (the skip rule of the workspace's conformance suites).
+
+use std::process::Command;
+
+const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
+const SECTIONS: [&str; 7] = [
+    "## 0. Goals against the minimal floor",
+    "## 1. Acquire+release throughput",
+    "## 2. Acquire latency",
+    "## 3. Takeover after a holder dies",
+    "## 4. Graceful handoff",
+    "## 5. Renewal load",
+    "## 6. Shard ownership at scale",
+];
+
+/// Whether every backend is required: under CI (`CI=true`) or with `LEASE_TEST_REQUIRE=1`.
+fn require_services() -> bool {
+    let set = |name: &str| {
+        std::env::var(name)
+            .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+    };
+    set("CI") || set("LEASE_TEST_REQUIRE")
+}
+
+/// The rows of the section starting with `heading` (up to the next `## `).
+fn section<'a>(report: &'a str, heading: &str) -> &'a str {
+    let start = report
+        .find(heading)
+        .unwrap_or_else(|| panic!("section {heading:?} missing:\n{report}"));
+    let rest = &report[start + heading.len()..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn smoke_run_reports_every_section_for_every_reachable_backend() {
+    let out = std::env::temp_dir().join(format!("leasehold-bench-smoke-{}.md", std::process::id()));
+    let status = Command::new(env!("CARGO_BIN_EXE_leasehold-bench"))
+        .args(["--smoke", "--out"])
+        .arg(&out)
+        .status()
+        .expect("the benchmark binary runs");
+    assert!(status.success(), "leasehold-bench --smoke failed: {status}");
+    let report = std::fs::read_to_string(&out).expect("the report was written");
+    let _ = std::fs::remove_file(&out);
+
+    let mut measured = Vec::new();
+    for b in BACKENDS {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("- `{b}`: ")))
+            .unwrap_or_else(|| panic!("backend {b} is not listed:\n{report}"));
+        if line.starts_with(&format!("- `{b}`: measured")) {
+            measured.push(b);
+        } else {
+            assert!(
+                !require_services(),
+                "backend {b} is required (CI or LEASE_TEST_REQUIRE) but was not measured: {line}"
+            );
+            eprintln!("WARNING: {line}");
+        }
+    }
+    for heading in SECTIONS {
+        let rows = section(&report, heading);
+        for b in &measured {
+            // A row names its backend, followed by its store configuration where that is not
+            // the default (etcd's shard row: `| etcd (LeaseSharing::PerTtl) |`).
+            let (plain, configured) = (format!("| {b} |"), format!("| {b} ("));
+            let row = rows
+                .lines()
+                .find(|l| l.starts_with(&plain) || l.starts_with(&configured))
+                .unwrap_or_else(|| panic!("no row for {b} in {heading:?}:\n{rows}"));
+            assert!(
+                !row.contains("error:"),
+                "{b} failed a measurement in {heading:?}: {row}"
+            );
+        }
+    }
+    // The backends' own protocol issued directly and the minimal baselines ran: a figure in
+    // their throughput columns (the 6th and 7th) for every backend.
+    let throughput = section(&report, SECTIONS[1]);
+    for b in &measured {
+        for row in throughput
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {b} |")))
+        {
+            for (column, what) in [(6, "same-protocol"), (7, "minimal baseline")] {
+                let figure = row
+                    .split('|')
+                    .nth(column)
+                    .map(str::trim)
+                    .unwrap_or_default();
+                assert!(
+                    figure.parse::<f64>().is_ok_and(|x| x > 0.0),
+                    "{b}: no {what} figure in {row}"
+                );
+            }
+        }
+    }
+    // The ablations ran too (table 1c; the backends that have them), each with a figure.
+    let ablated = ["postgres", "redis", "k8s"];
+    if measured.iter().any(|b| ablated.contains(b)) {
+        let steps = section(&report, "## 1c. Where a throughput gap goes");
+        for b in measured.iter().filter(|b| ablated.contains(b)) {
+            let rows: Vec<&str> = steps
+                .lines()
+                .filter(|l| l.starts_with(&format!("| {b} |")))
+                .collect();
+            // minimal, same protocol and library at 1 and 8 clients, and at least one ablation.
+            assert!(rows.len() > 6, "{b}: too few rows in table 1c:\n{steps}");
+            for row in rows {
+                assert!(!row.contains("error:"), "{b}: an ablation failed: {row}");
+            }
+        }
+    }
+    assert!(report.contains("## Notes"), "the notes are missing");
+}

@@ -1,0 +1,726 @@
+//! Identifiers, leases and the outcomes of lease operations.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub(crate) use crate::backend::{default_drift, validate_ttl};
+use crate::error::{Error, Result};
+use crate::fencing::FencingToken;
+
+/// The longest legal [`LeaseKey`], in bytes.
+///
+/// Kubernetes object names may be 253 characters; we keep 53 in reserve so that a backend may add
+/// a prefix and still produce a legal name.
+pub const MAX_KEY_LEN: usize = 200;
+
+/// The longest legal [`OwnerId`], in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+
+/// The longest TTL any store accepts: one day. Longer leases are almost always a bug (a lease is
+/// meant to be renewed), and they would make a dead holder block a key for longer than anyone waits.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The name of a leased resource.
+///
+/// A key is validated once, on construction, and is then legal on **every** backend unchanged:
+/// it is a DNS-1123 subdomain (the rule for Kubernetes object names) of at most [`MAX_KEY_LEN`]
+/// bytes: lowercase ASCII letters, digits, `-` and `.`, where every dot-separated label starts
+/// and ends with a letter or digit. PostgreSQL, Redis and etcd accept such keys as they are, so no
+/// backend needs an encoding and no two keys can collide (see `docs/adr/0002-portable-keys.md`).
+/// To derive a key from arbitrary text (a tenant name, a path) use [`LeaseKey::derive`].
+///
+/// ```
+/// use leasehold_core::LeaseKey;
+/// let key = LeaseKey::new("tenant-42.reindex")?;
+/// assert_eq!(key.as_str(), "tenant-42.reindex");
+/// assert!(LeaseKey::new("Tenant/42").is_err());
+/// assert!(LeaseKey::new("").is_err());
+/// # Ok::<(), leasehold_core::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseKey(Arc<str>);
+
+impl LeaseKey {
+    /// Validates `key` and wraps it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] if the key is empty, longer than [`MAX_KEY_LEN`], or not a DNS-1123
+    /// subdomain.
+    pub fn new(key: impl AsRef<str>) -> Result<Self> {
+        let key = key.as_ref();
+        validate_key(key).map_err(|reason| Error::InvalidKey {
+            key: truncate(key),
+            reason,
+        })?;
+        Ok(LeaseKey(Arc::from(key)))
+    }
+
+    /// Derives a legal key from arbitrary text: lowercases it, replaces every other character by
+    /// `-`, and appends a short hash of the original text so that different inputs give different
+    /// keys (`"Tenant/42"` becomes `tenant-42-` followed by 12 hex digits).
+    ///
+    /// ```
+    /// use leasehold_core::LeaseKey;
+    /// let a = LeaseKey::derive("Tenant/42");
+    /// let b = LeaseKey::derive("tenant-42");
+    /// assert_ne!(a, b);
+    /// assert!(a.as_str().starts_with("tenant-42-"));
+    /// ```
+    pub fn derive(text: &str) -> Self {
+        let mut out = String::with_capacity(text.len().min(MAX_KEY_LEN));
+        for c in text.chars() {
+            let c = c.to_ascii_lowercase();
+            let mapped = if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            };
+            if mapped == '-' && (out.is_empty() || out.ends_with('-')) {
+                continue;
+            }
+            out.push(mapped);
+            if out.len() >= MAX_KEY_LEN - 14 {
+                break;
+            }
+        }
+        while out.ends_with('-') {
+            out.pop();
+        }
+        let hash = fnv1a64(text.as_bytes());
+        if out.is_empty() {
+            out.push('k');
+        }
+        out.push('-');
+        out.push_str(&format!("{:012x}", hash & 0xffff_ffff_ffff));
+        LeaseKey(Arc::from(out.as_str()))
+    }
+
+    /// A key in the namespace reserved for keys the library derives for its own use beside
+    /// `self`: `SELF.lease--ROLE` (an election's handover reservation, a shard set's shard,
+    /// membership and mailbox keys).
+    ///
+    /// [`LeaseKey::new`] refuses `--` in a key, so no key a user can name is equal to a reserved
+    /// one, and since `role` may not contain `--` either, two different `(self, role)` pairs never
+    /// give the same key.
+    ///
+    /// ```
+    /// use leasehold_core::LeaseKey;
+    /// let jobs = LeaseKey::new("jobs")?;
+    /// let reservation = jobs.reserved("handover")?;
+    /// assert_eq!(reservation.as_str(), "jobs.lease--handover");
+    /// assert!(LeaseKey::new("jobs.lease--handover").is_err());
+    /// assert!(jobs.reserved("a--b").is_err());
+    /// # Ok::<(), leasehold_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] if `role` is not itself a legal key, or the result is longer than
+    /// [`MAX_KEY_LEN`].
+    pub fn reserved(&self, role: &str) -> Result<LeaseKey> {
+        let key = format!("{}.{RESERVED_LABEL_PREFIX}{role}", self.0);
+        let reason = match validate_key(role) {
+            Err(reason) => Some(reason),
+            Ok(()) if key.len() > MAX_KEY_LEN => Some("a key must be at most 200 bytes"),
+            Ok(()) => None,
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidKey {
+                key: truncate(&key),
+                reason,
+            }),
+            None => Ok(LeaseKey(Arc::from(key.as_str()))),
+        }
+    }
+
+    /// Whether this key lies in the library's reserved namespace (see [`LeaseKey::reserved`]).
+    pub fn is_reserved(&self) -> bool {
+        self.0.contains("--")
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The first label of the part a [`LeaseKey::reserved`] key adds starts with this.
+const RESERVED_LABEL_PREFIX: &str = "lease--";
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn validate_key(key: &str) -> std::result::Result<(), &'static str> {
+    if key.is_empty() {
+        return Err("a key must not be empty");
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err("a key must be at most 200 bytes");
+    }
+    for label in key.split('.') {
+        let bytes = label.as_bytes();
+        let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else {
+            return Err("a key must not have empty dot-separated labels");
+        };
+        if !first.is_ascii_alphanumeric() || !last.is_ascii_alphanumeric() {
+            return Err("every dot-separated label must start and end with a letter or digit");
+        }
+        for b in bytes {
+            if !(b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-') {
+                return Err("a key may contain only lowercase ASCII letters, digits, '-' and '.'");
+            }
+        }
+    }
+    if key.contains("--") {
+        return Err("'--' is reserved for the keys the library derives for its own use");
+    }
+    Ok(())
+}
+
+fn reserved_prefix(id: &str) -> Option<&'static str> {
+    OwnerId::FOREIGN_PREFIXES
+        .iter()
+        .copied()
+        .find(|p| id.starts_with(p))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for LeaseKey {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        LeaseKey::new(s)
+    }
+}
+
+impl AsRef<str> for LeaseKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Who holds (or wants) a lease: unique per holder *instance*.
+///
+/// Stores compare owner ids on renew and release. An owner id is **not** a fence: two instances
+/// that share an id would be indistinguishable, which is why [`OwnerId::random`] is the default
+/// and [`OwnerId::with_label`] only prefixes a readable label to a random part.
+///
+/// Legal owner ids are 1 to [`MAX_OWNER_LEN`] bytes of printable ASCII without spaces.
+///
+/// ```
+/// use leasehold_core::OwnerId;
+/// let a = OwnerId::with_label("web-7");
+/// let b = OwnerId::with_label("web-7");
+/// assert_ne!(a, b);
+/// assert!(a.as_str().starts_with("web-7-"));
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(Arc<str>);
+
+impl OwnerId {
+    /// A fresh random id (a UUID v4).
+    pub fn random() -> Self {
+        OwnerId(Arc::from(uuid::Uuid::new_v4().to_string().as_str()))
+    }
+
+    /// A fresh id with a readable label (host or pod name) followed by a random part. Characters
+    /// of the label that are not printable ASCII are replaced by `_`; the label is shortened if
+    /// needed. A label that would start with a [reserved prefix](OwnerId::FOREIGN_PREFIXES) has
+    /// its `:` replaced by `_`, so the result is always a legal owner.
+    ///
+    /// ```
+    /// use leasehold_core::OwnerId;
+    /// let id = OwnerId::with_label("etcd-lock:x");
+    /// assert!(!id.is_foreign());
+    /// assert!(id.as_str().starts_with("etcd-lock_x-"));
+    /// ```
+    pub fn with_label(label: &str) -> Self {
+        let mut clean: String = label
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .take(MAX_OWNER_LEN - 37)
+            .collect();
+        if reserved_prefix(&clean).is_some() {
+            clean = clean.replace(':', "_");
+        }
+        OwnerId(Arc::from(
+            format!("{clean}-{}", uuid::Uuid::new_v4()).as_str(),
+        ))
+    }
+
+    /// Prefixes reserved for holders that are not clients of this library (for example
+    /// `etcd-lock:` for holders of etcd's own lock, `etcdctl lock` and Go's
+    /// `concurrency.Mutex`). [`OwnerId::new`] refuses them, so nobody can resume, renew or release
+    /// as such a holder; only [`OwnerId::foreign`] builds them, for reports.
+    pub const FOREIGN_PREFIXES: &'static [&'static str] = &["etcd-lock:"];
+
+    /// A holder that is not a client of this library, as a backend reports it in
+    /// a [`Holder`] from `inspect` (for example `("etcd-lock:", "/locks/job")`). The result
+    /// is [foreign](OwnerId::is_foreign): every store refuses it as an owner, and
+    /// [`OwnerId::new`] can never produce it. Characters that are not printable ASCII become `_`;
+    /// the name keeps its last characters if it is too long.
+    ///
+    /// # Panics
+    /// Never; a `prefix` that is not one of [`OwnerId::FOREIGN_PREFIXES`] is replaced by the
+    /// first of them.
+    ///
+    /// ```
+    /// use leasehold_core::OwnerId;
+    /// let go = OwnerId::foreign("etcd-lock:", "/locks/nightly");
+    /// assert!(go.is_foreign());
+    /// assert_eq!(go.as_str(), "etcd-lock:/locks/nightly");
+    /// assert!(OwnerId::new(go.as_str()).is_err());
+    /// ```
+    pub fn foreign(prefix: &str, name: &str) -> Self {
+        let prefix = Self::FOREIGN_PREFIXES
+            .iter()
+            .copied()
+            .find(|p| *p == prefix)
+            .unwrap_or(Self::FOREIGN_PREFIXES[0]);
+        let room = MAX_OWNER_LEN - prefix.len();
+        let chars: Vec<char> = name
+            .chars()
+            .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+            .collect();
+        let tail: String = chars[chars.len().saturating_sub(room)..].iter().collect();
+        OwnerId(Arc::from(format!("{prefix}{tail}").as_str()))
+    }
+
+    /// Whether this id stands for a holder that is not a client of this library (see
+    /// [`OwnerId::foreign`]). Stores refuse such owners with [`Error::InvalidOwner`].
+    pub fn is_foreign(&self) -> bool {
+        reserved_prefix(&self.0).is_some()
+    }
+
+    /// Uses `id` as it is, after validation. Use this to resume as a known owner (for example a
+    /// Kubernetes `holderIdentity` chosen by a Go controller).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOwner`] if `id` is empty, too long, not printable ASCII, or starts with
+    /// one of the [reserved prefixes](OwnerId::FOREIGN_PREFIXES) of foreign holders.
+    pub fn new(id: impl AsRef<str>) -> Result<Self> {
+        let id = id.as_ref();
+        let reason = if id.is_empty() {
+            Some("an owner id must not be empty")
+        } else if id.len() > MAX_OWNER_LEN {
+            Some("an owner id must be at most 128 bytes")
+        } else if !id.bytes().all(|b| b.is_ascii_graphic()) {
+            Some("an owner id must be printable ASCII without spaces")
+        } else if reserved_prefix(id).is_some() {
+            Some(
+                "owner ids starting with a reserved prefix (\"etcd-lock:\") stand for holders \
+                 that are not clients of this library; nobody may act as them",
+            )
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(Error::InvalidOwner {
+                owner: truncate(id),
+                reason,
+            }),
+            None => Ok(OwnerId(Arc::from(id))),
+        }
+    }
+
+    /// An owner for one live *instance* of a stable identity: `ID#` followed by 16 random hex
+    /// digits. Elections and shard sets hold their leases under such owners, so that two
+    /// processes started with the same id (a fixed `--worker`, a pod name reused by a
+    /// StatefulSet, PID 1 in two containers) are two different owners to the store and can never
+    /// both hold one key; [`OwnerId::identity`] gives `ID` back.
+    ///
+    /// ```
+    /// use leasehold_core::OwnerId;
+    /// let a = OwnerId::instance("worker-1")?;
+    /// let b = OwnerId::instance("worker-1")?;
+    /// assert_ne!(a, b);
+    /// assert_eq!(a.identity(), "worker-1");
+    /// assert_eq!(b.identity(), "worker-1");
+    /// # Ok::<(), leasehold_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidOwner`] if `id` is not a legal owner id or leaves no room (17 bytes) for
+    /// the instance part.
+    pub fn instance(id: &str) -> Result<Self> {
+        if id.len() > MAX_OWNER_LEN - INSTANCE_SUFFIX_LEN {
+            return Err(Error::InvalidOwner {
+                owner: truncate(id),
+                reason: "an instance's id must be at most 111 bytes (17 are kept for the instance)",
+            });
+        }
+        OwnerId::new(id)?;
+        // fastrand, not a UUID: a deterministic simulation that seeds fastrand on its thread
+        // replays the same instances; elsewhere each thread's generator is seeded at random.
+        let nonce = fastrand::u64(..);
+        OwnerId::new(format!("{id}#{nonce:016x}"))
+    }
+
+    /// The stable identity of an [instance](OwnerId::instance) owner (the part before `#` and
+    /// its 16 hex digits); any other owner id is its own identity.
+    ///
+    /// ```
+    /// use leasehold_core::OwnerId;
+    /// assert_eq!(OwnerId::new("web#7")?.identity(), "web#7");
+    /// assert_eq!(OwnerId::new("web#00000000000000ff")?.identity(), "web");
+    /// # Ok::<(), leasehold_core::Error>(())
+    /// ```
+    pub fn identity(&self) -> &str {
+        let s = &*self.0;
+        if s.len() > INSTANCE_SUFFIX_LEN {
+            let (id, suffix) = s.split_at(s.len() - INSTANCE_SUFFIX_LEN);
+            let mut suffix = suffix.bytes();
+            if suffix.next() == Some(b'#')
+                && suffix.all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return id;
+            }
+        }
+        s
+    }
+
+    /// The stable identity as an owner id: [`OwnerId::identity`] without a new validation (a
+    /// prefix of a legal id that ends before `#` is legal). Elections report their leaders this
+    /// way, so users see the id they chose, not the instance.
+    ///
+    /// ```
+    /// use leasehold_core::OwnerId;
+    /// let id = OwnerId::new("worker-1")?;
+    /// assert_eq!(OwnerId::instance("worker-1")?.to_identity(), id);
+    /// assert_eq!(id.to_identity(), id);
+    /// # Ok::<(), leasehold_core::Error>(())
+    /// ```
+    pub fn to_identity(&self) -> OwnerId {
+        let id = self.identity();
+        if id.len() == self.0.len() {
+            self.clone()
+        } else {
+            OwnerId(Arc::from(id))
+        }
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// `#` and 16 hex digits: the part [`OwnerId::instance`] appends.
+const INSTANCE_SUFFIX_LEN: usize = 17;
+
+impl fmt::Debug for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for OwnerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What an acquirer asks for.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{AcquireRequest, LeaseKey, OwnerId};
+/// let req = AcquireRequest::new(LeaseKey::new("nightly-job")?, OwnerId::random(), Duration::from_secs(30))
+///     .with_drift_margin(Duration::from_millis(500));
+/// assert_eq!(req.drift_margin(), Duration::from_millis(500));
+/// # Ok::<(), leasehold_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The key to acquire.
+    pub key: LeaseKey,
+    /// Who asks.
+    pub owner: OwnerId,
+    /// How long the lease should last unless renewed.
+    pub ttl: Duration,
+    drift_margin: Option<Duration>,
+}
+
+impl AcquireRequest {
+    /// A request with the default drift margin (see [`AcquireRequest::drift_margin`]).
+    pub fn new(key: LeaseKey, owner: OwnerId, ttl: Duration) -> Self {
+        AcquireRequest {
+            key,
+            owner,
+            ttl,
+            drift_margin: None,
+        }
+    }
+
+    /// Sets the drift margin subtracted from the local validity deadline.
+    pub fn with_drift_margin(mut self, margin: Duration) -> Self {
+        self.drift_margin = Some(margin);
+        self
+    }
+
+    /// The margin by which the local validity deadline is earlier than `sent + ttl`: covers clock
+    /// *rate* differences between this host and the store. Default: 2% of the TTL plus 1 ms
+    /// ([`backend::default_drift`](crate::backend::default_drift)).
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin.unwrap_or_else(|| default_drift(self.ttl))
+    }
+}
+
+/// A lease held by this process, as granted (or last renewed) by a store.
+///
+/// It carries the key, the owner, the **fencing token** to attach to every protected write, the
+/// TTL the store actually granted, and the local validity deadline: the instant the request was
+/// *sent* plus the granted TTL minus the drift margin. Because the store starts its TTL only after
+/// it received the request, this process always believes the lease is gone before the store does.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+/// let store = MemoryLeaseStore::new();
+/// let req = AcquireRequest::new(LeaseKey::new("reindex")?, OwnerId::random(), Duration::from_secs(10));
+/// let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else { unreachable!() };
+/// assert!(lease.is_valid());
+/// assert!(lease.remaining() <= Duration::from_secs(10));
+/// println!("write with token {}", lease.token());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    key: LeaseKey,
+    owner: OwnerId,
+    token: FencingToken,
+    ttl: Duration,
+    drift_margin: Duration,
+    deadline: Instant,
+    handle: Option<Arc<str>>,
+}
+
+impl Lease {
+    /// Builds a lease from a grant. `sent` is the instant the granting request was sent; `ttl` is
+    /// the TTL the store granted. Backends call [`backend::granted_lease`](crate::backend::granted_lease).
+    pub(crate) fn granted(
+        key: LeaseKey,
+        owner: OwnerId,
+        token: FencingToken,
+        ttl: Duration,
+        drift_margin: Duration,
+        sent: Instant,
+    ) -> Self {
+        let deadline = deadline_after(sent, ttl, drift_margin);
+        Lease {
+            key,
+            owner,
+            token,
+            ttl,
+            drift_margin,
+            deadline,
+            handle: None,
+        }
+    }
+
+    /// Rebuilds a lease handle for a lease granted earlier (for example by another process that
+    /// passed its token on). Its local deadline is *now*: the first renewal tells whether it is
+    /// still held.
+    pub fn resume(key: LeaseKey, owner: OwnerId, token: FencingToken, ttl: Duration) -> Self {
+        Lease {
+            key,
+            owner,
+            token,
+            ttl,
+            drift_margin: default_drift(ttl),
+            deadline: Instant::now(),
+            handle: None,
+        }
+    }
+
+    /// The same lease with a new deadline computed from a renewal sent at `sent`.
+    pub fn renewed(&self, ttl: Duration, sent: Instant) -> Self {
+        let mut next = self.clone();
+        next.ttl = ttl;
+        next.deadline = deadline_after(sent, ttl, self.drift_margin);
+        next
+    }
+
+    /// The same lease with its deadline moved `by` later: the deadline on the supervisor's
+    /// validity clock, for a request sent when the host had been suspended for `by` in total.
+    pub(crate) fn shifted(&self, by: Duration) -> Self {
+        let mut next = self.clone();
+        // Unrepresentable only for absurd shifts; the unshifted deadline is the earlier one.
+        next.deadline = self.deadline.checked_add(by).unwrap_or(self.deadline);
+        next
+    }
+
+    /// Attaches backend-private data (an etcd lease id, a Kubernetes resourceVersion).
+    pub fn with_handle(mut self, handle: impl Into<Arc<str>>) -> Self {
+        self.handle = Some(handle.into());
+        self
+    }
+
+    /// Backend-private data attached by the store that issued this lease.
+    pub fn handle(&self) -> Option<&str> {
+        self.handle.as_deref()
+    }
+
+    /// The leased key.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The holder.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The fencing token of this grant: attach it to every protected write.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The TTL the store granted (may be larger than requested where a backend rounds up, never
+    /// smaller).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The drift margin used for the deadline.
+    pub fn drift_margin(&self) -> Duration {
+        self.drift_margin
+    }
+
+    /// The local validity deadline (tokio's clock).
+    ///
+    /// Tokio's clock is monotonic and stops while the host is suspended, so this deadline (and
+    /// [`remaining`](Lease::remaining), [`is_valid`](Lease::is_valid)) does not see a suspend. A
+    /// supervised lease's [`may_act`](crate::supervisor::LeaseGuard::may_act) does (see
+    /// [`clock`](crate::clock)).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Time left until the local deadline (zero once passed).
+    pub fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the local deadline has not yet passed. This is a *belief*, not authority: the
+    /// resource decides with the token.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.deadline
+    }
+}
+
+/// `sent + ttl - drift`. A deadline this process cannot represent (a TTL of centuries) is taken as
+/// `sent`: a lease whose end cannot be computed is not trusted at all.
+fn deadline_after(sent: Instant, ttl: Duration, drift: Duration) -> Instant {
+    sent.checked_add(ttl.saturating_sub(drift)).unwrap_or(sent)
+}
+
+/// The current holder of a key, as the store sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Who holds it.
+    pub owner: OwnerId,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+    /// Time left before the store considers the lease expired (for stores without a server clock,
+    /// an upper bound estimated from local observation).
+    pub remaining: Duration,
+    /// The TTL of the holder's lease.
+    pub ttl: Duration,
+}
+
+/// Who holds a key and with which token, without the time left: what
+/// [`LeaseStore::holders_many`](crate::LeaseStore::holders_many) reports for a held key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBy {
+    /// Who holds it.
+    pub owner: OwnerId,
+    /// The holder's fencing token.
+    pub token: FencingToken,
+}
+
+impl From<Holder> for HeldBy {
+    fn from(h: Holder) -> Self {
+        HeldBy {
+            owner: h.owner,
+            token: h.token,
+        }
+    }
+}
+
+/// What [`LeaseStore::inspect`](crate::LeaseStore::inspect) reports for a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyState {
+    /// The key.
+    pub key: LeaseKey,
+    /// The current, unexpired holder, if any.
+    pub holder: Option<Holder>,
+    /// The highest token ever issued for the key, if the store still knows it.
+    pub last_token: Option<FencingToken>,
+}
+
+/// The result of an acquire that reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum AcquireOutcome {
+    /// The key was free or expired (or already ours, see the store contract): it is ours now,
+    /// with a token greater than every token issued for the key before.
+    Acquired(Lease),
+    /// Someone else holds a valid lease on the key; nothing changed.
+    Held(Holder),
+}
+
+impl AcquireOutcome {
+    /// The lease, if acquired.
+    pub fn lease(self) -> Option<Lease> {
+        match self {
+            AcquireOutcome::Acquired(lease) => Some(lease),
+            AcquireOutcome::Held(_) => None,
+        }
+    }
+}
+
+/// The result of a renew that reached the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum RenewOutcome {
+    /// Extended: the returned lease has the new deadline and the same token.
+    Renewed(Lease),
+    /// The lease is gone (expired, released, taken over, or the owner or token does not match);
+    /// nothing changed. It can never be revived: acquire again for a new token.
+    Lost,
+}
+
+/// The result of a release that reached the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum ReleaseOutcome {
+    /// The key is free now; its generation is kept, so the next token is still greater.
+    Released,
+    /// The lease was not held by this owner and token (expired, taken over, never granted);
+    /// nothing changed.
+    NotHeld,
+}

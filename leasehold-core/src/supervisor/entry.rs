@@ -1,0 +1,408 @@
+//! The public entry points: [`Supervisor`], its bounded acquisition, and what it returns.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, timeout};
+use tokio_util::sync::CancellationToken;
+
+use super::batch;
+use super::config::SupervisorConfig;
+use super::guard::{LeaseGuard, LeaseGuardRef};
+use super::state::LossReason;
+use crate::clock::saturating_add;
+use crate::error::{Error, Result};
+use crate::fencing::FencedResource;
+use crate::hook::{Hook, NoHook};
+use crate::lease::{
+    AcquireOutcome, AcquireRequest, Holder, Lease, LeaseKey, OwnerId, ReleaseOutcome,
+};
+use crate::store::{KeyWatch, LeaseStore};
+
+/// Acquires and supervises leases on one store.
+#[derive(Clone)]
+pub struct Supervisor {
+    store: Arc<dyn LeaseStore>,
+    config: SupervisorConfig,
+    owner: OwnerId,
+    fence: Option<Arc<dyn FencedResource>>,
+    hook: Arc<dyn Hook>,
+    renewer: batch::Renewer,
+}
+
+impl fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("backend", &self.store.backend())
+            .field("owner", &self.owner)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The result of a bounded acquisition.
+#[derive(Debug)]
+#[must_use]
+pub enum Acquisition {
+    /// Acquired; the guard renews until released, dropped or lost.
+    Acquired(LeaseGuard),
+    /// The wait ran out while someone else held the key.
+    NotAcquired {
+        /// The holder at the last attempt.
+        holder: Option<Holder>,
+        /// How long we waited.
+        waited: Duration,
+    },
+    /// The cancellation token passed to [`Supervisor::acquire_until_cancelled`] fired.
+    Cancelled,
+}
+
+impl Acquisition {
+    /// The guard, if acquired.
+    pub fn guard(self) -> Option<LeaseGuard> {
+        match self {
+            Acquisition::Acquired(g) => Some(g),
+            _ => None,
+        }
+    }
+}
+
+impl Supervisor {
+    /// A supervisor acting as a fresh random owner.
+    pub fn new<S: LeaseStore + 'static>(store: S, config: SupervisorConfig) -> Self {
+        Self::from_arc(Arc::new(store), config)
+    }
+
+    /// A supervisor over a shared store.
+    pub fn from_arc(store: Arc<dyn LeaseStore>, config: SupervisorConfig) -> Self {
+        let renewer = batch::Renewer::new(
+            store.clone(),
+            config.renewal_batching(),
+            config.renew_interval(),
+            config.op_timeout(),
+        );
+        Supervisor {
+            store,
+            config,
+            owner: OwnerId::random(),
+            fence: None,
+            hook: Arc::new(NoHook),
+            renewer,
+        }
+    }
+
+    /// Acts as `owner` instead of a random one.
+    pub fn with_owner(mut self, owner: OwnerId) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Immediate fencing: install every new token in `resource` before handing out the guard, so
+    /// the previous holder is rejected even before the new one writes.
+    pub fn with_fence(mut self, resource: Arc<dyn FencedResource>) -> Self {
+        self.fence = Some(resource);
+        self
+    }
+
+    /// Reports every step to `hook` (metrics, audit).
+    pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.hook = hook;
+        self
+    }
+
+    /// The hook.
+    pub fn hook(&self) -> &Arc<dyn Hook> {
+        &self.hook
+    }
+
+    /// The owner id this supervisor acquires as.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SupervisorConfig {
+        &self.config
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn LeaseStore> {
+        &self.store
+    }
+
+    /// Acquires `key`, waiting at most the configured acquire wait.
+    ///
+    /// # Errors
+    /// Invalid input, or the last store error if every attempt failed.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped acquire may leave a ghost grant that expires after its TTL. Use
+    /// [`Supervisor::acquire_until_cancelled`] to stop waiting cleanly.
+    pub async fn acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
+        self.acquire_until_cancelled(key, &CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Supervisor::acquire`], but stops waiting (between attempts) when `cancel` fires.
+    ///
+    /// # Errors
+    /// Invalid input, or the last store error if every attempt failed.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe through `cancel`: an attempt in flight finishes (bounded by the call timeout)
+    /// and a lease it obtained is released before returning `Cancelled`.
+    pub async fn acquire_until_cancelled(
+        &self,
+        key: &LeaseKey,
+        cancel: &CancellationToken,
+    ) -> Result<Acquisition> {
+        self.acquire_within(key, self.config.acquire_wait(), cancel)
+            .await
+    }
+
+    /// One attempt, without waiting: the key if it is free (or expired) now, else
+    /// [`Acquisition::NotAcquired`] naming the holder. Opens no watch. For callers that decide
+    /// themselves when to try again (a shard set taking free shards, say).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
+    /// use leasehold_core::{LeaseKey, MemoryLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = MemoryLeaseStore::new();
+    /// let a = Supervisor::new(store.clone(), SupervisorConfig::new(Duration::from_secs(30)));
+    /// let b = Supervisor::new(store, SupervisorConfig::new(Duration::from_secs(30)));
+    /// let key = LeaseKey::new("tenant-7")?;
+    /// let guard = a.try_acquire(&key).await?.guard().expect("free key");
+    /// assert!(matches!(b.try_acquire(&key).await?, Acquisition::NotAcquired { .. }));
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input, or the store error of the attempt.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped attempt may leave a ghost grant that expires after its TTL.
+    pub async fn try_acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
+        self.acquire_within(key, Duration::ZERO, &CancellationToken::new())
+            .await
+    }
+
+    /// Opens a watch on `key`, bounded like any store call: a watch that does not open in time
+    /// (a subscription on a black-holed connection) leaves the caller polling.
+    async fn open_watch(&self, key: &LeaseKey, wait: Duration) -> Option<KeyWatch> {
+        let bound = self.config.op_timeout().min(wait);
+        match timeout(bound, self.store.watch(key)).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "watch failed; polling");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(backend = self.store.backend(), key = %key, "watch did not open in time; polling");
+                None
+            }
+        }
+    }
+
+    async fn acquire_within(
+        &self,
+        key: &LeaseKey,
+        wait: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Acquisition> {
+        self.config.validate()?;
+        let clock = self.config.clock();
+        let started = Instant::now();
+        let deadline = saturating_add(started, wait);
+        let req = AcquireRequest::new(key.clone(), self.owner.clone(), self.config.ttl())
+            .with_drift_margin(self.config.drift_margin());
+        // The watch is opened after the first refusal, not before the first attempt: an
+        // uncontended acquire then costs no watch (a request on etcd and Kubernetes, a LISTEN
+        // on PostgreSQL). Right after opening it the key is tried again at once, so a release
+        // between the refusal and the watch is not missed.
+        let mut watch: Option<KeyWatch> = None;
+        let mut watch_opened = !self.store.capabilities().watch || wait.is_zero();
+        let mut attempt: u32 = 0;
+        let mut holder = None;
+        loop {
+            let op = self.config.op_timeout();
+            // Suspended time before the request is sent: the grant's deadline is placed on the
+            // validity clock with it (a suspend during the call only makes it earlier).
+            let suspended = clock.suspended();
+            let result = match timeout(op, self.store.acquire(&req)).await {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    backend: self.store.backend(),
+                    operation: "acquire",
+                    after: op,
+                }),
+            };
+            let pause = match result {
+                Ok(AcquireOutcome::Acquired(lease)) => {
+                    if cancel.is_cancelled() {
+                        let _ = timeout(op, self.store.release(&lease)).await;
+                        return Ok(Acquisition::Cancelled);
+                    }
+                    self.hook.acquired(&lease, started.elapsed());
+                    return self
+                        .start(lease, suspended)
+                        .await
+                        .map(Acquisition::Acquired);
+                }
+                Ok(AcquireOutcome::Held(h)) => {
+                    // Retry when the holder's lease would expire, or earlier with backoff.
+                    let until_expiry = h.remaining.saturating_add(Duration::from_millis(1));
+                    holder = Some(h);
+                    self.config
+                        .backoff(attempt)
+                        .max(self.config.backoff_min())
+                        .min(until_expiry)
+                }
+                Err(e) if e.is_retryable() => {
+                    tracing::debug!(backend = self.store.backend(), key = %key, error = %e, "acquire attempt failed; retrying");
+                    if Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    self.config.backoff(attempt)
+                }
+                Err(e) => return Err(e),
+            };
+            attempt = attempt.saturating_add(1);
+            let now = Instant::now();
+            if now >= deadline {
+                self.hook.not_acquired(key, now - started);
+                return Ok(Acquisition::NotAcquired {
+                    holder,
+                    waited: now - started,
+                });
+            }
+            if !watch_opened {
+                watch_opened = true;
+                // Bounded by the op timeout within what is left of the acquire's wait, not by
+                // the backoff (`pause`): opening a watch can take a connection and a LISTEN
+                // (PostgreSQL) or a LIST (Kubernetes), longer than a first backoff of 10 ms.
+                watch = self
+                    .open_watch(key, deadline.saturating_duration_since(now))
+                    .await;
+                if watch.is_some() && !cancel.is_cancelled() {
+                    continue;
+                }
+            }
+            let wake = saturating_add(now, pause).min(deadline);
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    self.hook.not_acquired(key, started.elapsed());
+                    return Ok(Acquisition::Cancelled);
+                }
+                _ = tokio::time::sleep_until(wake) => {}
+                changed = async {
+                    match watch.as_mut() {
+                        Some(w) => w.changed().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if !matches!(changed, Some(Ok(()))) {
+                        watch = None; // the watch broke: fall back to polling
+                    }
+                }
+            }
+        }
+    }
+
+    /// Acquires `key`, runs `work` with the guard while the lease is held, and releases after.
+    /// `work` is dropped (cancelled) if the lease is lost.
+    ///
+    /// # Errors
+    /// As [`Supervisor::acquire`].
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropping it drops the guard, which releases in the background.
+    pub async fn run<F, Fut, T>(&self, key: &LeaseKey, work: F) -> Result<RunOutcome<T>>
+    where
+        F: FnOnce(LeaseGuardRef) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self.acquire(key).await? {
+            Acquisition::Acquired(guard) => {
+                let r = guard.run(work(guard.guard_ref())).await;
+                match r {
+                    Ok(v) => {
+                        let released = guard.release().await?;
+                        Ok(RunOutcome::Completed { value: v, released })
+                    }
+                    Err(reason) => Ok(RunOutcome::Lost(reason)),
+                }
+            }
+            Acquisition::NotAcquired { holder, .. } => Ok(RunOutcome::NotAcquired { holder }),
+            Acquisition::Cancelled => Ok(RunOutcome::NotAcquired { holder: None }),
+        }
+    }
+
+    /// Hands out the guard for `lease`, granted to a request sent after `suspended` of host
+    /// suspend.
+    async fn start(&self, lease: Lease, suspended: Duration) -> Result<LeaseGuard> {
+        if let Some(fence) = &self.fence {
+            let out = match timeout(
+                self.config.op_timeout(),
+                fence.install(lease.key(), lease.token()),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(Error::Timeout {
+                    backend: "fence",
+                    operation: "install",
+                    after: self.config.op_timeout(),
+                }),
+            };
+            match out {
+                Ok(o) if o.is_accepted() => {}
+                other => {
+                    let released =
+                        timeout(self.config.op_timeout(), self.store.release(&lease)).await;
+                    self.hook
+                        .ended(&lease, Duration::ZERO, released.ok().and_then(|r| r.ok()));
+                    return Err(match other {
+                        Err(e) => e,
+                        Ok(o) => Error::InvalidInput(format!(
+                            "the fenced resource refused to install token {}: {o:?}",
+                            lease.token()
+                        )),
+                    });
+                }
+            }
+        }
+        tracing::info!(backend = self.store.backend(), key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease acquired");
+        Ok(LeaseGuard::spawn(
+            self.store.clone(),
+            self.config.clone(),
+            lease,
+            suspended,
+            self.hook.clone(),
+            self.renewer.clone(),
+        ))
+    }
+}
+
+/// What [`Supervisor::run`] ended with.
+#[derive(Debug)]
+pub enum RunOutcome<T> {
+    /// The work completed while the lease was held; it was then released.
+    Completed {
+        /// The work's output.
+        value: T,
+        /// What the store said to the release.
+        released: ReleaseOutcome,
+    },
+    /// The lease was lost; the work was cancelled.
+    Lost(LossReason),
+    /// Someone else held the key for the whole wait.
+    NotAcquired {
+        /// The holder at the last attempt.
+        holder: Option<Holder>,
+    },
+}

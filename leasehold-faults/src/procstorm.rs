@@ -1,0 +1,394 @@
+//! The process storm: holders run as real processes (`lease-fault-holder --process-storm`) that
+//! this process SIGKILLs, SIGSTOPs and SIGCONTs at random moments, while they acquire, renew,
+//! write through the fenced resource and release. Each holder prints every operation with
+//! `CLOCK_MONOTONIC` stamps (shared by all processes of the host), from which one history is
+//! built and checked by the same checker as the in-process storms.
+//!
+//! What a signal does to the history:
+//! - an operation a killed holder had begun and not ended is of **unknown outcome** (a write may
+//!   have been applied, an acquisition may have granted a ghost lease), ended at the kill;
+//! - a write whose run spans a pause of its holder is a [`LateWrite`](Op::LateWrite): a process
+//!   frozen in flight cannot be stopped by its own deadline, so only the fence judges it (it must
+//!   never be accepted after a greater token was);
+//! - a loss that a holder paused during its grant reports on resuming is left out: a stopped
+//!   process cannot report anything, and leaving the report out only makes the checker stricter
+//!   (the holder's belief then lasts to its deadline).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use leasehold_core::{FencingToken, OwnerId};
+use leasehold_testkit::history::{Attempt, Event, History, Op, Stamp};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+use crate::child::holder_bin;
+use crate::scenarios::{Measured, fresh_key};
+
+/// `CLOCK_MONOTONIC` nanoseconds to instants of this process.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    at: std::time::Instant,
+    ns: u64,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            at: std::time::Instant::now(),
+            ns: mono(),
+        }
+    }
+    fn instant(self, ns: u64) -> Instant {
+        let i = if ns >= self.ns {
+            self.at + Duration::from_nanos(ns - self.ns)
+        } else {
+            self.at
+                .checked_sub(Duration::from_nanos(self.ns - ns))
+                .unwrap_or(self.at)
+        };
+        Instant::from_std(i)
+    }
+}
+
+fn mono() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0)
+    })
+}
+
+#[derive(Debug)]
+struct Holder {
+    name: String,
+    owner: OwnerId,
+    child: Option<Child>,
+    /// The operation begun and not yet ended: (op, token, invoked).
+    pending: Option<(String, Option<FencingToken>, u64)>,
+    /// Start of the current grant's acquisition.
+    grant_started: u64,
+    /// Pauses, as (SIGSTOP, SIGCONT) monotonic nanoseconds (`u64::MAX`: not resumed yet).
+    pauses: Vec<(u64, u64)>,
+    paused_until: Option<Instant>,
+    killed_at: Option<u64>,
+    finished: bool,
+}
+
+impl Holder {
+    fn paused_within(&self, from: u64, to: u64) -> bool {
+        self.pauses.iter().any(|&(s, e)| s < to && e > from)
+    }
+}
+
+fn spawn(
+    name: &str,
+    args: &[String],
+    tx: mpsc::UnboundedSender<(String, Option<Value>)>,
+) -> Result<Child, String> {
+    let mut child = Command::new(holder_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("spawning {}: {e}", holder_bin()))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let name = name.to_string();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(out).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                let _ = tx.send((name.clone(), Some(v)));
+            }
+        }
+        let _ = tx.send((name, None));
+    });
+    Ok(child)
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) -> Result<(), String> {
+    let pid = child.id().ok_or("holder exited")?;
+    let pid = i32::try_from(pid).map_err(|e| e.to_string())?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).map_err(|e| e.to_string())
+}
+
+/// SQLite holders killed and paused during a storm (TTL 1 s, three holders at a time, each
+/// killed one replaced, up to eight holders in all).
+///
+/// # Errors
+/// If the holders cannot be started or the resource cannot be read at the end.
+pub async fn sqlite_kill_pause(seed: u64) -> Result<Measured, String> {
+    let dir = std::env::var("LEASE_SQLITE_DIR")
+        .unwrap_or_else(|_| std::env::temp_dir().to_string_lossy().into_owned());
+    let path = format!(
+        "{dir}/leasehold-faults-procstorm-{}-{seed}-{}.db",
+        std::process::id(),
+        fastrand::u32(..)
+    );
+    let url = format!("sqlite://{path}");
+    let r = process_storm(&url, &url, Duration::from_millis(1000), seed).await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
+    r
+}
+
+/// A process storm against the store at `url` and the fenced resource at `resource_url`.
+///
+/// # Errors
+/// As [`sqlite_kill_pause`].
+pub async fn process_storm(
+    url: &str,
+    resource_url: &str,
+    ttl: Duration,
+    seed: u64,
+) -> Result<Measured, String> {
+    let key = fresh_key("procstorm");
+    let clock = Clock::new();
+    let history = History::new();
+    let mut seq = 0u64;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    // The resource must exist before holders race to create it.
+    let resource = leasehold::connect_resource(resource_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut holders: HashMap<String, Holder> = HashMap::new();
+    let spawned = std::sync::atomic::AtomicU64::new(0);
+    let args = |n: u64, rounds: u32| -> Vec<String> {
+        [
+            "--process-storm",
+            "--url",
+            url,
+            "--resource-url",
+            resource_url,
+            "--key",
+            key.as_str(),
+        ]
+        .iter()
+        .map(ToString::to_string)
+        .chain([
+            "--ttl-ms".to_string(),
+            ttl.as_millis().to_string(),
+            "--rounds".to_string(),
+            rounds.to_string(),
+            "--seed".to_string(),
+            (seed * 100 + n).to_string(),
+        ])
+        .collect()
+    };
+    let add = |holders: &mut HashMap<String, Holder>, rounds: u32| -> Result<(), String> {
+        let n = spawned.load(std::sync::atomic::Ordering::Relaxed);
+        let name = format!("p{n}");
+        let child = spawn(&name, &args(n, rounds), tx.clone())?;
+        spawned.store(n + 1, std::sync::atomic::Ordering::Relaxed);
+        holders.insert(
+            name.clone(),
+            Holder {
+                owner: OwnerId::with_label(&name),
+                name,
+                child: Some(child),
+                pending: None,
+                grant_started: 0,
+                pauses: Vec::new(),
+                paused_until: None,
+                killed_at: None,
+                finished: false,
+            },
+        );
+        Ok(())
+    };
+    for _ in 0..3 {
+        add(&mut holders, 3)?;
+    }
+    let (mut kills, mut pauses) = (0u64, 0u64);
+    let started = Instant::now();
+    let give_up = started + Duration::from_secs(90);
+    let mut next_fault = started + ttl.mul_f64(1.0 + rng.f64());
+    let mut stamp = |ns: u64| {
+        seq += 1;
+        Stamp {
+            at: clock.instant(ns),
+            seq,
+        }
+    };
+    loop {
+        if holders.values().all(|h| h.finished) {
+            break;
+        }
+        let resume = holders.values().filter_map(|h| h.paused_until).min();
+        let wake = resume
+            .map_or(next_fault, |r| r.min(next_fault))
+            .min(give_up);
+        tokio::select! {
+            msg = rx.recv() => {
+                let Some((name, v)) = msg else { break };
+                let Some(h) = holders.get_mut(&name) else { continue };
+                let Some(v) = v else {
+                    // End of output: the process exited (or was killed).
+                    h.finished = true;
+                    if let (Some((op, token, t)), Some(k)) = (h.pending.take(), h.killed_at) {
+                        let op = match (op.as_str(), token) {
+                            ("write", Some(tk)) if h.paused_within(t, k) => {
+                                Op::Unknown(Attempt::LateWrite(tk))
+                            }
+                            ("write", Some(tk)) => Op::Unknown(Attempt::Write(tk)),
+                            ("release", Some(tk)) => Op::Release { token: tk },
+                            _ => Op::Unknown(Attempt::Acquire),
+                        };
+                        let (invoked, completed) = (stamp(t), stamp(k));
+                        history.push(Event { client: h.name.clone(), key: key.clone(), invoked, completed, op });
+                    }
+                    continue;
+                };
+                let tok = v["token"].as_u64().and_then(|t| FencingToken::new(t).ok());
+                let n = |f: &str| v[f].as_u64().unwrap_or(0);
+                let ev = v["event"].as_str().unwrap_or_default();
+                let op = match (ev, tok) {
+                    ("begin", _) => {
+                        let op = v["op"].as_str().unwrap_or_default().to_string();
+                        if op == "acquire" {
+                            h.grant_started = n("t");
+                        }
+                        h.pending = Some((op, tok, n("t")));
+                        None
+                    }
+                    ("granted", Some(token)) => Some(Op::Granted {
+                        owner: h.owner.clone(),
+                        token,
+                        deadline: clock.instant(n("deadline")),
+                    }),
+                    ("refused", _) => Some(Op::Refused),
+                    ("acquire_unknown", _) => Some(Op::Unknown(Attempt::Acquire)),
+                    ("renewed", Some(token)) => Some(Op::Renewed {
+                        token,
+                        deadline: clock.instant(n("deadline")),
+                    }),
+                    ("lost", Some(token)) => {
+                        if !h.paused_within(h.grant_started, u64::MAX) {
+                            let s = stamp(n("t"));
+                            history.push(Event { client: h.name.clone(), key: key.clone(), invoked: s, completed: s, op: Op::RenewLost { token } });
+                        }
+                        None
+                    }
+                    ("write", Some(token)) => {
+                        let accepted = v["accepted"] == true;
+                        Some(if h.paused_within(n("t0"), n("t1")) {
+                            Op::LateWrite { token, accepted }
+                        } else {
+                            Op::Write { token, accepted }
+                        })
+                    }
+                    ("write_unknown", Some(token)) => Some(Op::Unknown(
+                        if h.paused_within(n("t0"), n("t1")) {
+                            Attempt::LateWrite(token)
+                        } else {
+                            Attempt::Write(token)
+                        },
+                    )),
+                    ("released", Some(token)) => Some(Op::Release { token }),
+                    _ => None,
+                };
+                if let Some(op) = op {
+                    if !matches!(op, Op::Renewed { .. }) {
+                        h.pending = None;
+                    }
+                    let (invoked, completed) = (stamp(n("t0")), stamp(n("t1")));
+                    history.push(Event { client: h.name.clone(), key: key.clone(), invoked, completed, op });
+                }
+            }
+            () = sleep_until(wake) => {
+                let now = Instant::now();
+                if now >= give_up {
+                    for h in holders.values_mut() {
+                        if let Some(c) = h.child.as_ref() {
+                            let _ = signal(c, nix::sys::signal::Signal::SIGCONT);
+                        }
+                        if let Some(mut c) = h.child.take() {
+                            h.killed_at = Some(mono());
+                            let _ = c.kill().await;
+                        }
+                    }
+                    continue;
+                }
+                for h in holders.values_mut() {
+                    if h.paused_until.is_some_and(|u| u <= now) {
+                        if let Some(c) = h.child.as_ref() {
+                            signal(c, nix::sys::signal::Signal::SIGCONT)?;
+                        }
+                        if let Some(p) = h.pauses.last_mut() {
+                            p.1 = mono();
+                        }
+                        h.paused_until = None;
+                    }
+                }
+                if now < next_fault {
+                    continue;
+                }
+                next_fault = now + ttl.mul_f64(0.5 + rng.f64());
+                let mut live: Vec<String> = holders
+                    .values()
+                    .filter(|h| !h.finished && h.child.is_some() && h.paused_until.is_none())
+                    .map(|h| h.name.clone())
+                    .collect();
+                live.sort();
+                if live.is_empty() {
+                    continue;
+                }
+                let pick = live[rng.usize(0..live.len())].clone();
+                match rng.u8(0..5) {
+                    0 | 1 => {
+                        let h = holders.get_mut(&pick).ok_or("holder vanished")?;
+                        if let Some(mut c) = h.child.take() {
+                            h.killed_at = Some(mono());
+                            c.kill().await.map_err(|e| e.to_string())?;
+                            kills += 1;
+                        }
+                        if spawned.load(std::sync::atomic::Ordering::Relaxed) < 8 {
+                            add(&mut holders, 2)?;
+                        }
+                    }
+                    2 | 3 => {
+                        let h = holders.get_mut(&pick).ok_or("holder vanished")?;
+                        if let Some(c) = h.child.as_ref() {
+                            signal(c, nix::sys::signal::Signal::SIGSTOP)?;
+                            h.pauses.push((mono(), u64::MAX));
+                            h.paused_until = Some(now + ttl.mul_f64(0.8 + rng.f64() * 0.8));
+                            pauses += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let mut violations = history.check();
+    let state = tokio::time::timeout(Duration::from_secs(10), resource.read(&key))
+        .await
+        .map_err(|_| "reading the resource timed out".to_string())?
+        .map_err(|e| format!("reading the resource: {e}"))?;
+    violations.extend(history.check_counter(&key, state.counter));
+    violations.extend(history.check_high_water(&key, state.high_water));
+    let events = history.events();
+    let renewals = events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Renewed { .. }))
+        .count() as u64;
+    if !events.iter().any(|e| matches!(e.op, Op::Granted { .. })) {
+        return Err(format!("no holder was ever granted {key}"));
+    }
+    Ok(Measured {
+        faults: kills + pauses,
+        renewals,
+        unknown: history.unknown_outcomes(),
+        history: (!violations.is_empty()).then(|| history.dump()),
+        violations,
+        ..Measured::default()
+    })
+}

@@ -1,0 +1,521 @@
+//! The randomized storm: contenders race for one key, hold it across several renewal intervals,
+//! write through a fenced resource reached over its own faulty link, and suffer faults at random
+//! moments, during renewals and releases included. Every grant, confirmed renewal, loss, release,
+//! write and unknown outcome enters a [`History`], which is checked at the end; the run's result is
+//! a typed [`Measured`] whose violations name the property broken.
+//!
+//! The same code runs against every backend ([`StormBackend`]) and against the deliberately broken
+//! stores and resources of [`controls`](crate::controls).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use leasehold_core::supervisor::{
+    Health, Hook, LossReason, RenewalResult, Supervisor, SupervisorConfig,
+};
+use leasehold_core::{FencedResource, Lease, LeaseKey, LeaseStore, WriteOp};
+use leasehold_testkit::history::{Attempt, History, Op, Stamp, Violation, ViolationKind};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, timeout};
+
+use crate::link::{Link, LinkFault};
+use crate::scenarios::{Measured, fresh_key};
+
+/// One contender's clients, each behind its own link.
+#[derive(Debug)]
+pub struct Contender {
+    /// Its client of the store.
+    pub store: Arc<dyn LeaseStore>,
+    /// Its client of the fenced resource.
+    pub resource: Arc<dyn FencedResource>,
+    /// The link to the store.
+    pub store_link: Arc<dyn Link>,
+    /// The link to the resource.
+    pub resource_link: Arc<dyn Link>,
+}
+
+/// Where a storm runs.
+#[async_trait]
+pub trait StormBackend: Send + Sync {
+    /// The TTL the contenders use.
+    fn ttl(&self) -> Duration;
+    /// The supervisor configuration of every contender.
+    fn config(&self) -> SupervisorConfig {
+        SupervisorConfig::new(self.ttl())
+    }
+    /// A new contender.
+    async fn contender(&self) -> Result<Contender, String>;
+    /// Clients that reach the store and the resource without faults.
+    async fn observer(&self) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>), String>;
+}
+
+/// The shape of a storm.
+#[derive(Debug, Clone, Copy)]
+pub struct StormShape {
+    /// The seed of the fault plan.
+    pub seed: u64,
+    /// How many contenders.
+    pub contenders: usize,
+    /// How many rounds each contender tries to hold the key.
+    pub rounds: usize,
+}
+
+/// Records the supervisor's renewals and losses of one contender into the history.
+#[derive(Debug)]
+struct Recorder {
+    name: String,
+    key: LeaseKey,
+    history: History,
+    observer: Arc<dyn LeaseStore>,
+    renewals: Arc<AtomicU64>,
+    false_expiries: Arc<AtomicU64>,
+    store_margins: Arc<std::sync::Mutex<Vec<Duration>>>,
+    /// Losses reported at the deadline while the store itself had already let the lease go.
+    late: Arc<std::sync::Mutex<Vec<Violation>>>,
+    /// The contender's loss lead.
+    lead: Duration,
+    probes: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// Probes whose read failed or timed out (a panicked probe is counted when joined).
+    failed_probes: Arc<AtomicU64>,
+}
+
+impl Hook for Recorder {
+    fn renewal(&self, lease: &Lease, result: RenewalResult, latency: Duration) {
+        let invoked = Stamp {
+            at: Instant::now()
+                .checked_sub(latency)
+                .unwrap_or_else(Instant::now),
+            seq: 0,
+        };
+        let op = match result {
+            RenewalResult::Confirmed { .. } => {
+                self.renewals.fetch_add(1, Ordering::Relaxed);
+                Op::Renewed {
+                    token: lease.token(),
+                    deadline: lease.deadline(),
+                }
+            }
+            RenewalResult::Refused => return,
+            _ => Op::Unknown(Attempt::Renew(lease.token())),
+        };
+        self.history.end(&self.name, &self.key, invoked, op);
+    }
+
+    fn health_changed(&self, lease: &Lease, _from: Health, to: Health) {
+        if !matches!(to, Health::Lost(_)) {
+            return;
+        }
+        let s = self.history.begin();
+        self.history.end(
+            &self.name,
+            &self.key,
+            s,
+            Op::RenewLost {
+                token: lease.token(),
+            },
+        );
+        // A loss while the store still holds the lease for this holder is a false expiry
+        // (liveness, not safety): count it. A loss at the deadline must come while the store still
+        // holds the lease: its remaining time is the margin (a lower bound, as the probe follows the
+        // report). A read that finds the lease gone shows only that the store let go before the
+        // read completed; if that was within the loss lead of the report, the store let go before
+        // the holder's own local deadline (the report comes a loss lead ahead of it), which is what
+        // every overlap argument rests on: a late loss. A slower read proves nothing either way and
+        // is not counted. Nobody releases a lease lost at its deadline, so only expiry ended it.
+        let (observer, key, token) = (self.observer.clone(), lease.key().clone(), lease.token());
+        let deadline = lease.deadline();
+        let fe = self.false_expiries.clone();
+        let margins = self.store_margins.clone();
+        let late = self.late.clone();
+        let name = self.name.clone();
+        let lead = self.lead;
+        let at_deadline = matches!(to, Health::Lost(LossReason::DeadlineReached));
+        let reported = Instant::now();
+        let failed = self.failed_probes.clone();
+        let probe = tokio::spawn(async move {
+            let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
+            else {
+                // The check this read was for did not happen: count it, never drop it.
+                failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            match state.holder.as_ref().filter(|h| h.token == token) {
+                Some(h) => {
+                    if at_deadline {
+                        // How long the store itself still held the lease at the loss report.
+                        margins
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(h.remaining);
+                    }
+                    if Instant::now() < deadline {
+                        fe.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                None if at_deadline && reported.elapsed() < lead => {
+                    late.lock().unwrap_or_else(|p| p.into_inner()).push(Violation::new(
+                        ViolationKind::LateLoss,
+                        format!(
+                            "{key}: {name} reported token {token} lost at its deadline, but the store had let it go before its local deadline (read within {:?} of the report, a loss lead of {lead:?}): {:?}",
+                            reported.elapsed(),
+                            state.holder
+                        ),
+                    ));
+                }
+                None => {}
+            }
+        });
+        self.probes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(probe);
+    }
+}
+
+/// A fault chosen for one round.
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    None,
+    /// A fault on the store link from `at` (after the grant) for `len` (or to the round's end).
+    Store(LinkFault, Duration, Option<Duration>),
+    /// A fault on the resource link.
+    Resource(LinkFault, Duration, Option<Duration>),
+    /// The holder stops (its renewals with it) for the duration, then writes once without
+    /// checking its lease, like a process resumed from SIGSTOP.
+    Pause(Duration, Duration),
+}
+
+fn plan(rng: &mut fastrand::Rng, ttl: Duration, lead: Duration, hold: Duration) -> Plan {
+    // A third of the faults start right before the release; the others anywhere in the hold.
+    let at = if rng.u8(0..3) == 0 {
+        hold
+    } else {
+        hold.mul_f64(rng.f64())
+    };
+    let len = if rng.bool() {
+        Some(ttl.mul_f64(0.1 + rng.f64() * 0.4))
+    } else {
+        None
+    };
+    match rng.u8(0..10) {
+        0 => Plan::Store(LinkFault::Blackhole, at, len),
+        1 => Plan::Store(LinkFault::DropResponses, at, len),
+        2 => Plan::Store(LinkFault::Reset, at, len),
+        // Latency just under and just over the loss lead.
+        3 => Plan::Store(LinkFault::Latency(lead.mul_f64(0.8)), at, None),
+        4 => Plan::Store(LinkFault::Latency(lead.mul_f64(1.2)), at, None),
+        5 => {
+            let f = match rng.u8(0..4) {
+                0 => LinkFault::Blackhole,
+                1 => LinkFault::DropResponses,
+                2 => LinkFault::Reset,
+                _ => LinkFault::Latency(lead),
+            };
+            Plan::Resource(f, at, len)
+        }
+        6 => Plan::Pause(hold.mul_f64(rng.f64()), ttl.mul_f64(0.8 + rng.f64() * 0.8)),
+        _ => Plan::None,
+    }
+}
+
+/// Runs one storm on `backend` and checks its history.
+///
+/// # Errors
+/// Only for failures of the test infrastructure (a client that cannot be set up, a panicked
+/// task); every safety finding is a violation in the returned [`Measured`].
+pub async fn storm(backend: &dyn StormBackend, shape: StormShape) -> Result<Measured, String> {
+    storm_with(backend, shape, None).await
+}
+
+/// A disruption of the servers (a restart, a failover) that runs during a storm.
+pub type Disruption<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Runs one storm on `backend` while `disrupt` (if any) restarts or fails over its servers; the
+/// history is checked once both are done (the final read of the resource reaches the server that
+/// is up after the disruption).
+///
+/// # Errors
+/// As [`storm`], and if the disruption itself fails.
+pub async fn storm_with(
+    backend: &dyn StormBackend,
+    shape: StormShape,
+    disrupt: Option<Disruption<'_>>,
+) -> Result<Measured, String> {
+    let k = fresh_key("storm");
+    let history = History::new();
+    let ttl = backend.ttl();
+    let (observer, reader) = backend.observer().await?;
+    let faults = Arc::new(AtomicU64::new(0));
+    let renewals = Arc::new(AtomicU64::new(0));
+    let false_expiries = Arc::new(AtomicU64::new(0));
+    let store_margins = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let late = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let failed_probes = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    let mut recorders = Vec::new();
+    for i in 0..shape.contenders {
+        let c = backend.contender().await?;
+        let name = format!("c{i}");
+        let config = backend.config().with_acquire_wait(ttl * 5);
+        let lead = config.loss_lead();
+        let recorder = Arc::new(Recorder {
+            name: name.clone(),
+            key: k.clone(),
+            history: history.clone(),
+            observer: observer.clone(),
+            renewals: renewals.clone(),
+            false_expiries: false_expiries.clone(),
+            store_margins: store_margins.clone(),
+            late: late.clone(),
+            lead,
+            probes: std::sync::Mutex::default(),
+            failed_probes: failed_probes.clone(),
+        });
+        recorders.push(recorder.clone());
+        let sup = Supervisor::from_arc(c.store.clone(), config).with_hook(recorder);
+        let (k, history, faults) = (k.clone(), history.clone(), faults.clone());
+        let mut rng =
+            fastrand::Rng::with_seed(shape.seed.wrapping_mul(1000).wrapping_add(i as u64));
+        let rounds = shape.rounds;
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                round(&sup, &c, &k, &name, &history, &mut rng, ttl, lead, &faults).await;
+            }
+        }));
+    }
+    let contenders = async {
+        for t in tasks {
+            t.await.map_err(|e| format!("contender panicked: {e}"))?;
+        }
+        Ok::<(), String>(())
+    };
+    let disruption = async {
+        match disrupt {
+            Some(d) => d.await.map_err(|e| format!("disruption: {e}")),
+            None => Ok(()),
+        }
+    };
+    let (c, d) = tokio::join!(contenders, disruption);
+    c?;
+    d?;
+    for r in &recorders {
+        let probes: Vec<_> =
+            std::mem::take(&mut *r.probes.lock().unwrap_or_else(|p| p.into_inner()));
+        for p in probes {
+            if p.await.is_err() {
+                failed_probes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let mut violations = history.check();
+    violations.extend(std::mem::take(
+        &mut *late.lock().unwrap_or_else(|p| p.into_inner()),
+    ));
+    let state = read_final(&*reader, &k).await?;
+    violations.extend(history.check_counter(&k, state.counter));
+    violations.extend(history.check_high_water(&k, state.high_water));
+    Ok(Measured {
+        margins: margins(&history),
+        store_margins: std::mem::take(
+            &mut *store_margins.lock().unwrap_or_else(|p| p.into_inner()),
+        ),
+        faults: faults.load(Ordering::Relaxed),
+        renewals: renewals.load(Ordering::Relaxed),
+        unknown: history.unknown_outcomes(),
+        false_expiries: false_expiries.load(Ordering::Relaxed),
+        failed_probes: failed_probes.load(Ordering::Relaxed),
+        history: (!violations.is_empty()).then(|| history.dump()),
+        violations,
+        ..Measured::default()
+    })
+}
+
+/// Reads the resource at the end of a storm, retrying for up to 20 s: after a restart or a
+/// failover a client's first request may fail on a connection the server closed.
+async fn read_final(
+    reader: &dyn FencedResource,
+    k: &LeaseKey,
+) -> Result<leasehold_core::ResourceState, String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let err = match timeout(Duration::from_secs(5), reader.read(k)).await {
+            Ok(Ok(state)) => return Ok(state),
+            Ok(Err(e)) => format!("reading the resource: {e}"),
+            Err(_) => "reading the resource timed out".to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(err);
+        }
+        sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn round(
+    sup: &Supervisor,
+    c: &Contender,
+    k: &LeaseKey,
+    name: &str,
+    history: &History,
+    rng: &mut fastrand::Rng,
+    ttl: Duration,
+    lead: Duration,
+    faults: &AtomicU64,
+) {
+    let s = history.begin();
+    let guard = match timeout(ttl * 6, sup.acquire(k)).await {
+        Ok(Ok(a)) => match a.guard() {
+            Some(g) => g,
+            None => {
+                history.end(name, k, s, Op::Refused);
+                return;
+            }
+        },
+        _ => {
+            history.end(name, k, s, Op::Unknown(Attempt::Acquire));
+            return;
+        }
+    };
+    let token = guard.token();
+    history.end(
+        name,
+        k,
+        s,
+        Op::Granted {
+            owner: sup.owner().clone(),
+            token,
+            deadline: guard.lease().deadline(),
+        },
+    );
+    let hold = ttl.mul_f64(0.5 + rng.f64() * 1.5);
+    let start = Instant::now();
+    let until = start + hold;
+    let mut plan = plan(rng, ttl, lead, hold);
+    let mut heal_at: Option<Instant> = None;
+    let op_timeout = ttl / 3;
+    loop {
+        let now = Instant::now();
+        match plan {
+            Plan::Store(f, at, len) | Plan::Resource(f, at, len) if now >= start + at => {
+                if matches!(plan, Plan::Store(..)) {
+                    c.store_link.set(f);
+                } else {
+                    c.resource_link.set(f);
+                }
+                faults.fetch_add(1, Ordering::Relaxed);
+                heal_at = len.map(|l| now + l);
+                plan = Plan::None;
+            }
+            Plan::Pause(at, len) if now >= start + at => {
+                faults.fetch_add(1, Ordering::Relaxed);
+                plan = Plan::None;
+                c.store_link.set(LinkFault::Blackhole);
+                sleep(len).await;
+                c.store_link.heal();
+                late_write(c, k, name, history, token).await;
+            }
+            _ => {}
+        }
+        if heal_at.is_some_and(|h| now >= h) {
+            c.store_link.heal();
+            c.resource_link.heal();
+            heal_at = None;
+        }
+        if now >= until || !guard.may_act() {
+            break;
+        }
+        let s = history.begin();
+        let write = timeout(op_timeout, c.resource.write(k, token, WriteOp::Add(1)));
+        let op = match guard.run(write).await {
+            Ok(Ok(Ok(out))) => Op::Write {
+                token,
+                accepted: out.is_accepted(),
+            },
+            // An error that states nothing was sent or applied: recorded as not accepted.
+            Ok(Ok(Err(e))) if !e.outcome_unknown() => Op::Write {
+                token,
+                accepted: false,
+            },
+            _ => Op::Unknown(Attempt::Write(token)),
+        };
+        history.end(name, k, s, op);
+        sleep(Duration::from_millis(rng.u64(5..25))).await;
+    }
+    let s = history.begin();
+    let _ = timeout(ttl * 2, guard.release()).await;
+    history.end(name, k, s, Op::Release { token });
+    c.store_link.heal();
+    c.resource_link.heal();
+    // Sometimes a holder that has let go writes once more with its old token later on (a zombie
+    // resumed from a pause): the resource must reject it once a greater token was accepted.
+    if rng.u8(0..4) == 0 {
+        sleep(ttl.mul_f64(rng.f64())).await;
+        late_write(c, k, name, history, token).await;
+    }
+}
+
+async fn late_write(
+    c: &Contender,
+    k: &LeaseKey,
+    name: &str,
+    history: &History,
+    token: leasehold_core::FencingToken,
+) {
+    let s = history.begin();
+    let op = match timeout(
+        Duration::from_secs(2),
+        c.resource.write(k, token, WriteOp::Add(1)),
+    )
+    .await
+    {
+        Ok(Ok(out)) => Op::LateWrite {
+            token,
+            accepted: out.is_accepted(),
+        },
+        // Certainly not applied (see `round`).
+        Ok(Err(e)) if !e.outcome_unknown() => Op::LateWrite {
+            token,
+            accepted: false,
+        },
+        _ => Op::Unknown(Attempt::LateWrite(token)),
+    };
+    history.end(name, k, s, op);
+}
+
+/// For every grant that followed a loss report (with no grant in between), the time from the
+/// report to the grant. Only losses that ended a holder's belief count (not a `Lost` published
+/// by a release whose answer did not arrive).
+fn margins(history: &History) -> Vec<std::time::Duration> {
+    let mut ev = history.events();
+    let released: Vec<(String, leasehold_core::FencingToken, Stamp)> = ev
+        .iter()
+        .filter_map(|e| match e.op {
+            Op::Release { token } => Some((e.client.clone(), token, e.invoked)),
+            _ => None,
+        })
+        .collect();
+    ev.sort_by_key(|e| e.completed);
+    let mut lost: Option<Instant> = None;
+    let mut out = Vec::new();
+    for e in ev {
+        match e.op {
+            Op::RenewLost { token }
+                if !released
+                    .iter()
+                    .any(|(c, t, s)| *c == e.client && *t == token && *s < e.invoked) =>
+            {
+                lost = Some(e.invoked.at);
+            }
+            Op::Granted { .. } => {
+                if let Some(l) = lost.take() {
+                    out.push(e.completed.at.saturating_duration_since(l));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}

@@ -1,0 +1,151 @@
+//! The test target of leasehold-postgres: the shared leasehold-testkit suite, unchanged, against the real PostgreSQL server, plus this
+//! backend's own failure cases (group `postgres`).
+//!
+//! Server: `LEASE_POSTGRES_URL` (default `postgres://postgres@127.0.0.1:5432/test`). Tables live in
+//! the schema `lease_pg_test`; every case uses its own random key namespace and deletes its rows.
+
+mod adopt;
+mod advisory;
+mod clock;
+mod deadline;
+mod failure;
+mod fenced;
+mod inspect;
+mod options;
+mod row_fence;
+mod schema;
+mod seed;
+mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leasehold_core::{FencedResource, LeaseStore};
+use leasehold_postgres::{PostgresLeaseStore, PostgresOptions, TableName};
+use leasehold_testkit::{Backend, BoxFuture};
+
+/// The test schema.
+pub(crate) const SCHEMA: &str = "lease_pg_test";
+
+/// `LEASE_POSTGRES_URL`, or the local default.
+pub(crate) fn url() -> String {
+    std::env::var("LEASE_POSTGRES_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string())
+}
+
+/// The test lease table.
+pub(crate) fn table() -> TableName {
+    TableName::parse(&format!("{SCHEMA}.leases")).expect("legal table name")
+}
+
+/// Small pools: many clients exist at once and the server is shared.
+/// Connecting only verifies the schema ([`migrate_once`] installs it).
+pub(crate) fn options() -> PostgresOptions {
+    PostgresOptions::new(table())
+        .with_migrate(false)
+        .with_max_connections(2)
+        .with_acquire_timeout(Duration::from_secs(5))
+}
+
+/// A new client (its own pool) of the test table.
+pub(crate) async fn store() -> leasehold_core::Result<PostgresLeaseStore> {
+    PostgresLeaseStore::connect_with(&url(), options()).await
+}
+
+/// Installs the schema once before the suite. A server that cannot be reached is left to the
+/// testkit, which reports it (and fails under CI / LEASE_TEST_REQUIRE).
+pub(crate) fn migrate_once() {
+    let rt = leasehold_testkit::env::runtime();
+    let result = rt.block_on(async {
+        let store = PostgresLeaseStore::connect_lazy(
+            &url(),
+            options().with_acquire_timeout(Duration::from_secs(3)),
+        )?;
+        store.migrate().await
+    });
+    if let Err(e) = result {
+        eprintln!("leasehold-postgres: migrate before the suite failed: {e}");
+    }
+}
+
+/// Polls `f` every 20 ms until it returns true or `within` passes.
+pub(crate) async fn eventually<F, Fut>(
+    within: Duration,
+    what: &str,
+    mut f: F,
+) -> Result<(), leasehold_testkit::Failed>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f().await {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("{what} did not happen within {within:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[derive(Debug)]
+struct Postgres;
+
+impl Backend for Postgres {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn connect(&self) -> BoxFuture<'_, leasehold_core::Result<Arc<dyn LeaseStore>>> {
+        Box::pin(async { Ok(Arc::new(store().await?) as Arc<dyn LeaseStore>) })
+    }
+
+    fn resource(&self) -> BoxFuture<'_, leasehold_core::Result<Arc<dyn FencedResource>>> {
+        Box::pin(async {
+            Ok(Arc::new(store().await?.fenced_resource()) as Arc<dyn FencedResource>)
+        })
+    }
+
+    /// Longer than the default 600 ms: the shared 2-core test machine (other crates compiling,
+    /// fsyncs of their target dirs) can stall a round trip past the supervisor's per-call
+    /// timeout of TTL / 3.
+    fn short_ttl(&self) -> Duration {
+        Duration::from_millis(2000)
+    }
+
+    fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Ok(store) = store().await {
+                let _ = store.delete_prefix(namespace).await;
+            }
+        })
+    }
+}
+
+fn main() {
+    migrate_once();
+    leasehold_testkit::run_with(
+        Postgres,
+        [
+            adopt::cases(),
+            seed::cases(),
+            fenced::cases(),
+            inspect::cases(),
+            options::cases(),
+            row_fence::cases(),
+            advisory::cases(),
+            clock::cases(),
+            deadline::cases(),
+            failure::cases(),
+            schema::cases(),
+            watch::cases(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    );
+}

@@ -1,0 +1,150 @@
+//! Renewal.
+
+use std::time::Duration;
+
+use leasehold_core::{FencingToken, Lease, OwnerId, RenewOutcome};
+
+use super::Case;
+use crate::{CaseResult, Ctx};
+
+/// This file's cases, with the capabilities each needs.
+pub fn cases() -> Vec<Case> {
+    vec![
+        crate::case!("conformance", renew_by_holder_extends),
+        crate::case!(
+            "conformance",
+            renew_with_wrong_owner_or_token_changes_nothing
+        ),
+        crate::case!("conformance", renew_many_matches_renew),
+    ]
+}
+
+/// 4a. Renew by the holder extends the lease: it outlives its original TTL.
+pub async fn renew_by_holder_extends(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("renew");
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let mut lease = ctx.must_acquire(&key, &a, ttl).await?;
+    let first_deadline = lease.deadline();
+    // Renew at a third of the TTL for two whole TTLs; the lease must stay ours throughout.
+    let end = tokio::time::Instant::now() + ttl * 2;
+    while tokio::time::Instant::now() < end {
+        tokio::time::sleep(ttl / 3).await;
+        match ctx.store().renew(&lease).await? {
+            RenewOutcome::Renewed(next) => {
+                assert_eq!(next.token(), lease.token(), "renew must keep the token");
+                assert!(
+                    next.deadline() >= lease.deadline(),
+                    "renew moved the deadline back"
+                );
+                lease = next;
+            }
+            RenewOutcome::Lost => return Err("renew by the holder was refused".into()),
+        }
+    }
+    assert!(
+        lease.deadline() > first_deadline + ttl,
+        "deadline did not move forward"
+    );
+    let state = ctx.store().inspect(&key).await?;
+    let holder = state
+        .holder
+        .ok_or("renewed lease is not held after two TTLs")?;
+    assert_eq!(holder.token, lease.token());
+    Ok(())
+}
+
+/// 4b. Renew with a wrong owner or a wrong token is refused and changes nothing.
+pub async fn renew_with_wrong_owner_or_token_changes_nothing(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("renew-wrong");
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let lease = ctx.must_acquire(&key, &a, ttl).await?;
+    let before = ctx.store().inspect(&key).await?.holder.ok_or("not held")?;
+
+    let wrong_owner = Lease::resume(key.clone(), OwnerId::with_label("b"), lease.token(), ttl);
+    assert_eq!(ctx.store().renew(&wrong_owner).await?, RenewOutcome::Lost);
+    let wrong_token = Lease::resume(key.clone(), a.clone(), lease.token().next()?, ttl);
+    assert_eq!(ctx.store().renew(&wrong_token).await?, RenewOutcome::Lost);
+    let low = if lease.token() > FencingToken::MIN {
+        FencingToken::new(lease.token().get() - 1)?
+    } else {
+        lease.token().next()?.next()?
+    };
+    let lower_token = Lease::resume(key.clone(), a.clone(), low, ttl);
+    assert_eq!(ctx.store().renew(&lower_token).await?, RenewOutcome::Lost);
+
+    let after = ctx
+        .store()
+        .inspect(&key)
+        .await?
+        .holder
+        .ok_or("refused renew freed the key")?;
+    assert_eq!(
+        (after.owner.clone(), after.token),
+        (before.owner, before.token)
+    );
+    assert!(
+        after.remaining <= before.remaining + Duration::from_millis(50),
+        "a refused renew extended the lease"
+    );
+    // And the refused renews did not keep the lease alive: it expires on time.
+    ctx.wait_free(&key, ctx.expiry_deadline(ttl)).await?;
+    Ok(())
+}
+
+/// Batched renewal: `renew_many` gives, slot by slot, exactly what `renew` would, in input order,
+/// and changes nothing for refused or invalid slots.
+pub async fn renew_many_matches_renew(ctx: Ctx) -> CaseResult {
+    let a = OwnerId::with_label("a");
+    let ttl = ctx.short_ttl();
+    let (k1, k2, k3) = (ctx.key("batch-1"), ctx.key("batch-2"), ctx.key("batch-3"));
+    let l1 = ctx.must_acquire(&k1, &a, ttl).await?;
+    let l2 = ctx.must_acquire(&k2, &a, ttl).await?;
+    let l3 = ctx.must_acquire(&k3, &a, ctx.long_ttl()).await?;
+    let stale = Lease::resume(k3.clone(), a.clone(), l3.token().next()?, ttl);
+    let invalid = Lease::resume(k2.clone(), a.clone(), l2.token(), Duration::ZERO);
+    let out = ctx
+        .store()
+        .renew_many(&[l1.clone(), stale, l2.clone(), invalid])
+        .await?;
+    assert_eq!(out.len(), 4, "one outcome per lease");
+    match (&out[0], &out[1], &out[2], &out[3]) {
+        (
+            Ok(RenewOutcome::Renewed(r1)),
+            Ok(RenewOutcome::Lost),
+            Ok(RenewOutcome::Renewed(r2)),
+            Err(leasehold_core::Error::InvalidTtl { .. }),
+        ) => {
+            assert_eq!((r1.token(), r2.token()), (l1.token(), l2.token()));
+            assert_eq!(r1.key(), &k1);
+            assert_eq!(r2.key(), &k2);
+        }
+        other => return Err(format!("unexpected batch outcomes: {other:?}").into()),
+    }
+    let h3 = ctx
+        .store()
+        .inspect(&k3)
+        .await?
+        .holder
+        .ok_or("refused slot freed its key")?;
+    assert_eq!(h3.token, l3.token());
+    // An empty batch is fine.
+    assert!(ctx.store().renew_many(&[]).await?.is_empty());
+    // Renewed through the batch, the short leases outlive their first TTL.
+    tokio::time::sleep(ttl / 2).await;
+    let again = ctx.store().renew_many(&[l1.clone(), l2.clone()]).await?;
+    assert!(
+        again
+            .iter()
+            .all(|r| matches!(r, Ok(RenewOutcome::Renewed(_)))),
+        "{again:?}"
+    );
+    tokio::time::sleep(ttl * 3 / 4).await;
+    assert_eq!(
+        ctx.store().inspect(&k1).await?.holder.map(|h| h.token),
+        Some(l1.token()),
+        "batched renewal did not extend"
+    );
+    Ok(())
+}
