@@ -9,11 +9,44 @@
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
 #   LEASE_SERVICES    which services to start (default "certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s")
-#   extra arguments   passed to `cargo test` (for example `-p leasehold-redis`)
+#   BACKEND...        leading backend names (postgres redis etcd k8s sqlite) run only those
+#                     backends' crates and start only their services, skipping the workspace-wide
+#                     steps: `bash scripts/test.sh redis` runs leasehold-redis's tests on its servers
+#   extra arguments   passed to `cargo test` (for example a test name filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-SERVICES=${LEASE_SERVICES:-certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s}
+ALL_SERVICES="certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s"
+# The services each backend's own tests need.
+backend_services() {
+  case "$1" in
+    postgres) echo "certs postgres postgres-tls" ;;
+    redis) echo "certs redis redis-cluster redis-tls redis-tls-cluster redis-sentinel" ;;
+    etcd) echo "certs etcd etcd-tls" ;;
+    k8s) echo "k8s" ;;
+    sqlite) echo "" ;;
+    *) return 1 ;;
+  esac
+}
+BACKENDS=()
+while [ $# -gt 0 ] && backend_services "$1" >/dev/null; do BACKENDS+=("$1"); shift; done
+# `cargo test --workspace -p X` ignores -p and runs everything: refuse it instead of running the
+# whole workspace while the caller believes one crate ran.
+for a in "$@"; do
+  case "$a" in
+    -p|--package|-p*|--package=*) die "select backends by name (scripts/test.sh redis etcd), not with $a" ;;
+  esac
+done
+if [ ${#BACKENDS[@]} -gt 0 ]; then
+  wanted=""
+  for b in "${BACKENDS[@]}"; do wanted="$wanted $(backend_services "$b")"; done
+  # One start per service, in the order of the full list.
+  SERVICES=""
+  for s in $ALL_SERVICES; do case " $wanted " in *" $s "*) SERVICES="$SERVICES $s" ;; esac; done
+  SERVICES=${LEASE_SERVICES:-$SERVICES}
+else
+  SERVICES=${LEASE_SERVICES:-$ALL_SERVICES}
+fi
 STARTED=()
 cleanup() {
   local s
@@ -36,13 +69,20 @@ for s in $SERVICES; do
 done
 
 export LEASE_TEST_REQUIRE=1
+export RUST_BACKTRACE=1
+if [ ${#BACKENDS[@]} -gt 0 ]; then
+  for b in "${BACKENDS[@]}"; do
+    log "cargo test -p leasehold-$b --all-targets --all-features $*"
+    cargo test -p "leasehold-$b" --all-targets --all-features "$@"
+  done
+  exit 0
+fi
 # A full run builds some 10 GB under target/: say up front when the disk cannot hold it (one CI
 # run died linking, out of space), instead of failing in the middle of a link.
 mkdir -p "${CARGO_TARGET_DIR:-target}"
 free_kb=$(df -Pk "${CARGO_TARGET_DIR:-target}" | awk 'NR==2 {print $4}')
 log "free disk where target/ lives: $((free_kb / 1024 / 1024)) GiB"
 [ "$free_kb" -ge $((12 * 1024 * 1024)) ] || die "less than 12 GiB free for target/: free space or set CARGO_TARGET_DIR"
-export RUST_BACKTRACE=1
 # Hygiene first: formatting, lints and docs fail the run before any test does.
 log "cargo fmt --all --check"
 cargo fmt --all --check
