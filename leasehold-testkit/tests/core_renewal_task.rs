@@ -1,4 +1,4 @@
-//! The renewal task and the loss deadline (issue 18, items 6 and 7): whatever ends the renewal
+//! The renewal task and the loss deadline: whatever ends the renewal
 //! task (a panic included) cancels the work and publishes `Lost`; no duration, however large,
 //! panics; and a guard past its loss deadline says "lost" from birth.
 

@@ -1,4 +1,4 @@
-//! Host suspend (issue 18, item 4): validity is judged on a clock that keeps counting while the
+//! Host suspend: validity is judged on a clock that keeps counting while the
 //! host sleeps. Tokio's clock (and the memory store, which runs on it) does not see the suspend,
 //! exactly like `CLOCK_MONOTONIC`; a [`ManualClock`] jump plays the part of `CLOCK_BOOTTIME`.
 //! The real store would have expired the lease during the suspend, so the holder must stop at once

@@ -1,4 +1,4 @@
-//! No unbounded wait on a store's watch (issue 18, item 12): a `watch()` that never answers (a
+//! No unbounded wait on a store's watch: a `watch()` that never answers (a
 //! Redis `SUBSCRIBE` on a black-holed connection) must not stall an acquire or an observer; they
 //! fall back to polling.
 

@@ -1,5 +1,5 @@
 //! Pairing a store with its own fenced resource: Redis's resource shares the store's
-//! asynchronous failover (issue 18, item 13; ADR 0021). The choice is explicit: refused, warned
+//! asynchronous failover (ADR 0021). The choice is explicit: refused, warned
 //! about (the default of `connect_with_resource`), or accepted.
 //!
 //! The Redis cases that connect use `LEASE_REDIS_URL` (default `redis://127.0.0.1:6379`) and run

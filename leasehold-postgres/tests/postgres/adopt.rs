@@ -1,4 +1,4 @@
-//! Issue 24 part 2: the library adopts the seed's `coordination_lease` table in place
+//! The library adopts the seed's `coordination_lease` table in place
 //! ([`TableLayout::Seed`]), and the seed's own statements, byte for byte, keep running next to
 //! it.
 //!

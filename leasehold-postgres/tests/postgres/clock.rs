@@ -1,4 +1,4 @@
-//! A forward step of the server's clock (issue 18, item 9). PostgreSQL judges expiry by
+//! A forward step of the server's clock. PostgreSQL judges expiry by
 //! `clock_timestamp()`, so a step of the server's wall clock by S ends every lease S early. The
 //! step is reproduced on the row: `lease_until` moved back by S is exactly what the comparison
 //! `lease_until <= clock_timestamp()` sees after the clock jumped forward by S (stepping the

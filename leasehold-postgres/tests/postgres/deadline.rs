@@ -1,4 +1,4 @@
-//! Client-side deadlines (issue 18, item 12): a fenced transaction, a lease-row fenced write and
+//! Client-side deadlines: a fenced transaction, a lease-row fenced write and
 //! an advisory lock on a connection that a fault proxy black-holes (bytes go in, nothing comes
 //! back, no reset) must each return a retryable timeout within their deadline, not hang, and
 //! the black-holed connection must not go back to the pool.

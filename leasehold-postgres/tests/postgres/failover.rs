@@ -1,4 +1,4 @@
-//! Failover to an asynchronous streaming standby (issue 18, item 2), on a throwaway primary and
+//! Failover to an asynchronous streaming standby, on a throwaway primary and
 //! standby that `scripts/services/postgres-failover.sh` builds on free loopback ports (its own
 //! test binary: it starts and kills its own servers, never the shared one).
 //!

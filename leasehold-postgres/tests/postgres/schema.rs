@@ -21,7 +21,7 @@ async fn drop_schema(store: &PostgresLeaseStore, schema: &str) -> CaseResult {
     Ok(())
 }
 
-/// Issue 18, item 14: a schema whose name starts with `leases` (`leases_app_N.jobs`) must get
+/// A schema whose name starts with `leases` (`leases_app_N.jobs`) must get
 /// exactly the objects it names. Text replacement of `"leases` in the shipped file used to
 /// rewrite the schema name too (`"leases_app_N"` became `"jobs_app_N"`).
 pub(crate) async fn migrate_handles_a_schema_named_like_the_table(_ctx: Ctx) -> CaseResult {
@@ -72,11 +72,11 @@ pub(crate) async fn migrate_handles_a_schema_named_like_the_table(_ctx: Ctx) -> 
 }
 
 /// The schema version 1 installed (no clock floor, no keep triggers), as `sql/0001_leases.sql`
-/// shipped it before issue 18.
+/// shipped it before the clock floor and the keep triggers.
 const V1: &str = include_str!("schema_v1.sql");
 
 /// The schema version 2 installed (the floor trigger on every insert and token update, no wake
-/// column), as `sql/0001_leases.sql` shipped it before issue 22.
+/// column), as `sql/0001_leases.sql` shipped it before the floor moved off the grant path.
 const V2: &str = include_str!("schema_v2.sql");
 
 /// A grant on a schema that `migrate()` has not upgraded yet, with that schema's own trigger:
@@ -140,7 +140,7 @@ async fn grant(store: &PostgresLeaseStore, key: &str) -> Result<i64, leasehold_t
     Ok(lease.token().to_i64())
 }
 
-/// Issue 18, item 2: `migrate()` on a schema installed by version 1 upgrades the token trigger
+/// `migrate()` on a schema installed by version 1 upgrades the token trigger
 /// in place (clock floor, keep triggers); `verify_schema()` refuses the old schema until then.
 /// The keep triggers lift the sequence over a deleted or truncated row's token, so a token that
 /// is above the clock (written by a tool that bypassed the trigger) is still never undercut.
@@ -148,7 +148,7 @@ pub(crate) async fn migrate_upgrades_a_version_1_schema(_ctx: Ctx) -> CaseResult
     upgrade("v1", V1).await
 }
 
-/// Issue 22: `migrate()` on a schema installed by version 2 adds the wake column and the split
+/// `migrate()` on a schema installed by version 2 adds the wake column and the split
 /// floor triggers; `verify_schema()` refuses the version 2 schema until then; tokens still go up
 /// across the upgrade and never go back after a deletion or truncation.
 pub(crate) async fn migrate_upgrades_a_version_2_schema(_ctx: Ctx) -> CaseResult {
