@@ -221,3 +221,9 @@ pub use store::EtcdLeaseStore;
 
 #[doc(no_inline)]
 pub use leasehold_core::{FencedResource, LeaseStore};
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

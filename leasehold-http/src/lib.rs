@@ -110,3 +110,9 @@ pub const FENCING_TOKEN: http::HeaderName = http::HeaderName::from_static("fenci
 /// The request header that carries the resource key (`Fencing-Key`), a legal
 /// [`LeaseKey`](leasehold_core::LeaseKey).
 pub const FENCING_KEY: http::HeaderName = http::HeaderName::from_static("fencing-key");
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

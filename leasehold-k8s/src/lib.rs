@@ -224,3 +224,9 @@ pub use config::{
 pub use config::{TestHook, TestPoint};
 pub use fenced::K8sFencedResource;
 pub use store::{K8sLeaseStore, RENEW_MANY_IN_FLIGHT};
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

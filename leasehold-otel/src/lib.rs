@@ -114,3 +114,9 @@ pub use opentelemetry::metrics::Meter;
 pub use resource::InstrumentedResource;
 pub use shard::ShardMetrics;
 pub use store::InstrumentedStore;
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

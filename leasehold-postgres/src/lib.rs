@@ -262,3 +262,9 @@ pub use config::{
 pub use fenced::{FencedTx, PostgresFencedResource};
 pub use row_fence::LeaseRowFence;
 pub use store::{MIN_TTL, PostgresLeaseStore};
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -297,3 +297,9 @@ pub use config::{DRIVER_URL_PARAMETERS, RedisOptions, ReplicaWait, URL_OPTIONS};
 pub use connection::RedisConnection;
 pub use fenced::RedisFencedResource;
 pub use store::{MIN_TTL, RedisLeaseStore};
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -99,3 +99,9 @@ mod watch;
 pub use config::{CommitSync, DRIVER_URL_PARAMETERS, SqliteOptions, URL_OPTIONS};
 pub use fenced::SqliteFencedResource;
 pub use store::SqliteLeaseStore;
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

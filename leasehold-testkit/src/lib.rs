@@ -269,3 +269,9 @@ fn random_namespace() -> String {
     }
     s
 }
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

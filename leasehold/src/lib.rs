@@ -177,3 +177,9 @@ pub use leasehold_k8s as k8s;
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 #[doc(inline)]
 pub use leasehold_sqlite as sqlite;
+
+// The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no
+// server, so that it keeps matching the API and the quick start above.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
