@@ -513,7 +513,12 @@ fn pool_config(
         .max_connections(options.max_connections())
         // The driver adds it to an Instant, which overflows (a panic) near Duration::MAX: a
         // year is "no bound" for a pool wait.
-        .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT));
+        .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT))
+        // No ping before each checkout: it is a whole round trip on every operation's path. The
+        // driver already pings a connection when it returns to the pool (off the caller's path)
+        // and drops it if that fails; a connection that dies idle fails its next statement, which
+        // the caller sees as a failed operation and retries like any other backend error.
+        .test_before_acquire(false);
     Ok((options, pool, connect))
 }
 
