@@ -132,7 +132,7 @@ pub struct Statements {
     /// [`acquire`](Self::acquire), which decides again on its own (a grant, or a refusal that
     /// marks the row and reports the holder, or an insert). Without the `CASE`s, the clock
     /// CTE's join, the `INSERT` branch and the holder's columns, the grant costs the server
-    /// less (ADR 0010, last amendment); a refusal takes two statements.
+    /// less (ADR 0016); a refusal takes two statements.
     pub acquire_free: String,
     /// The current holder of a key (if unexpired), its remaining time and last token.
     pub inspect: String,
