@@ -734,7 +734,7 @@ async fn a_grant_refused_by_the_fence_is_not_held_forever() -> TestResult {
 #[test]
 fn the_docs_table_is_the_crate_docs_table() {
     let lib = table_rows(include_str!("../src/lib.rs"));
-    let docs = table_rows(include_str!("../../docs/observability.md"));
+    let docs = table_rows(include_str!("../../docs/operations.md"));
     assert_eq!(lib.len(), 15, "fifteen instruments");
     // The crate docs link types (`[`InstrumentedStore`]`); the markdown file spells them plainly.
     let plain = |rows: Vec<String>| -> Vec<String> {
