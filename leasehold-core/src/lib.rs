@@ -79,7 +79,7 @@
 //! | backend | crate | tokens survive restart | wake-up | expiry clock |
 //! |---|---|---|---|---|
 //! | memory | `leasehold-core` | no (process lifetime) | watch | in-process |
-//! | PostgreSQL | `leasehold-postgres` | yes (WAL) | `LISTEN`/`NOTIFY` | server |
+//! | PostgreSQL | `leasehold-postgres` | floored by the server clock | `LISTEN`/`NOTIFY` | server |
 //! | Redis | `leasehold-redis` | floored by the server clock | notifications | server |
 //! | etcd | `leasehold-etcd` | yes (Raft log) | watch | server |
 //! | Kubernetes | `leasehold-k8s` | yes (etcd revisions) | watch | observed locally |

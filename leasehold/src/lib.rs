@@ -1,4 +1,4 @@
-//! # lease
+//! # leasehold
 //!
 //! Distributed leases, **fencing tokens** and leader election over PostgreSQL, Redis, etcd,
 //! Kubernetes and SQLite, behind one contract. Pick a backend with one cargo feature and one URL;
@@ -75,18 +75,18 @@
 //! | feature | module | URL | tokens | expiry judged by | notes |
 //! |---------|--------|-----|--------|------------------|-------|
 //! | (none) | [`memory`] | `memory:` | per process | local monotonic clock | tests, demos |
-//! | `postgres` | `leasehold::postgres` | `postgres://user@host:5432/db` | durable (sequence) | the database server's clock | fenced transactions in the same database |
-//! | `redis` | `leasehold::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock | the Redis server's clock | asynchronous replication: fence your writes, in a resource that does not fail over with that Redis |
-//! | `etcd` | `leasehold::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable (revisions) | etcd's lease expiry | TTLs in whole seconds; needs `protoc` to build |
-//! | `k8s` | `leasehold::k8s` | `k8s://NAMESPACE`, `k8s://` | durable (annotation) | observed locally (client-go rules) | TTLs in whole seconds; ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
-//! | `sqlite` | `leasehold::sqlite` | `sqlite://PATH`, `sqlite:///ABS/PATH` | durable (file) | the host's clock | many processes on **one host** |
+//! | `postgres` | `leasehold::postgres` | `postgres://user@host:5432/db` | floored by the server clock (`ClockFloored`) | the server's `clock_timestamp()` | fenced transactions in the same database |
+//! | `redis` | `leasehold::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock (`ClockFloored`) | the server's clock (`PX`) | asynchronous replication: fence your writes, in a resource that does not fail over with that Redis |
+//! | `etcd` | `leasehold::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable: Raft revisions (`Durable`) | etcd's lease TTL | TTLs in whole seconds; needs `protoc` to build |
+//! | `k8s` | `leasehold::k8s` | `k8s://NAMESPACE`, `k8s://` | durable: etcd revisions (`Durable`) | local observation, as client-go | TTLs in whole seconds; ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
+//! | `sqlite` | `leasehold::sqlite` | `sqlite://PATH`, `sqlite:///ABS/PATH` | durable: the file (`Durable`) | the host's clock | many processes on **one host** |
 //!
 //! Each backend states its promises at run time in [`LeaseStore::capabilities`]; the backend
 //! modules document the details (and the failure modes each one can and cannot cover).
 //!
 //! ```toml
 //! [dependencies]
-//! lease = { version = "0.1", features = ["postgres"] }
+//! leasehold = { version = "0.1", features = ["postgres"] }
 //! ```
 //!
 //! ## Pairing a store with its own fenced resource
