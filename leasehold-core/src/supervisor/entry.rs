@@ -2,10 +2,12 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::time::{Instant, timeout};
+use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
 use super::batch;
@@ -138,8 +140,11 @@ impl Supervisor {
     /// Invalid input, or the last store error if every attempt failed.
     ///
     /// # Cancellation safety
-    /// Not cancel safe: a dropped acquire may leave a ghost grant that expires after its TTL. Use
-    /// [`Supervisor::acquire_until_cancelled`] to stop waiting cleanly.
+    /// Cancel safe: dropping it (a `timeout` or `select!` around it) stops waiting, and a grant it
+    /// obtained but had not yet handed out as a guard (a store reply still in flight, or a grant
+    /// waiting for its fence install) is released in a background task, within two op timeouts,
+    /// instead of holding the key for a whole TTL. The caller's task polls the store call itself;
+    /// a task is spawned only on such a drop.
     pub async fn acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
         self.acquire_until_cancelled(key, &CancellationToken::new())
             .await
@@ -152,7 +157,8 @@ impl Supervisor {
     ///
     /// # Cancellation safety
     /// Cancel safe through `cancel`: an attempt in flight finishes (bounded by the call timeout)
-    /// and a lease it obtained is released before returning `Cancelled`.
+    /// and a lease it obtained is released before returning `Cancelled`. Dropping the future is
+    /// cancel safe too, as for [`Supervisor::acquire`].
     pub async fn acquire_until_cancelled(
         &self,
         key: &LeaseKey,
@@ -185,7 +191,8 @@ impl Supervisor {
     /// Invalid input, or the store error of the attempt.
     ///
     /// # Cancellation safety
-    /// Not cancel safe: a dropped attempt may leave a ghost grant that expires after its TTL.
+    /// Cancel safe, as [`Supervisor::acquire`]: a grant whose reply lands after the drop, or that
+    /// waits for its fence install, is released in the background within two op timeouts.
     pub async fn try_acquire(&self, key: &LeaseKey) -> Result<Acquisition> {
         self.acquire_within(key, Duration::ZERO, &CancellationToken::new())
             .await
@@ -233,21 +240,30 @@ impl Supervisor {
             // Suspended time before the request is sent: the grant's deadline is placed on the
             // validity clock with it (a suspend during the call only makes it earlier).
             let suspended = clock.suspended();
-            let result = match timeout(op, self.store.acquire(&req)).await {
+            // The call is polled here, in the caller's task; only if this future is dropped
+            // before the call answers does a task finish it (see `InFlight`).
+            let mut call = InFlight::new(self.store.clone(), req.clone(), op);
+            let result = match timeout(op, &mut call).await {
                 Ok(r) => r,
-                Err(_) => Err(Error::Timeout {
-                    backend: self.store.backend(),
-                    operation: "acquire",
-                    after: op,
-                }),
+                Err(_) => {
+                    call.abandon();
+                    Err(Error::Timeout {
+                        backend: self.store.backend(),
+                        operation: "acquire",
+                        after: op,
+                    })
+                }
             };
             let pause = match result {
                 Ok(AcquireOutcome::Acquired(lease)) => {
+                    // From here until a guard holds it, dropping this future releases the
+                    // lease in the background.
+                    let lease = Ungiven::new(self.store.clone(), lease, op);
                     if cancel.is_cancelled() {
-                        let _ = timeout(op, self.store.release(&lease)).await;
+                        lease.release().await;
                         return Ok(Acquisition::Cancelled);
                     }
-                    self.hook.acquired(&lease, started.elapsed());
+                    self.hook.acquired(lease.get(), started.elapsed());
                     return self
                         .start(lease, suspended)
                         .await
@@ -320,7 +336,9 @@ impl Supervisor {
     /// As [`Supervisor::acquire`].
     ///
     /// # Cancellation safety
-    /// Not cancel safe: dropping it drops the guard, which releases in the background.
+    /// Cancel safe: dropped while acquiring, it releases what it was granted as
+    /// [`Supervisor::acquire`] does; dropped while `work` runs or while releasing, it drops `work`
+    /// and the guard, which releases in the background.
     pub async fn run<F, Fut, T>(&self, key: &LeaseKey, work: F) -> Result<RunOutcome<T>>
     where
         F: FnOnce(LeaseGuardRef) -> Fut,
@@ -344,11 +362,11 @@ impl Supervisor {
 
     /// Hands out the guard for `lease`, granted to a request sent after `suspended` of host
     /// suspend.
-    async fn start(&self, lease: Lease, suspended: Duration) -> Result<LeaseGuard> {
+    async fn start(&self, lease: Ungiven, suspended: Duration) -> Result<LeaseGuard> {
         if let Some(fence) = &self.fence {
             let out = match timeout(
                 self.config.op_timeout(),
-                fence.install(lease.key(), lease.token()),
+                fence.install(lease.get().key(), lease.get().token()),
             )
             .await
             {
@@ -362,10 +380,8 @@ impl Supervisor {
             match out {
                 Ok(o) if o.is_accepted() => {}
                 other => {
-                    let released =
-                        timeout(self.config.op_timeout(), self.store.release(&lease)).await;
-                    self.hook
-                        .ended(&lease, Duration::ZERO, released.ok().and_then(|r| r.ok()));
+                    let (lease, released) = lease.release().await;
+                    self.hook.ended(&lease, Duration::ZERO, released);
                     return Err(match other {
                         Err(e) => e,
                         Ok(o) => Error::InvalidInput(format!(
@@ -376,6 +392,8 @@ impl Supervisor {
                 }
             }
         }
+        // No await from here to the guard: the guard owns the lease from now on.
+        let lease = lease.take();
         tracing::info!(backend = self.store.backend(), key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease acquired");
         Ok(LeaseGuard::spawn(
             self.store.clone(),
@@ -385,6 +403,131 @@ impl Supervisor {
             self.hook.clone(),
             self.renewer.clone(),
         ))
+    }
+}
+
+/// A store acquire call in flight, owning what it needs (`'static`), so that it can outlive the
+/// acquire that started it.
+///
+/// The acquire polls it in its own task, exactly as it would poll the store's future: no task
+/// hop while the caller keeps polling. If the acquire is dropped before the call answered (a
+/// `tokio::time::timeout` or `select!` around it), [`Drop`] hands the call to a spawned task that
+/// finishes it by the call's own deadline (its start plus the op timeout) and releases a grant it
+/// yields, bounded by the op timeout again. Without this a grant that lands after the drop would
+/// hold the key, for nobody, for a whole TTL.
+struct InFlight {
+    call: Option<Pin<Box<dyn Future<Output = Result<AcquireOutcome>> + Send>>>,
+    store: Arc<dyn LeaseStore>,
+    deadline: Instant,
+    op: Duration,
+}
+
+impl InFlight {
+    fn new(store: Arc<dyn LeaseStore>, req: AcquireRequest, op: Duration) -> Self {
+        let call_store = store.clone();
+        InFlight {
+            call: Some(Box::pin(async move { call_store.acquire(&req).await })),
+            store,
+            deadline: saturating_add(Instant::now(), op),
+            op,
+        }
+    }
+
+    /// Gives the call up (its op timeout ran out): it is dropped here, as a timed-out store call
+    /// always was, and nothing finishes it in the background.
+    fn abandon(&mut self) {
+        self.call = None;
+    }
+}
+
+impl Future for InFlight {
+    type Output = Result<AcquireOutcome>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else {
+            return Poll::Ready(Err(Error::InvalidInput(
+                "an acquire call was polled after it answered".to_string(),
+            )));
+        };
+        let out = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        Poll::Ready(out)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let Some(call) = self.call.take() else {
+            return;
+        };
+        // Outside a runtime (the runtime itself shutting down) the call cannot run on: it is
+        // dropped, and a grant it may have landed expires after its TTL.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, deadline, op) = (self.store.clone(), self.deadline, self.op);
+        rt.spawn(async move {
+            if let Ok(Ok(AcquireOutcome::Acquired(lease))) = timeout_at(deadline, call).await {
+                tracing::debug!(backend = store.backend(), key = %lease.key(), token = %lease.token(), "acquire dropped before its grant arrived; releasing");
+                let _ = timeout(op, store.release(&lease)).await;
+            }
+        });
+    }
+}
+
+/// A granted lease no guard holds yet (waiting for its fence install, or for the release of a
+/// cancelled acquire). Dropped while it still holds the lease (its acquire was dropped between
+/// the grant and the guard), it releases in a spawned task bounded by the op timeout.
+struct Ungiven {
+    store: Arc<dyn LeaseStore>,
+    lease: Option<Lease>,
+    op: Duration,
+}
+
+impl Ungiven {
+    fn new(store: Arc<dyn LeaseStore>, lease: Lease, op: Duration) -> Self {
+        Ungiven {
+            store,
+            lease: Some(lease),
+            op,
+        }
+    }
+
+    /// The lease. Held from `new` until `take` or `release` consume `self`.
+    fn get(&self) -> &Lease {
+        self.lease.as_ref().expect("held until taken")
+    }
+
+    /// Hands the lease over (to a guard).
+    fn take(mut self) -> Lease {
+        self.lease.take().expect("held until taken")
+    }
+
+    /// Releases the lease now, in the caller's task (bounded by the op timeout): the lease and
+    /// the store's answer. Dropped half way, `Drop` releases it again in the background (a
+    /// release names the grant's token, so a second one cannot free a later grant).
+    async fn release(mut self) -> (Lease, Option<ReleaseOutcome>) {
+        let lease = self.get().clone();
+        let released = timeout(self.op, self.store.release(&lease))
+            .await
+            .ok()
+            .and_then(|r| r.ok());
+        self.lease = None;
+        (lease, released)
+    }
+}
+
+impl Drop for Ungiven {
+    fn drop(&mut self) {
+        if let Some(lease) = self.lease.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (store, op) = (self.store.clone(), self.op);
+            rt.spawn(async move {
+                tracing::debug!(backend = store.backend(), key = %lease.key(), token = %lease.token(), "acquire dropped before its guard was handed out; releasing");
+                let _ = timeout(op, store.release(&lease)).await;
+            });
+        }
     }
 }
 

@@ -210,3 +210,132 @@ fn timings_that_leave_no_time_to_renew_are_typed_errors() {
         assert!(c.validate().is_ok(), "{c:?}");
     }
 }
+
+/// The memory store with the acquire's reply delayed by `reply_after` (the grant lands at once,
+/// the caller hears of it later).
+#[derive(Debug, Clone)]
+struct SlowReply {
+    mem: MemoryLeaseStore,
+    reply_after: Duration,
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl LeaseStore for SlowReply {
+    fn backend(&self) -> &'static str {
+        "slow-reply"
+    }
+    fn capabilities(&self) -> crate::Capabilities {
+        self.mem.capabilities()
+    }
+    async fn acquire(&self, req: &crate::AcquireRequest) -> crate::Result<crate::AcquireOutcome> {
+        let out = self.mem.acquire(req).await;
+        tokio::time::sleep(self.reply_after).await;
+        out
+    }
+    async fn renew(&self, lease: &crate::Lease) -> crate::Result<crate::RenewOutcome> {
+        self.mem.renew(lease).await
+    }
+    async fn release(&self, lease: &crate::Lease) -> crate::Result<ReleaseOutcome> {
+        self.mem.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> crate::Result<crate::KeyState> {
+        self.mem.inspect(key).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[crate::Lease],
+    ) -> crate::Result<Vec<crate::Result<crate::RenewOutcome>>> {
+        self.mem.renew_many(leases).await
+    }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> crate::Result<Vec<crate::KeyState>> {
+        self.mem.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> crate::Result<Vec<Option<crate::HeldBy>>> {
+        self.mem.holders_many(keys).await
+    }
+    async fn watch(&self, key: &LeaseKey) -> crate::Result<Option<crate::KeyWatch>> {
+        self.mem.watch(key).await
+    }
+}
+
+/// A fenced resource whose installs take 200 ms.
+#[derive(Debug, Clone, Default)]
+struct SlowFence {
+    mem: crate::MemoryFencedResource,
+}
+
+#[async_trait::async_trait]
+impl crate::FencedResource for SlowFence {
+    async fn apply(
+        &self,
+        key: &LeaseKey,
+        token: crate::FencingToken,
+        op: crate::FenceOp,
+    ) -> crate::Result<crate::WriteOutcome> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.mem.apply(key, token, op).await
+    }
+    async fn read(&self, key: &LeaseKey) -> crate::Result<crate::ResourceState> {
+        self.mem.read(key).await
+    }
+}
+
+/// Dropping `acquire`, `try_acquire`, `run` or a fenced `acquire` at any point (here: every
+/// 10 ms of a call whose grant lands at once, whose reply takes 200 ms and whose fence install
+/// another 200 ms) leaves the key free within the op timeout, not held by nobody for a TTL.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_acquire_releases_what_it_was_granted() {
+    let ttl = Duration::from_secs(30);
+    let op = Duration::from_secs(1);
+    let key = LeaseKey::new("dropped").unwrap();
+    let store = SlowReply {
+        mem: MemoryLeaseStore::new(),
+        reply_after: Duration::from_millis(200),
+    };
+    let sup = Supervisor::new(
+        store.clone(),
+        SupervisorConfig::new(ttl).with_op_timeout(op),
+    );
+    let fenced = Supervisor::new(
+        store.clone(),
+        SupervisorConfig::new(ttl).with_op_timeout(op),
+    )
+    .with_fence(std::sync::Arc::new(SlowFence::default()));
+    for which in 0..4 {
+        for ms in (0..=450).step_by(10) {
+            let after = Duration::from_millis(ms);
+            let held = match which {
+                0 => tokio::time::timeout(after, sup.acquire(&key))
+                    .await
+                    .map(|r| r.unwrap().guard()),
+                1 => tokio::time::timeout(after, sup.try_acquire(&key))
+                    .await
+                    .map(|r| r.unwrap().guard()),
+                2 => tokio::time::timeout(after, sup.run(&key, |_| std::future::pending::<()>()))
+                    .await
+                    .map(|_| None),
+                _ => tokio::time::timeout(after, fenced.acquire(&key))
+                    .await
+                    .map(|r| r.unwrap().guard()),
+            };
+            if let Ok(Some(guard)) = held {
+                assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
+            }
+            // Bounded background clean-up: the key is free within two op timeouts of the drop
+            // (the call's own bound, then the release's), well within a TTL.
+            let deadline = tokio::time::Instant::now() + op * 2;
+            loop {
+                let holder = store.mem.inspect(&key).await.unwrap().holder;
+                if holder.is_none() {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "call {which} dropped after {after:?}: the key is still held: {holder:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
