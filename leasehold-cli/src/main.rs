@@ -12,8 +12,10 @@ macro_rules! print_out {
 
 mod duration;
 mod elect;
+mod events;
 mod exit;
 mod generate;
+mod hold;
 mod run;
 mod shards;
 mod shim;
@@ -42,7 +44,7 @@ fail over with that Redis. `lease run` and `lease elect` warn about this on stde
 --accept-redis-failover (or LEASE_ACCEPT_REDIS_FAILOVER=1) is given.
 
 Exit statuses of `lease run`: the command's own status; 128+N if it was killed by signal N;
-75 not acquired in time; 76 lease lost (the command was stopped); 126 command not executable;
+75 not acquired in time (or the status given with -E); 76 lease lost (the command was stopped); 126 command not executable;
 127 command not found. All commands: 64 usage error (bad arguments, a duration unparsable or out
 of its range, a --grace that does not fit), 69 store unavailable or timed out, 70 unexpected
 store error, 74 output not writable (completions, man), 78 bad configuration (URL, key, a TTL the
@@ -52,6 +54,16 @@ store cannot grant, disabled backend).";
 #[derive(Debug, Parser)]
 #[command(name = "lease", version, about, after_help = AFTER_HELP)]
 struct Cli {
+    /// The format of the library's logs on stderr (enabled with LEASE_LOG or RUST_LOG): `text`,
+    /// or `json` (one object per line with `ts`, `level`, `target`, `message` and fields).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "LEASE_LOG_FORMAT"
+    )]
+    log_format: events::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -71,12 +83,23 @@ enum Command {
     /// command too; it continues only under a valid lease. If `lease` is killed, the command and
     /// its descendants are killed. Linux only.
     Run(RunArgs),
+    /// Acquire KEY, print its fencing token, and hold it until SIGINT, SIGTERM, SIGHUP or SIGQUIT.
+    ///
+    /// The lease is renewed in the background and released on the signal (status 0). For
+    /// scripts that fence their own writes with the printed token, as `etcdctl lock` does: the
+    /// token line (or JSON event) comes only once the lease is held. If the lease is lost,
+    /// `lease` says so on stderr (a `lost` event with --json) and exits with status 76.
+    Hold(HoldArgs),
     /// Show the holder, fencing token and time left of each KEY.
     Status(StatusArgs),
     /// Join an election under a name and print leadership changes as they happen.
     ///
     /// The term printed with `elected` is the lease's fencing token. Runs until interrupted
-    /// (SIGINT or SIGTERM), then resigns (releasing the lease if leading).
+    /// (SIGINT or SIGTERM), then resigns (releasing the lease if leading). With `-- CMD`, runs
+    /// CMD while leading (with LEASE_FENCING_TOKEN set to the term), stops it (SIGTERM, then
+    /// SIGKILL after --grace) when the term ends, and runs it again at the next term; when CMD
+    /// exits on its own, `lease` resigns and exits with CMD's status. With --observe, only
+    /// prints who leads, without joining.
     Elect(ElectArgs),
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell) to stdout.
     ///
@@ -102,6 +125,32 @@ struct StoreArg {
     store: Option<String>,
 }
 
+/// How long to wait for a held key, and the status when it stays held (flock's -w, -n, -E).
+#[derive(Debug, Args)]
+struct WaitArgs {
+    /// How long to wait for a held key before giving up with status 75 (0 to 168h).
+    #[arg(long, short = 'w', default_value = "2m", value_parser = duration::wait, conflicts_with = "no_wait")]
+    wait: Duration,
+    /// Try once; exit with status 75 at once if the key is held.
+    #[arg(long, short = 'n')]
+    no_wait: bool,
+    /// The exit status when the key is not acquired (held by another owner past --wait, or at
+    /// once with --no-wait), instead of 75.
+    #[arg(long, short = 'E', value_name = "STATUS", default_value_t = exit::NOT_ACQUIRED)]
+    conflict_exit_code: u8,
+}
+
+impl WaitArgs {
+    /// The wait: zero with --no-wait.
+    fn wait(&self) -> Duration {
+        if self.no_wait {
+            Duration::ZERO
+        } else {
+            self.wait
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 struct RunArgs {
     /// The lease key (lowercase letters, digits, '-' and '.').
@@ -113,12 +162,8 @@ struct RunArgs {
     /// declared a tenth of it (the loss lead) before the lease's local deadline.
     #[arg(long, default_value = "30s", value_parser = duration::ttl)]
     ttl: Duration,
-    /// How long to wait for a held key before giving up with status 75 (0 to 168h).
-    #[arg(long, default_value = "2m", value_parser = duration::wait, conflicts_with = "no_wait")]
-    wait: Duration,
-    /// Try once; exit with status 75 at once if the key is held.
-    #[arg(long)]
-    no_wait: bool,
+    #[command(flatten)]
+    wait: WaitArgs,
     /// After a lost lease: time between SIGTERM and SIGKILL to the command. At most half the
     /// loss lead, so that the command is dead before the lease's local deadline (default: that
     /// maximum, 1.5s at --ttl 30s). A longer grace needs a longer --ttl (twenty times the grace).
@@ -133,9 +178,54 @@ struct RunArgs {
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
     label: Option<String>,
+    /// Run STRING with `/bin/sh -c` instead of a CMD after `--` (as flock -c does).
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "STRING",
+        conflicts_with = "command"
+    )]
+    shell_command: Option<OsString>,
     /// The command and its arguments (after `--`).
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    #[arg(
+        required_unless_present = "shell_command",
+        trailing_var_arg = true,
+        value_name = "CMD"
+    )]
     command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and arguments to run: CMD, or `/bin/sh -c STRING`.
+    fn argv(&self) -> Vec<OsString> {
+        match &self.shell_command {
+            Some(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
+            None => self.command.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct HoldArgs {
+    /// The lease key (lowercase letters, digits, '-' and '.').
+    #[arg(value_name = "KEY")]
+    key: String,
+    #[command(flatten)]
+    store: StoreArg,
+    /// Lease time to live (1ms to 24h); renewed every third of it.
+    #[arg(long, default_value = "30s", value_parser = duration::ttl)]
+    ttl: Duration,
+    #[command(flatten)]
+    wait: WaitArgs,
+    #[command(flatten)]
+    failover: FailoverArg,
+    /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
+    #[arg(long)]
+    label: Option<String>,
+    /// Print JSON event lines (`acquired`, `at_risk`, `renewed`, `lost`, `released`, each with
+    /// `ts`) instead of the bare token.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Acknowledges Redis's asynchronous failover (silences the warning).
@@ -180,9 +270,19 @@ struct ElectArgs {
     /// A readable label for this candidate's id (default: HOSTNAME.PID).
     #[arg(long)]
     label: Option<String>,
-    /// Print JSON lines instead of text.
+    /// Print JSON lines (each with `ts`, RFC 3339 UTC) instead of text.
     #[arg(long)]
     json: bool,
+    /// Only print who leads (`leader` events), without joining the election.
+    #[arg(long, conflicts_with = "command")]
+    observe: bool,
+    /// With a CMD: after a term ends, the time between SIGTERM and SIGKILL to CMD (default: half
+    /// the loss lead, a twentieth of --ttl, as for `lease run`).
+    #[arg(long, value_parser = duration::grace)]
+    grace: Option<Duration>,
+    /// A command to run while leading (after `--`).
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
 }
 
 /// Arguments of `lease shards`.
@@ -225,7 +325,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_tracing();
+    init_tracing(cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -240,6 +340,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::main(args).await,
+            Command::Hold(args) => hold::main(args).await,
             Command::Status(args) => status::main(args).await,
             Command::Elect(args) => elect::main(args).await,
             Command::Completions(args) => generate::completions(args),
@@ -253,16 +354,19 @@ fn main() -> ExitCode {
 }
 
 /// Logs of the library to stderr, filtered by `LEASE_LOG` (for example `LEASE_LOG=debug`), else
-/// by `RUST_LOG`; off by default.
-fn init_tracing() {
+/// by `RUST_LOG`; off by default. `format` chooses text lines or JSON objects.
+fn init_tracing(format: events::LogFormat) {
     let set = |name: &str| std::env::var(name).ok().filter(|f| !f.trim().is_empty());
     let Some(filter) = set("LEASE_LOG").or_else(|| set("RUST_LOG")) else {
         return;
     };
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        events::LogFormat::Text => builder.try_init(),
+        events::LogFormat::Json => builder.event_format(events::JsonLines).try_init(),
+    };
 }
 
 /// Prints one line to stdout. A stdout nobody reads any more (a closed pipe) or that cannot be

@@ -19,30 +19,54 @@ use crate::duration::human;
 use crate::tree::{self, Scope};
 use crate::{RunArgs, exit, owner_label, shim, store};
 
-/// The signals `lease run` forwards to the command (and which cancel a wait).
-struct Signals {
+/// The signals `lease run` and `lease elect -- CMD` forward to the command: SIGINT, SIGTERM,
+/// SIGHUP and SIGQUIT (which also cancel a wait for the lease), and SIGUSR1, SIGUSR2 and
+/// SIGWINCH (ignored while waiting).
+pub(crate) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+    usr2: tokio::signal::unix::Signal,
+    winch: tokio::signal::unix::Signal,
 }
 
 impl Signals {
-    fn install() -> std::io::Result<Self> {
+    pub(crate) fn install() -> std::io::Result<Self> {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
+            winch: signal(SignalKind::window_change())?,
         })
     }
 
     /// The next signal received.
-    async fn recv(&mut self) -> Signal {
+    ///
+    /// Cancel safe: a signal not returned stays pending in its stream.
+    pub(crate) async fn recv(&mut self) -> Signal {
         tokio::select! {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
             _ = self.hup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+            _ = self.usr1.recv() => Signal::SIGUSR1,
+            _ = self.usr2.recv() => Signal::SIGUSR2,
+            _ = self.winch.recv() => Signal::SIGWINCH,
         }
     }
+}
+
+/// Whether `sig` ends a wait for the lease (the others are only forwarded to a running command).
+pub(crate) fn stops_waiting(sig: Signal) -> bool {
+    matches!(
+        sig,
+        Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+    )
 }
 
 /// The job-control signals (Ctrl-Z, and a background job touching the terminal): handled once
@@ -102,17 +126,22 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return exit::from_error("cannot open the store", &e),
     };
-    let wait = if args.no_wait {
-        Duration::ZERO
-    } else {
-        args.wait
-    };
+    let wait = args.wait.wait();
     store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
     let owner = store::owner_for(&url, &owner_label(args.label.as_deref()));
     let config = config.with_acquire_wait(wait);
     let sup = Supervisor::from_arc(store.clone(), config).with_owner(owner);
 
-    let guard = match acquire(&sup, &store, &key, wait, &mut signals).await {
+    let guard = match acquire(
+        &sup,
+        &store,
+        &key,
+        wait,
+        args.wait.conflict_exit_code,
+        &mut signals,
+    )
+    .await
+    {
         Ok(guard) => guard,
         Err(code) => return code,
     };
@@ -134,7 +163,10 @@ pub(crate) fn grace_budget(config: &SupervisorConfig) -> Duration {
 ///
 /// A grace that does not fit is refused rather than shortened in silence: what `--grace` says is
 /// what the command gets whenever the loss is noticed on time.
-fn fit_grace(asked: Option<Duration>, config: &SupervisorConfig) -> Result<Duration, String> {
+pub(crate) fn fit_grace(
+    asked: Option<Duration>,
+    config: &SupervisorConfig,
+) -> Result<Duration, String> {
     let budget = grace_budget(config);
     match asked {
         None => Ok(budget),
@@ -159,12 +191,14 @@ fn grace_before_deadline(guard: &LeaseGuard, grace: Duration) -> Duration {
     grace.min(guard.lease().remaining() / 2)
 }
 
-/// Acquires with a bounded wait, showing progress on a terminal; a signal cancels the wait.
-async fn acquire(
+/// Acquires with a bounded wait, showing progress on a terminal; SIGINT, SIGTERM, SIGHUP or
+/// SIGQUIT cancels the wait. Not acquired in time: `conflict` (75 unless `-E` says otherwise).
+pub(crate) async fn acquire(
     sup: &Supervisor,
     store: &Arc<dyn LeaseStore>,
     key: &LeaseKey,
     wait: Duration,
+    conflict: u8,
     signals: &mut Signals,
 ) -> Result<LeaseGuard, ExitCode> {
     let cancel = CancellationToken::new();
@@ -178,8 +212,10 @@ async fn acquire(
         tokio::select! {
             r = &mut attempt => break r,
             sig = signals.recv(), if interrupted.is_none() => {
-                interrupted = Some(sig);
-                cancel.cancel();
+                if stops_waiting(sig) {
+                    interrupted = Some(sig);
+                    cancel.cancel();
+                }
             }
             () = sleep(Duration::from_millis(500)), if progress => {
                 if let Ok(Ok(state)) = timeout(Duration::from_secs(1), store.inspect(key)).await
@@ -209,7 +245,7 @@ async fn acquire(
                 },
                 describe(holder.as_ref())
             );
-            Err(ExitCode::from(exit::NOT_ACQUIRED))
+            Err(ExitCode::from(conflict))
         }
         Ok(Acquisition::Cancelled) => {
             let sig = interrupted.unwrap_or(Signal::SIGINT);
@@ -246,7 +282,8 @@ async fn supervise(
 ) -> u8 {
     let key = guard.key().clone();
     let token = guard.token();
-    let Some((program, rest)) = args.command.split_first() else {
+    let argv = args.argv();
+    let Some((program, rest)) = argv.split_first() else {
         let _ = guard.release().await;
         return exit::USAGE;
     };

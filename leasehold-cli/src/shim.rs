@@ -17,9 +17,10 @@
 //! Running `lease` itself as the child does it without `unsafe`, and the same process can then
 //! stay behind as the subreaper that finds every descendant when `lease` is gone.
 //!
-//! The shim ignores SIGINT, SIGTERM and SIGHUP (they reach the command through its process
-//! group, where `lease` sends them); any signal, and a check every 100 ms, makes it look whether
-//! its parent changed.
+//! The shim ignores SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 (they reach the
+//! command through its process group, where `lease` sends them; left at their default action,
+//! SIGQUIT, SIGUSR1 and SIGUSR2 would end the shim); any signal, and a check every 100 ms, makes
+//! it look whether its parent changed.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -102,6 +103,14 @@ async fn supervise(
         eprintln!("lease: cannot install signal handlers");
         return exit::SOFTWARE;
     };
+    let (Ok(mut quit), Ok(mut usr1), Ok(mut usr2)) = (
+        signal(SignalKind::quit()),
+        signal(SignalKind::user_defined1()),
+        signal(SignalKind::user_defined2()),
+    ) else {
+        eprintln!("lease: cannot install signal handlers");
+        return exit::SOFTWARE;
+    };
     let command = match std::process::Command::new(program).args(rest).spawn() {
         // Reaped below with every other descendant; the handle itself is not needed.
         Ok(child) => Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX)),
@@ -142,6 +151,9 @@ async fn supervise(
             _ = int.recv() => {}
             _ = term.recv() => {}
             _ = hup.recv() => {}
+            _ = quit.recv() => {}
+            _ = usr1.recv() => {}
+            _ = usr2.recv() => {}
             _ = chld.recv() => {}
             () = tokio::time::sleep(PARENT_CHECK) => {}
         }
