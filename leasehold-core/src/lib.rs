@@ -91,6 +91,7 @@
 //! - [`capability`]: what each backend promises.
 //! - [`backend`]: **for backend authors** only: TTL rounding, record decoding, lease grants.
 //! - [`clock`]: the suspend-aware clock validity is judged on.
+//! - [`mutation`]: switch points for protocol mutation testing (feature `mutants`; off by default).
 //! - [`supervisor`]: bounded acquisition, renewal, health, guards.
 //! - [`election`]: leader election.
 
@@ -103,6 +104,7 @@ pub mod fencing;
 pub mod hook;
 pub mod lease;
 pub mod memory;
+pub mod mutation;
 pub mod store;
 pub mod supervisor;
 mod url_params;
