@@ -98,7 +98,9 @@ impl FencedResource for EtcdFencedResource {
         for _ in 0..MAX_ATTEMPTS {
             let (mut state, mod_rev) = self.load(key).await?;
             let out = state.apply(token, op.as_ref());
-            if let WriteOutcome::Rejected { high_water, .. } = out {
+            if let WriteOutcome::Rejected { high_water, .. } = out
+                && !leasehold_core::mutation::on("etcd.fence.accept_stale")
+            {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
                 return Ok(out);
             }

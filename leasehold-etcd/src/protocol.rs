@@ -36,7 +36,7 @@ use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     WatchFilterType, WatchOptions,
 };
-use leasehold_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result};
+use leasehold_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result, mutation};
 
 use crate::error::BACKEND;
 
@@ -147,7 +147,15 @@ pub fn named_lease_of(lock_key: &[u8]) -> Option<i64> {
 pub fn holder_query() -> GetOptions {
     GetOptions::new()
         .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_sort(
+            SortTarget::Create,
+            // Mutation switch point (`mutation::on` is false unless a mutant is active).
+            if mutation::on("etcd.holder.newest_first") {
+                SortOrder::Descend
+            } else {
+                SortOrder::Ascend
+            },
+        )
         .with_limit(1)
 }
 
@@ -186,7 +194,9 @@ pub fn acquire_txn(
     lease_id: i64,
 ) -> Txn {
     let mut ops = Vec::with_capacity(2);
-    let compares = match previous {
+    // Each comparison (and the put's etcd lease) passes a mutation switch point: `mutation::on`
+    // is false unless leasehold-core's `mutants` feature is on and that mutant is active.
+    let mut compares = match previous {
         None => vec![Compare::create_revision(mutex_prefix, CompareOp::Equal, 0).with_prefix()],
         Some((key, rev)) => {
             ops.push(TxnOp::delete(key.to_vec(), None));
@@ -196,11 +206,20 @@ pub fn acquire_txn(
             ]
         }
     };
-    ops.push(TxnOp::put(
-        lock_key,
-        encode_owner(owner),
-        Some(PutOptions::new().with_lease(lease_id)),
-    ));
+    let drop_compare = match previous {
+        None => mutation::on("etcd.acquire.no_free_compare").then_some(0),
+        Some(_) if mutation::on("etcd.acquire.replace_without_newer_check") => Some(0),
+        Some(_) => mutation::on("etcd.acquire.replace_without_own_check").then_some(1),
+    };
+    if let Some(i) = drop_compare {
+        compares.remove(i);
+    }
+    let put = if mutation::on("etcd.acquire.no_lease") {
+        PutOptions::new()
+    } else {
+        PutOptions::new().with_lease(lease_id)
+    };
+    ops.push(TxnOp::put(lock_key, encode_owner(owner), Some(put)));
     Txn::new()
         .when(compares)
         .and_then(ops)
@@ -211,16 +230,22 @@ pub fn acquire_txn(
 /// create revision, `owner`'s value and an etcd lease, returning the deleted key (whose etcd
 /// lease the caller then revokes if the key was alone on it, see [`alone_on_its_lease`]).
 pub fn release_txn(lock_key: &[u8], token: FencingToken, owner: &OwnerId) -> Txn {
-    Txn::new()
-        .when(vec![
-            Compare::create_revision(lock_key.to_vec(), CompareOp::Equal, token.to_i64()),
-            Compare::value(lock_key.to_vec(), CompareOp::Equal, encode_owner(owner)),
-            Compare::lease(lock_key.to_vec(), CompareOp::NotEqual, 0),
-        ])
-        .and_then(vec![TxnOp::delete(
-            lock_key.to_vec(),
-            Some(DeleteOptions::new().with_prev_key()),
-        )])
+    let mut when = vec![
+        Compare::create_revision(lock_key.to_vec(), CompareOp::Equal, token.to_i64()),
+        Compare::value(lock_key.to_vec(), CompareOp::Equal, encode_owner(owner)),
+        Compare::lease(lock_key.to_vec(), CompareOp::NotEqual, 0),
+    ];
+    // Mutation switch points (false unless a mutant is active).
+    if mutation::on("etcd.release.no_owner_compare") {
+        when.remove(1);
+    }
+    if mutation::on("etcd.release.no_token_compare") {
+        when.remove(0);
+    }
+    Txn::new().when(when).and_then(vec![TxnOp::delete(
+        lock_key.to_vec(),
+        Some(DeleteOptions::new().with_prev_key()),
+    )])
 }
 
 /// Whether a lock key written by this crate sits alone on an etcd lease of its own: it has a
@@ -272,6 +297,13 @@ pub fn delete_txn(
         Compare::create_revision(key.to_vec(), CompareOp::Equal, create_revision),
         Compare::lease(key.to_vec(), CompareOp::Equal, lease_id),
     ];
+    // Mutation switch points (false unless a mutant is active).
+    if mutation::on("etcd.delete.no_lease_compare") {
+        when.remove(1);
+    }
+    if mutation::on("etcd.delete.no_revision_compare") {
+        when.remove(0);
+    }
     if let Some(m) = mod_revision {
         when.push(Compare::mod_revision(key.to_vec(), CompareOp::Equal, m));
     }
@@ -284,27 +316,36 @@ pub fn delete_txn(
 /// (so the same create revision, the same token) if it still has `token` and `owner`'s value.
 pub fn move_txn(lock_key: &str, token: FencingToken, owner: &OwnerId, lease_id: i64) -> Txn {
     let value = encode_owner(owner);
-    Txn::new()
-        .when(vec![
-            Compare::create_revision(lock_key, CompareOp::Equal, token.to_i64()),
-            Compare::value(lock_key, CompareOp::Equal, value.clone()),
-        ])
-        .and_then(vec![TxnOp::put(
-            lock_key,
-            value,
-            Some(PutOptions::new().with_lease(lease_id)),
-        )])
+    let mut when = vec![
+        Compare::create_revision(lock_key, CompareOp::Equal, token.to_i64()),
+        Compare::value(lock_key, CompareOp::Equal, value.clone()),
+    ];
+    // Mutation switch point (false unless a mutant is active).
+    if mutation::on("etcd.move.no_token_compare") {
+        when.remove(0);
+    }
+    Txn::new().when(when).and_then(vec![TxnOp::put(
+        lock_key,
+        value,
+        Some(PutOptions::new().with_lease(lease_id)),
+    )])
 }
 
 /// The fenced write: put `state` into `state_key` if its mod revision is still `mod_revision`
 /// (0: the key does not exist), so the high-water check and the write are atomic.
 pub fn fence_txn(state_key: &str, mod_revision: i64, state: &ResourceState) -> Txn {
-    Txn::new()
-        .when(vec![Compare::mod_revision(
+    // Mutation switch point (false unless a mutant is active).
+    let when = if mutation::on("etcd.fence.no_revision_compare") {
+        vec![]
+    } else {
+        vec![Compare::mod_revision(
             state_key,
             CompareOp::Equal,
             mod_revision,
-        )])
+        )]
+    };
+    Txn::new()
+        .when(when)
         .and_then(vec![TxnOp::put(state_key, encode_state(state), None)])
 }
 

@@ -167,9 +167,11 @@ impl EtcdLeaseStore {
             .await?;
         for (h, sent) in pending {
             let ours = found.get(h.lock_key.as_bytes()).filter(|kv| {
-                kv.create_revision() == h.lease.token().to_i64()
-                    && kv.lease() != 0
-                    && our_owner(kv).as_ref() == Some(h.lease.owner())
+                // Mutation switch point (false unless a mutant is active).
+                leasehold_core::mutation::on("etcd.renew.no_read_back_check")
+                    || (kv.create_revision() == h.lease.token().to_i64()
+                        && kv.lease() != 0
+                        && our_owner(kv).as_ref() == Some(h.lease.owner()))
             });
             if let Some(kv) = ours
                 && kv.lease() != h.handle.lease_id

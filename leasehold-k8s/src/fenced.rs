@@ -79,13 +79,19 @@ impl K8sFencedResource {
                 None => ResourceState::default(),
             };
             let out = state.apply(token, op.as_ref());
-            if let WriteOutcome::Rejected { high_water, .. } = out {
+            if let WriteOutcome::Rejected { high_water, .. } = out
+                && !leasehold_core::mutation::on("k8s.fence.accept_stale")
+            {
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
                 return Ok(out);
             }
             let result = match current {
                 Some(mut cm) => {
                     protocol::render_fence(&mut cm, &state);
+                    // Mutation switch point: the mutant drops the replace's precondition.
+                    if leasehold_core::mutation::on("k8s.fence.unconditional") {
+                        cm.metadata.resource_version = None;
+                    }
                     timed(
                         "replace",
                         self.timeout,

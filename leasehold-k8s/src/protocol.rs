@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::{Lease as KubeLease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use leasehold_core::backend::{corrupt, decode_token};
-use leasehold_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result};
+use leasehold_core::{FencingToken, LeaseKey, OwnerId, ResourceState, Result, mutation};
 
 use crate::error::BACKEND;
 
@@ -184,6 +184,16 @@ pub fn with_token(created: &KubeLease, owner: &OwnerId, token: FencingToken) -> 
     let mut next = created.clone();
     let annotations = next.metadata.annotations.take().unwrap_or_default();
     next.metadata.annotations = Some(token_annotations(annotations, owner, token));
+    precondition(next, "k8s.claim.unconditional")
+}
+
+/// `next`, whose resourceVersion makes its replace conditional. A mutation switch point: the
+/// mutant of `site` (never active without leasehold-core's `mutants` feature) drops the version,
+/// so that the replace is unconditional.
+fn precondition(mut next: KubeLease, site: &'static str) -> KubeLease {
+    if mutation::on(site) {
+        next.metadata.resource_version = None;
+    }
     next
 }
 
@@ -218,7 +228,7 @@ pub fn regrant(current: &KubeLease, owner: &OwnerId, token: FencingToken, secs: 
     spec.lease_duration_seconds = Some(secs);
     spec.renew_time = Some(t);
     next.spec = Some(spec);
-    next
+    precondition(next, "k8s.regrant.unconditional")
 }
 
 /// The next version after a renewal: `renewTime` now, `leaseDurationSeconds` the granted TTL.
@@ -228,7 +238,7 @@ pub fn renewal(current: &KubeLease, secs: i32) -> KubeLease {
     spec.lease_duration_seconds = Some(secs);
     spec.renew_time = Some(now());
     next.spec = Some(spec);
-    next
+    precondition(next, "k8s.renewal.unconditional")
 }
 
 /// The next version after a release, exactly as client-go's `ReleaseOnCancel` writes it: empty
@@ -243,7 +253,7 @@ pub fn released(current: &KubeLease) -> KubeLease {
     spec.acquire_time = Some(t.clone());
     spec.renew_time = Some(t);
     next.spec = Some(spec);
-    next
+    precondition(next, "k8s.release.unconditional")
 }
 
 /// The fenced state kept in the ConfigMap `cm` (see [`fence_object_name`]): the mark in

@@ -21,6 +21,7 @@ use crate::config::{self, K8sOptions, TestHook, TestPoint};
 use crate::error::{BACKEND, K8sError, timed};
 use crate::fenced::K8sFencedResource;
 use crate::protocol::{self, Record};
+use leasehold_core::mutation;
 
 /// How many lost create/replace races one `acquire` absorbs before it gives up (retryable).
 const MAX_RACES: usize = 16;
@@ -395,8 +396,19 @@ impl K8sLeaseStore {
         at_least: u64,
         recorded: Option<FencingToken>,
     ) -> Result<FencingToken> {
+        // Mutation switch points (false unless a mutant is active).
+        if mutation::on("k8s.token.reuse_old")
+            && let Some(old) = recorded
+        {
+            return Ok(old);
+        }
+        let floors = if mutation::on("k8s.token.skip_floor") {
+            [None, None]
+        } else {
+            [recorded, self.floor(name)]
+        };
         let mut t = at_least;
-        for known in [recorded, self.floor(name)].into_iter().flatten() {
+        for known in floors.into_iter().flatten() {
             t = t.max(known.get().saturating_add(1));
         }
         FencingToken::new(t)
@@ -458,6 +470,13 @@ impl K8sLeaseStore {
 }
 
 fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
+    // Mutation switch points (false unless a mutant is active).
+    if mutation::on("k8s.expiry.never") {
+        return false;
+    }
+    if mutation::on("k8s.expiry.flipped") {
+        return now < first_seen + rec.duration;
+    }
     now >= first_seen + rec.duration
 }
 
@@ -549,6 +568,7 @@ impl LeaseStore for K8sLeaseStore {
                     if let Some(holder) = rec.holder.as_deref()
                         && holder != req.owner.as_str()
                         && !expired(&rec, first_seen, now)
+                        && !mutation::on("k8s.acquire.ignore_live_holder")
                     {
                         return Ok(AcquireOutcome::Held(Holder {
                             owner: owner_of(holder)?,
@@ -609,7 +629,8 @@ impl LeaseStore for K8sLeaseStore {
             let Some((base, rec, first_seen)) = current.take() else {
                 break;
             };
-            if !rec.is_held_by(lease.owner(), lease.token())
+            if (!rec.is_held_by(lease.owner(), lease.token())
+                && !mutation::on("k8s.renew.no_holder_check"))
                 || expired(&rec, first_seen, Instant::now())
             {
                 return Ok(RenewOutcome::Lost);
@@ -672,7 +693,8 @@ impl LeaseStore for K8sLeaseStore {
             let Some((obj, rec, first_seen)) = current else {
                 return Ok(ReleaseOutcome::NotHeld);
             };
-            if !rec.is_held_by(lease.owner(), lease.token())
+            if (!rec.is_held_by(lease.owner(), lease.token())
+                && !mutation::on("k8s.release.no_holder_check"))
                 || expired(&rec, first_seen, Instant::now())
             {
                 return Ok(ReleaseOutcome::NotHeld);

@@ -10,6 +10,8 @@
 //! assert!(sql.release.contains("lease_until = '-infinity'"));
 //! ```
 
+use leasehold_core::mutation;
+
 use crate::config::{TableLayout, TableName};
 
 /// The shipped migration (`sql/0001_leases.sql`): [`TEMPLATE`] rendered for the default table
@@ -60,7 +62,11 @@ pub fn migration(table: &TableName, layout: TableLayout) -> String {
         TableLayout::Seed => TEMPLATE.replacen(LIBRARY_TABLE, SEED_TABLE, 1),
         _ => TEMPLATE.to_string(),
     };
-    render(&template, table.schema(), table.table())
+    // A mutation test may rewrite the DDL (the triggers); without the feature this is the identity.
+    mutation::string(
+        "postgres.migration",
+        render(&template, table.schema(), table.table()),
+    )
 }
 
 fn render(template: &str, schema: &str, table: &str) -> String {
@@ -372,20 +378,23 @@ impl Statements {
             format!("DELETE FROM {table} WHERE starts_with(resource_key, $1)"),
             format!("DELETE FROM {fence} WHERE starts_with(resource_key, $1)"),
         ];
+        // Every statement that decides safety passes a mutation switch point (the identity
+        // unless leasehold-core's `mutants` feature is on and a mutant is active).
+        let m = mutation::string;
         Statements {
-            acquire,
-            acquire_free,
+            acquire: m("postgres.acquire", acquire),
+            acquire_free: m("postgres.acquire_free", acquire_free),
             inspect,
             inspect_many,
-            renew,
-            renew_many,
-            release,
-            release_notify,
+            renew: m("postgres.renew", renew),
+            renew_many: m("postgres.renew_many", renew_many),
+            release: m("postgres.release", release),
+            release_notify: m("postgres.release_notify", release_notify),
             arm_watch,
-            lock_row,
+            lock_row: m("postgres.lock_row", lock_row),
             lock_generation,
-            still_valid,
-            fence_write,
+            still_valid: m("postgres.still_valid", still_valid),
+            fence_write: m("postgres.fence_write", fence_write),
             fence_mark,
             fence_read,
             delete_prefix,

@@ -10,7 +10,7 @@
 
 use std::sync::LazyLock;
 
-use leasehold_core::{Error, FencingToken, LeaseKey, OwnerId, Result};
+use leasehold_core::{Error, FencingToken, LeaseKey, OwnerId, Result, mutation};
 use redis::Script;
 
 use crate::error::BACKEND;
@@ -75,7 +75,14 @@ end
 return s
 ";
 
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_LUA));
+// Each script the store runs passes a mutation switch point: the identity unless
+// leasehold-core's `mutants` feature is on and a mutant is active.
+/// [`ACQUIRE_LUA`] as the store sends it (through its mutation switch point).
+pub(crate) fn acquire_lua() -> &'static str {
+    mutation::text("redis.acquire", ACQUIRE_LUA)
+}
+
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(acquire_lua()));
 
 /// Renew. `KEYS[1]` lease record; `ARGV[1]` the grant's [`record_prefix`] (token and owner),
 /// `ARGV[2]` TTL ms. Extends only a live record of the same token and owner, with one `SET .. PX`
@@ -89,7 +96,8 @@ end
 return 0
 ";
 
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_LUA));
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(mutation::text("redis.renew", RENEW_LUA)));
 
 /// Renew many. `KEYS[i]` lease record of the i-th lease; `ARGV[2i-1]`, `ARGV[2i]` its
 /// [`record_prefix`] and TTL ms. The same check as [`RENEW_LUA`] for each key, in one script (one
@@ -111,7 +119,8 @@ end
 return out
 ";
 
-pub(crate) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_MANY_LUA));
+pub(crate) static RENEW_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(mutation::text("redis.renew_many", RENEW_MANY_LUA)));
 
 /// Release. `KEYS[1]` lease record; `ARGV[1]` the grant's [`record_prefix`], `ARGV[2]` release
 /// channel, `ARGV[3]` token. Deletes only the same token's and owner's record (never a
@@ -127,7 +136,8 @@ end
 return 0
 ";
 
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_LUA));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(mutation::text("redis.release", RELEASE_LUA)));
 
 /// Inspect any number of keys. `KEYS[2i-1]` lease record and `KEYS[2i]` counter of the i-th
 /// key. Three strings per key, in order, each key read atomically: the counter (`""` when
@@ -195,7 +205,8 @@ redis.call('HSET', KEYS[1], 'hw', ARGV[1])
 return {'accepted', ARGV[1]}
 ";
 
-pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_LUA));
+pub(crate) static FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(mutation::text("redis.fence", FENCE_LUA)));
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "lease";

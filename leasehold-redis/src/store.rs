@@ -511,7 +511,7 @@ impl RedisLeaseStore {
             Some(wait) => {
                 let (reply, acked): (redis::Value, i64) = redis::pipe()
                     .cmd("EVAL")
-                    .arg(protocol::ACQUIRE_LUA)
+                    .arg(protocol::acquire_lua())
                     .arg(2)
                     .arg(layout.lease(&req.key))
                     .arg(layout.generation(&req.key))

@@ -8,6 +8,7 @@ use leasehold_core::{
 };
 
 use leasehold_core::backend::{corrupt, decode_token};
+use leasehold_core::mutation;
 use sqlx::Connection;
 
 use crate::error::BACKEND;
@@ -65,6 +66,7 @@ impl SqliteFencedResource {
             };
             if let Some(high_water) = state.high_water
                 && token < high_water
+                && !mutation::on("sqlite.fence.accept_stale")
             {
                 tx.rollback().await?;
                 tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");

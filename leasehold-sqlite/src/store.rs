@@ -24,6 +24,7 @@ use crate::fenced::SqliteFencedResource;
 use crate::gate::{self, Gate};
 use crate::protocol;
 use crate::watch::{self, Hub};
+use leasehold_core::mutation;
 
 /// A [`LeaseStore`] on one SQLite database file, shared by any number of processes **on one
 /// host**.
@@ -394,7 +395,9 @@ async fn migrate(conn: &mut SqliteConnection) -> sqlx::Result<Result<()>> {
         .iter()
         .chain(protocol::CREATE_TRIGGERS.iter())
     {
-        sqlx::query(*ddl).execute(&mut *tx).await?;
+        sqlx::query(mutation::text("sqlite.ddl", ddl))
+            .execute(&mut *tx)
+            .await?;
     }
     sqlx::query(protocol::UPSERT_SCHEMA_VERSION)
         .bind(protocol::SCHEMA_VERSION)
@@ -441,7 +444,7 @@ fn upsert<'q>(
     owner: &'q str,
     ttl_ms: i64,
 ) -> sqlx::query::QueryScalar<'q, sqlx::Sqlite, i64, sqlx::sqlite::SqliteArguments> {
-    sqlx::query_scalar(protocol::ACQUIRE)
+    sqlx::query_scalar(mutation::text("sqlite.acquire", protocol::ACQUIRE))
         .bind(key)
         .bind(owner)
         .bind(ttl_ms)
@@ -537,7 +540,7 @@ impl LeaseStore for SqliteLeaseStore {
         let done = {
             let _turn = self.inner.gate.urgent().await;
             let mut conn = self.inner.writer().await.map_err(&map)?;
-            let done = sqlx::query(protocol::RENEW)
+            let done = sqlx::query(mutation::text("sqlite.renew", protocol::RENEW))
                 .bind(lease.key().as_str())
                 .bind(lease.owner().as_str())
                 .bind(lease.token().to_i64())
@@ -584,7 +587,7 @@ impl LeaseStore for SqliteLeaseStore {
                     renewed.push(false);
                     continue;
                 };
-                let done = sqlx::query(protocol::RENEW)
+                let done = sqlx::query(mutation::text("sqlite.renew", protocol::RENEW))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
@@ -622,7 +625,7 @@ impl LeaseStore for SqliteLeaseStore {
         let done = {
             let _turn = self.inner.gate.urgent().await;
             let mut conn = self.inner.writer().await.map_err(&map)?;
-            let done = sqlx::query(protocol::RELEASE)
+            let done = sqlx::query(mutation::text("sqlite.release", protocol::RELEASE))
                 .bind(lease.key().as_str())
                 .bind(lease.owner().as_str())
                 .bind(lease.token().to_i64())
