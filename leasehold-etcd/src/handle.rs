@@ -5,9 +5,10 @@ use std::fmt;
 use std::time::Duration;
 
 use etcd_client::KeyValue;
+use hmac::{Hmac, KeyInit, Mac};
 use leasehold_core::backend::{decode_owner, decode_token};
 use leasehold_core::{Error, FencingToken, LeaseKey, OwnerId, Result};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::error::BACKEND;
 use crate::protocol::{self, FOREIGN_OWNER, owner_text};
@@ -216,8 +217,11 @@ impl Tag {
 /// or by a renewal's read). Only such a lease may be released by revoking its etcd lease alone:
 /// a handle anybody could write (`Lease::with_handle` is public) could otherwise name somebody
 /// else's etcd lease, such as an `etcdctl lock` session's, and revoke it.
+///
+/// Holds the key already absorbed into HMAC-SHA-256's inner and outer states (the `hmac` crate's
+/// keyed instance), so that each tag clones a state instead of hashing the key again.
 #[derive(Clone)]
-pub(crate) struct Secret([u8; 32]);
+pub(crate) struct Secret(Hmac<Sha256>);
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -226,12 +230,58 @@ impl fmt::Debug for Secret {
 }
 
 impl Secret {
-    /// 244 random bits (two version-4 UUIDs, from the operating system's generator).
-    pub(crate) fn random() -> Secret {
+    /// A key of 256 bits from the operating system's random generator (`getrandom`).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if the operating system's generator fails (no `getrandom` system call
+    /// and no `/dev/urandom`, for example in a sandbox that forbids both).
+    pub(crate) fn random() -> Result<Secret> {
         let mut key = [0u8; 32];
-        key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        Secret(key)
+        getrandom::fill(&mut key).map_err(|e| Error::Backend {
+            backend: BACKEND,
+            message: format!(
+                "the operating system's random generator failed ({e}): the store draws the \
+                 secret that tags its handles from it"
+            ),
+            source: Some(Box::new(e)),
+        })?;
+        Ok(Secret::from_key(&key))
+    }
+
+    /// The secret with key `key`. HMAC zero-pads a key shorter than SHA-256's 64-byte block, so
+    /// the padded block is the same key, given in the one length the keyed constructor takes
+    /// without a length check.
+    fn from_key(key: &[u8; 32]) -> Secret {
+        let mut block = [0u8; 64];
+        block[..32].copy_from_slice(key);
+        Secret(<Hmac<Sha256> as KeyInit>::new(&block.into()))
+    }
+
+    /// HMAC-SHA-256 under this secret, already fed the tagged fields: the domain string (part of
+    /// the wire format: changing it changes every tag), the lock key and the owner, each preceded
+    /// by its length as 8 big-endian bytes, then the token, the etcd lease id and the TTL, each
+    /// as 8 big-endian bytes.
+    fn mac(
+        &self,
+        lock_key: &str,
+        owner: &OwnerId,
+        token: FencingToken,
+        lease_id: i64,
+        ttl_secs: i64,
+    ) -> Hmac<Sha256> {
+        let mut mac = self.0.clone();
+        for field in [
+            b"lease-etcd/revoke-only/1".as_slice(),
+            lock_key.as_bytes(),
+            owner.as_str().as_bytes(),
+        ] {
+            mac.update(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
+            mac.update(field);
+        }
+        mac.update(&token.get().to_be_bytes());
+        mac.update(&lease_id.to_be_bytes());
+        mac.update(&ttl_secs.to_be_bytes());
+        mac
     }
 
     /// The tag of lock key `lock_key` (which names the key, the lock prefix and the etcd lease)
@@ -244,25 +294,17 @@ impl Secret {
         lease_id: i64,
         ttl_secs: i64,
     ) -> Tag {
-        let mut msg = Vec::with_capacity(64 + lock_key.len() + owner.as_str().len());
-        for field in [
-            b"lease-etcd/revoke-only/1".as_slice(),
-            lock_key.as_bytes(),
-            owner.as_str().as_bytes(),
-        ] {
-            msg.extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
-            msg.extend_from_slice(field);
-        }
-        msg.extend_from_slice(&token.get().to_be_bytes());
-        msg.extend_from_slice(&lease_id.to_be_bytes());
-        msg.extend_from_slice(&ttl_secs.to_be_bytes());
-        let mac = hmac_sha256(&self.0, &msg);
+        let full = self
+            .mac(lock_key, owner, token, lease_id, ttl_secs)
+            .finalize()
+            .into_bytes();
         let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&mac[..TAG_LEN]);
+        tag.copy_from_slice(&full[..TAG_LEN]);
         Tag(tag)
     }
 
-    /// Whether `tag` is this secret's tag of the same fields (compared in constant time).
+    /// Whether `tag` is this secret's tag of the same fields (compared in constant time, by the
+    /// `hmac` crate's truncated verification).
     pub(crate) fn verify(
         &self,
         tag: Tag,
@@ -272,29 +314,10 @@ impl Secret {
         lease_id: i64,
         ttl_secs: i64,
     ) -> bool {
-        let want = self.tag(lock_key, owner, token, lease_id, ttl_secs);
-        want.0.iter().zip(tag.0).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+        self.mac(lock_key, owner, token, lease_id, ttl_secs)
+            .verify_truncated_left(&tag.0)
+            .is_ok()
     }
-}
-
-/// HMAC-SHA-256 (RFC 2104) with a key of at most one block.
-fn hmac_sha256(key: &[u8; 32], msg: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut ipad = [0x36u8; BLOCK];
-    let mut opad = [0x5cu8; BLOCK];
-    for (i, k) in key.iter().enumerate() {
-        ipad[i] ^= k;
-        opad[i] ^= k;
-    }
-    let inner = Sha256::new()
-        .chain_update(ipad)
-        .chain_update(msg)
-        .finalize();
-    Sha256::new()
-        .chain_update(opad)
-        .chain_update(inner)
-        .finalize()
-        .into()
 }
 
 /// Whole seconds as reported by etcd (negative: none left) as a duration.
@@ -356,7 +379,7 @@ mod tests {
 
     #[test]
     fn tags_bind_every_field_to_one_secret() {
-        let (s, other) = (Secret::random(), Secret::random());
+        let (s, other) = (Secret::random().unwrap(), Secret::random().unwrap());
         let owner = OwnerId::new("w-1").unwrap();
         let t = FencingToken::new(42).unwrap();
         let tag = s.tag("lease/k/2a", &owner, t, 0x2a, 10);
@@ -376,13 +399,35 @@ mod tests {
         assert!(!s.verify(tag, "lease/k/2a", &owner, t, 0x2a, 11));
     }
 
+    /// A tag is written into the lease's handle, which etcd stores and other stores of the same
+    /// process read back: its bytes must not change with the HMAC's implementation. The value was
+    /// computed by the crate's earlier hand-written HMAC-SHA-256 (and agrees with Python's
+    /// `hmac.new(bytes(range(32)), msg, hashlib.sha256)`).
+    #[test]
+    fn tag_of_a_known_secret_and_fields_is_fixed() {
+        let secret = Secret::from_key(&std::array::from_fn(|i| u8::try_from(i).unwrap()));
+        let owner = OwnerId::new("worker-1").unwrap();
+        let tag = secret.tag(
+            "lease/tenant-42/694d7b1a22f3",
+            &owner,
+            FencingToken::new(42).unwrap(),
+            0x694d_7b1a_22f3,
+            30,
+        );
+        assert_eq!(tag.to_string(), "078dcce7e4f9dc834c47cb0cc165c339");
+    }
+
     #[test]
     fn hmac_matches_rfc_4231() {
         // RFC 4231 test case 2 has a short key; with the key zero-padded to 32 bytes HMAC is
         // the same function (keys shorter than a block are zero-padded).
         let mut key = [0u8; 32];
         key[..4].copy_from_slice(b"Jefe");
-        let mac = hmac_sha256(&key, b"what do ya want for nothing?");
+        let mac = Secret::from_key(&key)
+            .0
+            .chain_update(b"what do ya want for nothing?")
+            .finalize()
+            .into_bytes();
         let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(
             hex,

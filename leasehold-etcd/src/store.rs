@@ -126,8 +126,9 @@ impl EtcdLeaseStore {
     /// files on `etcd://`, ...), a zero timeout, a TLS file that is missing or holds no
     /// certificate or key, a server certificate the CA does not vouch for or that expired, and
     /// credentials etcd refuses; [`Error::Unavailable`] or [`Error::Timeout`] if no endpoint
-    /// answers within the connect and request timeouts. See the crate docs' section on URLs, TLS
-    /// and authentication.
+    /// answers within the connect and request timeouts; [`Error::Backend`] if the operating
+    /// system's random generator fails (the store draws the key of its handle tags from it). See
+    /// the crate docs' section on URLs, TLS and authentication.
     ///
     /// # Cancellation safety
     /// Cancel safe: a dropped connect leaves at most a one-second etcd lease behind, which expires.
@@ -174,7 +175,7 @@ impl EtcdLeaseStore {
             endpoints: endpoints.into(),
             min_ttl: Duration::from_secs(1),
             shared: None,
-            secret: Arc::new(Secret::random()),
+            secret: Arc::new(Secret::random()?),
             put_delay: Arc::new(AtomicU64::new(0)),
         };
         store.min_ttl = store.probe_min_ttl().await?;
