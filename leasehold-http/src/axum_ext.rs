@@ -36,3 +36,12 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for AcceptedToken {
         Ok(parts.extensions.get::<AcceptedToken>().cloned())
     }
 }
+
+impl crate::HealthCheck {
+    /// An axum router that answers every request to `path` with this check (`200` or `503`, JSON body; see
+    /// [`HealthReport::response`](crate::HealthReport::response)). Merge it into the app:
+    /// `app.merge(check.router("/healthz"))`. The handler reads local state only (cancel safe).
+    pub fn router<S: Clone + Send + Sync + 'static>(&self, path: &str) -> axum::Router<S> {
+        axum::Router::new().route_service(path, self.service::<axum::body::Body>())
+    }
+}

@@ -16,6 +16,12 @@
 //!   (a typed [`NotHolder`] error, nothing leaves the process) once
 //!   [`may_act`](leasehold_core::supervisor::LeaseGuardRef::may_act) is false.
 //!
+//! - **Health and leadership gating**: [`HealthCheck`] (a liveness or readiness probe of a lease
+//!   holder or an election candidate that fails when the lease's renewal has stalled past its
+//!   deadline, as client-go's `HealthzAdaptor`; a tower service, and an axum route with feature
+//!   `axum`) and [`LeaderGateLayer`] (serves only while this process leads; otherwise `503`
+//!   naming the leader).
+//!
 //! ## Fence your API in ten lines: the key comes from the route
 //! The resource a request writes decides the key that fences it: `POST /accounts/a-1/deposit` is
 //! checked against key `a-1`, whatever key the client believes it holds. With axum, take the
@@ -76,6 +82,8 @@
 //! assumptions.
 //!
 //! ## Cancellation
+//! [`HealthService`]'s and [`LeaderGate`]'s refusal futures are ready at once (cancel safe); a
+//! request the gate lets through is as cancel safe as the inner service.
 //! [`FenceLayer::check`] and the layer's response future: if dropped during the check, the mark
 //! may or may not have moved and the handler has not run. The client layer's future and
 //! `FencedRequest::send` are as cancel safe as the inner client: a dropped request may or may not
@@ -89,6 +97,7 @@
 
 mod client;
 mod key;
+mod leader;
 mod problem;
 mod server;
 
@@ -100,6 +109,10 @@ pub use client::{ClientError, FencingClient, FencingClientLayer, NotHolder, fenc
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use client::{FencedRequest, FencedRequestExt, SendError};
 pub use key::KeySource;
+pub use leader::{
+    HealthCheck, HealthReport, HealthService, LEASE_LEADER, LeaderGate, LeaderGateLayer,
+    LeaderTracker,
+};
 pub use problem::{PROBLEM_JSON, Problem};
 pub use server::{AcceptedToken, DEFAULT_CHECK_TIMEOUT, FenceLayer, FenceService, Requirement};
 

@@ -74,6 +74,16 @@ pub enum Problem {
         /// Whether retrying may succeed.
         retryable: bool,
     },
+    /// `503 Service Unavailable`, type `urn:lease:problem:not-leader`: the route serves only
+    /// while this process leads ([`LeaderGateLayer`](crate::LeaderGateLayer)), and it does not.
+    /// Members `leader` (the current leader's identity, or `null` when nobody leads, as far as
+    /// this process has seen) and `term` (its term, or `null`). `Retry-After: 1` is set.
+    NotLeader {
+        /// The current leader's identity, if any.
+        leader: Option<String>,
+        /// Its term.
+        term: Option<FencingToken>,
+    },
 }
 
 impl Problem {
@@ -84,7 +94,9 @@ impl Problem {
             Problem::KeyMismatch { .. } => StatusCode::BAD_REQUEST,
             Problem::Missing { .. } => StatusCode::PRECONDITION_REQUIRED,
             Problem::Malformed { .. } => StatusCode::BAD_REQUEST,
-            Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Unavailable { .. } | Problem::NotLeader { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -97,6 +109,7 @@ impl Problem {
             Problem::Missing { .. } => "urn:lease:problem:fencing-token-required",
             Problem::Malformed { .. } => "urn:lease:problem:malformed-fencing-header",
             Problem::Unavailable { .. } => "urn:lease:problem:fencing-unavailable",
+            Problem::NotLeader { .. } => "urn:lease:problem:not-leader",
         }
     }
 
@@ -179,6 +192,19 @@ impl Problem {
                     format!("the fenced resource could not check the token: {message}"),
                 )
             }
+            Problem::NotLeader { leader, term } => {
+                body.insert("leader".into(), json!(leader));
+                body.insert("term".into(), json!(term.map(FencingToken::get)));
+                let who = match (leader, term) {
+                    (Some(l), Some(t)) => format!("{l} leads (term {t})"),
+                    (Some(l), None) => format!("{l} leads"),
+                    _ => "no leader is known".to_owned(),
+                };
+                (
+                    "Not the leader",
+                    format!("this process does not lead, so it does not serve this route; {who}"),
+                )
+            }
         };
         body.insert("title".into(), json!(title));
         body.insert("status".into(), json!(status.as_u16()));
@@ -196,7 +222,8 @@ impl Problem {
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if let Problem::Unavailable {
             retryable: true, ..
-        } = self
+        }
+        | Problem::NotLeader { .. } = self
         {
             res.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
