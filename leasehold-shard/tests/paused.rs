@@ -643,6 +643,52 @@ async fn at_scale_workers_started_together_split_without_a_herd_and_a_joiner_tak
     rec.check_tokens().unwrap();
 }
 
+/// Ten workers started together over 10,000 shards, on a store whose acquisitions take a real
+/// backend's round trip (so that a worker's takes outlast a rebalance interval and its next scans
+/// still see most of the shards free): they split the set with at most 1.05 acquisitions per
+/// shard. Every member hands the free shards out alike from the same scan, and the shards seen
+/// free twice are taken only up to the taker's share, so the workers do not all go for the same
+/// shards and no steals move them back.
+#[tokio::test(start_paused = true)]
+async fn ten_workers_split_ten_thousand_shards_with_at_most_1_05_acquires_per_shard() {
+    const K: usize = 10_000;
+    let rec = Recorder::new("split");
+    let store = FaultyStore::new(MemoryLeaseStore::new());
+    store.set(Operation::Acquire, Fault::Delay(Duration::from_millis(50)));
+    let set = ShardSet::new(
+        Arc::new(store.clone()) as Arc<dyn LeaseStore>,
+        &rec.set_name,
+        &shard_names(K),
+        ShardSetConfig::new(TTL),
+    )
+    .expect("valid set");
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let started = Instant::now();
+    for n in &names {
+        let mut w = set.join(n).unwrap();
+        tokio::spawn(async move { while w.next_event().await.is_some() {} });
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let members: Vec<String> = names.clone();
+    wait_for(&set, TTL * 40, Duration::from_millis(250), |s| {
+        let c = s.counts();
+        all_owned_by(s, &refs)
+            && refs.iter().all(|w| {
+                c.get(*w).copied().unwrap_or(0) == leasehold_shard::fair_share(K, &members, w)
+            })
+    })
+    .await
+    .expect("ten workers settle on 1,000 shards each");
+    let took = started.elapsed();
+    let acquires = store.calls(Operation::Acquire);
+    eprintln!("10 workers split {K} shards in {took:?} with {acquires} acquire calls");
+    assert!(
+        acquires as f64 <= 1.05 * K as f64,
+        "{acquires} acquire calls for {K} shards ({:.3} per shard)",
+        acquires as f64 / K as f64
+    );
+}
+
 /// Two processes started with one worker id are two owners: joined at the same instant (before
 /// either holds a membership slot, so neither can refuse the other), they split the shards
 /// between them and never both believe they own one (the history checker over both workers'
