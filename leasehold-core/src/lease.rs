@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 pub(crate) use crate::backend::{default_drift, validate_ttl};
@@ -58,16 +59,25 @@ impl LeaseKey {
         Ok(LeaseKey(Arc::from(key)))
     }
 
-    /// Derives a legal key from arbitrary text: lowercases it, replaces every other character by
-    /// `-`, and appends a short hash of the original text so that different inputs give different
-    /// keys (`"Tenant/42"` becomes `tenant-42-` followed by 12 hex digits).
+    /// Derives a legal key from arbitrary text: a readable part (the text lowercased, every
+    /// other character replaced by `-`, runs of `-` folded, cut to fit), then `-` and 32 hex
+    /// digits: the first 128 bits of the SHA-256 of the original text. `"Tenant/42"` becomes
+    /// `tenant-42-6d211b502ab0c8948c7249f3d1b0d6a7`.
+    ///
+    /// Many texts share a readable part (`"Tenant/42"`, `"tenant 42"`, `"TENANT_42"`), so the hash
+    /// is what keeps their keys apart, and it must hold against a user who picks the text: with a
+    /// cryptographic hash, finding a text whose key equals a given text's key takes about 2^128
+    /// hashes, and finding any two texts with one key about 2^64. (A 48-bit FNV-1a hash was used
+    /// before; a birthday search found two texts sharing a key in seconds, so keys derived by
+    /// that version differ from these.) The result is deterministic: the same text gives the same
+    /// key in every process and on every platform, and is at most [`MAX_KEY_LEN`] bytes.
     ///
     /// ```
     /// use leasehold_core::LeaseKey;
     /// let a = LeaseKey::derive("Tenant/42");
     /// let b = LeaseKey::derive("tenant-42");
     /// assert_ne!(a, b);
-    /// assert!(a.as_str().starts_with("tenant-42-"));
+    /// assert_eq!(a.as_str(), "tenant-42-6d211b502ab0c8948c7249f3d1b0d6a7");
     /// ```
     pub fn derive(text: &str) -> Self {
         let mut out = String::with_capacity(text.len().min(MAX_KEY_LEN));
@@ -82,19 +92,22 @@ impl LeaseKey {
                 continue;
             }
             out.push(mapped);
-            if out.len() >= MAX_KEY_LEN - 14 {
+            if out.len() >= MAX_KEY_LEN - 1 - 2 * DERIVED_HASH_BYTES {
                 break;
             }
         }
         while out.ends_with('-') {
             out.pop();
         }
-        let hash = fnv1a64(text.as_bytes());
         if out.is_empty() {
             out.push('k');
         }
         out.push('-');
-        out.push_str(&format!("{:012x}", hash & 0xffff_ffff_ffff));
+        let hash = Sha256::digest(text.as_bytes());
+        for b in &hash[..DERIVED_HASH_BYTES] {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
         LeaseKey(Arc::from(out.as_str()))
     }
 
@@ -149,14 +162,10 @@ impl LeaseKey {
 /// The first label of the part a [`LeaseKey::reserved`] key adds starts with this.
 const RESERVED_LABEL_PREFIX: &str = "lease--";
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
+/// How many bytes of SHA-256 a [`LeaseKey::derive`] key ends with (as twice as many hex digits).
+const DERIVED_HASH_BYTES: usize = 16;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn validate_key(key: &str) -> std::result::Result<(), &'static str> {
     if key.is_empty() {
@@ -723,4 +732,71 @@ pub enum ReleaseOutcome {
     /// The lease was not held by this owner and token (expired, taken over, never granted);
     /// nothing changed.
     NotHeld,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two texts with the same readable part (`tenant-a`) whose 48-bit FNV-1a hashes were equal
+    /// (`b938e1edc8d8`): the earlier `derive` gave both the key `tenant-a-b938e1edc8d8`. They were
+    /// found by a birthday search over 2^26 separator variants of one name, in seconds: any
+    /// tenant could have picked a name that shares another's key.
+    #[test]
+    fn derive_keeps_apart_texts_that_collided_under_48_bit_fnv() {
+        let (a, b) = ("tenant: :_ : ___// a", "tenant _: :: _ _/: a");
+        let (ka, kb) = (LeaseKey::derive(a), LeaseKey::derive(b));
+        assert_ne!(ka, kb, "{a:?} and {b:?} share a derived key");
+        assert!(ka.as_str().starts_with("tenant-a-"), "{ka}");
+        assert!(kb.as_str().starts_with("tenant-a-"), "{kb}");
+    }
+
+    /// The documented format, pinned: a change of hash or layout changes every derived key, and
+    /// must be a deliberate, announced change.
+    #[test]
+    fn derived_keys_are_the_readable_part_and_128_bits_of_sha_256() {
+        for (text, key) in [
+            ("Tenant/42", "tenant-42-6d211b502ab0c8948c7249f3d1b0d6a7"),
+            ("tenant-42", "tenant-42-f71d3741b2bc6cc82a75e7d32a4bf9c0"),
+            ("", "k-e3b0c44298fc1c149afbf4c8996fb924"),
+        ] {
+            assert_eq!(LeaseKey::derive(text).as_str(), key, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn derived_keys_are_legal_and_fit_for_any_text() {
+        let long = "A".repeat(10_000);
+        let long_sep = "/".repeat(10_000);
+        let long_mixed = "ab/".repeat(1_000);
+        for text in [
+            "",
+            "-",
+            "..",
+            "é€🦀",
+            "--x--",
+            long.as_str(),
+            long_sep.as_str(),
+            long_mixed.as_str(),
+        ] {
+            let key = LeaseKey::derive(text);
+            assert!(key.as_str().len() <= MAX_KEY_LEN, "{key}");
+            assert_eq!(
+                LeaseKey::new(key.as_str()).ok(),
+                Some(key.clone()),
+                "{text:?}"
+            );
+            assert_eq!(LeaseKey::derive(text), key, "deterministic");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_derives_a_legal_key_ending_in_its_hash(text in ".{0,300}") {
+            let key = LeaseKey::derive(&text);
+            proptest::prop_assert!(LeaseKey::new(key.as_str()).is_ok(), "{key}");
+            let (_, hash) = key.as_str().rsplit_once('-').unwrap();
+            proptest::prop_assert_eq!(hash.len(), 2 * DERIVED_HASH_BYTES);
+        }
+    }
 }
