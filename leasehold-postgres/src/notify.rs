@@ -9,7 +9,7 @@
 //!   connection (`application_name = leasehold-postgres-listener`), started by the first
 //!   [`watch`](leasehold_core::LeaseStore::watch) and `LISTEN`ing before that call returns. A task
 //!   reads it and wakes the watchers of the notified key only (a map from key to senders).
-//! - A release notifies only a marked row (library layout, ADR 0011). A refused acquire marks
+//! - A release notifies only a marked row (library layout, ADR 0017). A refused acquire marks
 //!   it; so does a watch that is about to wait: the first time a [`KeyWatch`] is polled with no
 //!   hint pending, and again after each hint it delivered, it runs `Statements::arm_watch`
 //!   (`UPDATE .. SET wake = 1`, one round trip). If that finds the key free (released before

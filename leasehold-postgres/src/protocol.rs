@@ -34,7 +34,7 @@ const LIBRARY_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table
     fencing_token bigint      NOT NULL CHECK (fencing_token > 0),
     -- The TTL of the current grant in milliseconds (NULL for rows written by other tools).
     ttl_ms        bigint      CHECK (ttl_ms > 0),
-    -- Whether a release must notify (ADR 0011): 1 once an acquire was refused, 2 after the
+    -- Whether a release must notify (ADR 0017): 1 once an acquire was refused, 2 after the
     -- release that notified for it, 0 after a release that had no one to notify.
     wake          smallint    NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2))
 );
@@ -195,12 +195,12 @@ impl Statements {
         // One statement decides and reports: a refused attempt rewrites the row (marking it for
         // a wake-up, library layout) so that RETURNING names the holder of exactly the row
         // version the decision was made on, and so that a release committed after the refusal
-        // sees the mark (ADR 0011).
+        // sees the mark (ADR 0017).
         // `c.now` is read once, at statement start (before any row-lock wait): a grant is never
         // early, and the granted row's lease_until is never later than the client believes.
         //
         // An existing row (the usual case) is taken by the UPDATE `u`, which computes the token
-        // itself: greatest(old + 1, server clock in µs), the floor of ADR 0010 without the
+        // itself: greatest(old + 1, server clock in µs), the floor of ADR 0012 without the
         // sequence (only a deleted row needs it, and a deleted row means an INSERT). A rise of
         // more than one is skipped by the update trigger's WHEN clause, and a refusal does not
         // change the token: no trigger function runs. Only a new row goes through the INSERT
@@ -322,7 +322,7 @@ impl Statements {
         // The channel is built from the validated table name ([a-z0-9_.:] and hex digits only),
         // so it can be a literal. NOTIFY is sent at commit, and only for a row the UPDATE freed.
         // Library layout: only if an acquire was refused since the last notification (wake = 1,
-        // set under the row lock by the refusal; ADR 0011), and the mark is consumed (2: this
+        // set under the row lock by the refusal; ADR 0017), and the mark is consumed (2: this
         // release notified; 0: no one to notify). The seed's table has no mark: always.
         let channel = t.notify_channel();
         let release_notify = if seed {

@@ -62,7 +62,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// leasehold-postgres-listener`, the pool's other connect options, bounded by the operation timeout)
 /// and `LISTEN`s before it returns. Later watches share it; each [`KeyWatch`] gets hints for its
 /// own key only and unsubscribes when dropped. A release notifies only if the row was marked
-/// since the last notification (`wake`, ADR 0011): a refused acquire marks it, and so does the
+/// since the last notification (`wake`, ADR 0017): a refused acquire marks it, and so does the
 /// watch itself when it is about to wait (the first time it is polled with nothing pending, and
 /// after each hint: one `UPDATE`, under the row lock). Every release that commits after a mark
 /// reaches the watch; a release that committed before it is seen by the mark, which then yields
@@ -531,7 +531,7 @@ impl LeaseStore for PostgresLeaseStore {
     /// Tokens are [`TokenDurability::ClockFloored`]: durable on one server (a WAL-logged sequence
     /// and table), and floored by the server's clock so that a failover to an asynchronous standby
     /// that lost the newest grants still issues greater tokens, as long as the promoted server's
-    /// clock does not lag the old primary's by more than the failover took (ADR 0010).
+    /// clock does not lag the old primary's by more than the failover took (ADRs 0010 and 0012).
     fn capabilities(&self) -> Capabilities {
         Capabilities::new(TokenDurability::ClockFloored, ExpiryClock::Server)
             .with_watch(self.options().notify())

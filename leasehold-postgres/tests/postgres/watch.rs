@@ -1,7 +1,7 @@
 //! `watch` over LISTEN/NOTIFY against the real server: per-key wake-ups, table isolation,
 //! unsubscribe on drop, a killed listener, notifications off, a supervisor handoff that only
 //! the watch can make in time, releases that notify only when an acquire was refused, and no
-//! lost wake-up when a refusal races the release (ADR 0011).
+//! lost wake-up when a refusal races the release (ADR 0017).
 //!
 //! "Nothing arrived" is never checked with a sleep. Notifications reach a listener in commit
 //! order and the store's listener handles them one at a time, so after a *later* release's hint
