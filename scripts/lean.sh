@@ -36,5 +36,7 @@ cargo machete
 # k8s-openapi refuses to build without a Kubernetes API version, which a library must not pick
 # (an application does, through a `k8s-openapi/v1_xx` feature): the `k8s` feature alone builds
 # with the version given the way cargo package is given it in scripts/test.sh.
+# --no-dev-deps: cargo-hack removes the [dev-dependencies] of leasehold/Cargo.toml while it runs
+# and restores the file when it ends (also on Ctrl-C), so nobody should edit that file meanwhile.
 log "cargo hack check -p leasehold --each-feature --no-dev-deps"
 K8S_OPENAPI_ENABLED_VERSION=1.33 cargo hack check -p leasehold --each-feature --no-dev-deps
