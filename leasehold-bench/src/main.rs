@@ -1,11 +1,19 @@
 //! # leasehold-bench
 //!
-//! Measures every reachable backend in one run, interleaved, on five sides: the library's bare
+//! Measures every reachable backend in one run, interleaved, on six sides: the library's bare
 //! store, the supervisor over it, the `leasehold-otel` decorated store, the library's own protocol
-//! issued directly (the wrapper overhead), and a minimal hand-written lease with a fencing
-//! counter (`minimal.rs`, the floor the goals are judged against); then takeover (also from a
-//! holder process killed with SIGKILL: the binary re-executes itself with a hidden `__hold`
+//! issued directly (the wrapper overhead), a minimal hand-written lease with a fencing
+//! counter (`minimal.rs`, the floor the goals are judged against), and that minimal lease again
+//! as a side of its own (the A/A pair, the run's noise); then takeover (also from a holder
+//! process killed with SIGKILL: the binary re-executes itself with a hidden `__hold`
 //! subcommand), handoff and renewal load, and writes the report to `docs/benchmarks.md`.
+//!
+//! Throughput runs in five processes of its own, one after the other (the binary re-executes
+//! itself with a hidden `__throughput` subcommand, which connects afresh): every round of a
+//! process gives each side one block, so each round gives a paired ratio of any two sides, and
+//! the report pools those ratios over the processes into a geometric mean with a bootstrap
+//! interval (`stats.rs`). A goal on a ratio is met only when its interval clears the goal,
+//! missed when the interval falls short of it, and inconclusive otherwise.
 //!
 //! ```text
 //! cargo run --release -p leasehold-bench                 # full run, writes docs/benchmarks.md
@@ -26,6 +34,7 @@ mod minimal;
 mod raw;
 mod report;
 mod shards;
+mod stats;
 mod sys;
 
 use std::path::PathBuf;
@@ -54,8 +63,11 @@ struct Plan {
     smoke: bool,
     /// The sections to run (all, unless `--sections` names some).
     sections: Sections,
+    /// Each throughput process's measuring time (per side: this over the number of sides).
     throughput_for: Duration,
     throughput_block: Duration,
+    /// How many processes the throughput section runs in, one after the other.
+    repeats: usize,
     latency_samples: usize,
     rtt_samples: usize,
     /// CPU per pair: each side's block and the number of rounds over the sides.
@@ -130,8 +142,9 @@ impl Plan {
         Plan {
             smoke: false,
             sections: Sections::all(),
-            throughput_for: Duration::from_secs(16),
+            throughput_for: Duration::from_secs(8),
             throughput_block: Duration::from_millis(200),
+            repeats: 5,
             cpu_block: Duration::from_millis(1000),
             cpu_rounds: 11,
             latency_samples: 8000,
@@ -159,8 +172,9 @@ impl Plan {
         Plan {
             smoke: true,
             sections: Sections::all(),
-            throughput_for: Duration::from_millis(1500),
+            throughput_for: Duration::from_millis(1000),
             throughput_block: Duration::from_millis(50),
+            repeats: 2,
             cpu_block: Duration::from_millis(50),
             cpu_rounds: 1,
             latency_samples: 10,
@@ -194,6 +208,9 @@ struct Target {
     /// The minimal lease with one of the library's guarantees added, to price it in the CPU
     /// table (label, side).
     ablations: Vec<(&'static str, Arc<dyn Raw>)>,
+    /// The library's store in another configuration, measured beside the sides in the
+    /// throughput table (label, store): etcd's `LeaseSharing::PerTtl`.
+    configs: Vec<(&'static str, Arc<dyn LeaseStore>)>,
     /// The server's processes on this machine, for its CPU per pair (`None`: in process).
     server: Option<sys::ServerProcs>,
     renewal_stores: Vec<(&'static str, Arc<dyn LeaseStore>)>,
@@ -273,6 +290,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
                 ablations,
+                configs: Vec::new(),
                 server: Some(sys::ServerProcs {
                     matches: vec![("postgres", None)],
                 }),
@@ -327,6 +345,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                         Arc::new(raw::RedisRaw::with_minimal_release(&store, client)),
                     ),
                 ],
+                configs: Vec::new(),
                 server: Some(sys::ServerProcs {
                     matches: vec![("redis-server", Some(url_addr(&url)))],
                 }),
@@ -370,17 +389,19 @@ async fn connect(name: &str) -> Result<Target, String> {
                 metrics,
             };
             let version = raw.version().await?;
-            let minimal = minimal::EtcdMinimal(store.client());
+            let minimal = minimal::EtcdMinimal::new(store.client());
             let store: Arc<dyn LeaseStore> = Arc::new(store);
+            let shared: Arc<dyn LeaseStore> = Arc::new(shared);
             Ok(Target {
                 renewal_stores: vec![
                     ("default (LeaseSharing::PerGrant)", store.clone()),
-                    ("LeaseSharing::PerTtl", Arc::new(shared)),
+                    ("LeaseSharing::PerTtl", shared.clone()),
                 ],
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
                 ablations: Vec::new(),
+                configs: vec![("LeaseSharing::PerTtl", shared)],
                 server: Some(sys::ServerProcs {
                     matches: endpoints
                         .split(',')
@@ -424,6 +445,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                     "minimal + the token annotations",
                     Arc::new(minimal::KubeMinimal::annotated(api.clone())),
                 )],
+                configs: Vec::new(),
                 // The kube-apiserver and the etcd member scripts/services/k8s.sh starts for it.
                 server: Some(sys::ServerProcs {
                     matches: vec![
@@ -467,6 +489,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
                 ablations: Vec::new(),
+                configs: Vec::new(),
                 server: None,
                 file: Some(path.clone()),
                 version,
@@ -525,6 +548,261 @@ async fn cleanup(c: Cleanup, ns: &str) {
     }
 }
 
+/// The client counts of the throughput section.
+const THROUGHPUT_CLIENTS: [usize; 2] = [1, 8];
+
+/// The sides of [`measure::SIDES`] on `target`, in that order.
+fn sides_of(target: &Target, side_ttl: Duration) -> Vec<Side> {
+    let store = &target.store;
+    let otel: Arc<dyn LeaseStore> =
+        Arc::new(leasehold_otel::LeaseMetrics::global().store(store.clone()));
+    vec![
+        Side::Store(store.clone()),
+        Side::Supervisor(Box::new(Supervisor::from_arc(
+            store.clone(),
+            SupervisorConfig::new(side_ttl),
+        ))),
+        Side::Store(otel),
+        Side::Proto(target.raw.clone()),
+        Side::Proto(target.minimal.clone()),
+        // The A/A copy: the same minimal lease, as a side of its own (keys of its own).
+        Side::Proto(target.minimal.clone()),
+    ]
+}
+
+/// The sides of the throughput section: `sides` ([`sides_of`]), then the ablations (the
+/// minimal lease with one of the library's costs added, so that the report can say where a
+/// throughput gap goes), then the library's other configurations.
+fn throughput_sides(target: &Target, sides: &[Side]) -> Vec<Side> {
+    sides
+        .iter()
+        .cloned()
+        .chain(
+            target
+                .ablations
+                .iter()
+                .map(|(_, raw)| Side::Proto(raw.clone())),
+        )
+        .chain(target.configs.iter().map(|(_, s)| Side::Store(s.clone())))
+        .collect()
+}
+
+/// How long a throughput process measures `n` sides: [`Plan::throughput_for`] for the sides of
+/// [`measure::SIDES`], lengthened so that every further side keeps the same time.
+fn throughput_run_for(plan: Plan, n: usize) -> Duration {
+    plan.throughput_for * u32::try_from(n).unwrap_or(1)
+        / u32::try_from(measure::SIDES.len()).unwrap_or(1)
+}
+
+/// The hidden subcommand of a throughput process (`leasehold-bench __throughput BACKEND
+/// RUN_FOR_MS BLOCK_MS`).
+const THROUGHPUT_COMMAND: &str = "__throughput";
+
+/// One throughput process: connects to `backend` on its own, runs the throughput section
+/// (a warm-up, then the measurement, at each client count), prints it in the form
+/// [`parse_throughput`] reads, and cleans up.
+fn throughput_main(args: &[String]) -> Result<(), String> {
+    let [backend, run_for_ms, block_ms] = args else {
+        return Err(format!(
+            "usage: leasehold-bench {THROUGHPUT_COMMAND} BACKEND RUN_FOR_MS BLOCK_MS"
+        ));
+    };
+    let ms = |v: &str| {
+        v.parse()
+            .map(Duration::from_millis)
+            .map_err(|e| format!("{v}: {e}"))
+    };
+    let (throughput_for, block) = (ms(run_for_ms)?, ms(block_ms)?);
+    let name = BACKENDS
+        .iter()
+        .find(|b| **b == backend.as_str())
+        .ok_or_else(|| format!("unknown backend {backend}"))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let target = timeout(Duration::from_secs(20), connect(name))
+            .await
+            .map_err(|_| "no answer within 20 s".to_string())??;
+        let ns = format!("bench-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let side_ttl = legal_ttl(&target.store.capabilities(), Duration::from_secs(10));
+        let all = throughput_sides(&target, &sides_of(&target, side_ttl));
+        let run_for = throughput_for * u32::try_from(all.len()).unwrap_or(1)
+            / u32::try_from(measure::SIDES.len()).unwrap_or(1);
+        let mut out = String::new();
+        for clients in THROUGHPUT_CLIENTS {
+            // Warm-up (connections, prepared statements, script cache), not counted.
+            let _warm = measure::throughput_interleaved(
+                &all,
+                side_ttl,
+                &format!("{ns}-{clients}w"),
+                clients,
+                run_for / 6,
+                block,
+            )
+            .await;
+            let t = measure::throughput_interleaved(
+                &all,
+                side_ttl,
+                &format!("{ns}-{clients}m"),
+                clients,
+                run_for,
+                block,
+            )
+            .await;
+            out.push_str(&format_throughput(clients, &t));
+        }
+        cleanup(target.cleanup, &ns).await;
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(out.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// A throughput process's result as lines: `rate CLIENTS SIDE ok VALUE` or `rate CLIENTS SIDE
+/// err MESSAGE`, and `round CLIENTS ROUND V0 V1 ..` (`-` for no figure).
+fn format_throughput(clients: usize, t: &measure::Throughput) -> String {
+    let mut out = String::new();
+    for (i, r) in t.rates.iter().enumerate() {
+        match r {
+            Ok(x) => out.push_str(&format!("rate {clients} {i} ok {x:e}\n")),
+            Err(e) => out.push_str(&format!(
+                "rate {clients} {i} err {}\n",
+                e.replace(['\n', '\r'], " ")
+            )),
+        }
+    }
+    for (r, round) in t.rounds.iter().enumerate() {
+        let v: Vec<String> = round
+            .iter()
+            .map(|x| x.map_or("-".into(), |x| format!("{x:e}")))
+            .collect();
+        out.push_str(&format!("round {clients} {r} {}\n", v.join(" ")));
+    }
+    out
+}
+
+/// Reads [`format_throughput`]'s lines for `clients` into a result for `n` sides.
+fn parse_throughput(text: &str, clients: usize, n: usize) -> Result<measure::Throughput, String> {
+    let mut t = measure::Throughput {
+        rates: vec![Err("not reported".into()); n],
+        rounds: Vec::new(),
+    };
+    let c = clients.to_string();
+    for line in text.lines() {
+        let mut w = line.splitn(5, ' ');
+        match (w.next(), w.next()) {
+            (Some("rate"), Some(x)) if x == c => {
+                let i: usize = w.next().and_then(|i| i.parse().ok()).ok_or(line)?;
+                let slot = t.rates.get_mut(i).ok_or(line)?;
+                *slot = match (w.next(), w.next()) {
+                    (Some("ok"), Some(v)) => Ok(v.parse().map_err(|_| line.to_string())?),
+                    (Some("err"), Some(e)) => Err(e.to_string()),
+                    _ => return Err(format!("unreadable line {line:?}")),
+                };
+            }
+            (Some("round"), Some(x)) if x == c => {
+                let _round = w.next();
+                let rest = [w.next(), w.next()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let v: Vec<Option<f64>> = rest
+                    .split(' ')
+                    .map(|x| {
+                        if x == "-" {
+                            Ok(None)
+                        } else {
+                            x.parse().map(Some)
+                        }
+                    })
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("unreadable line {line:?}"))?;
+                if v.len() != n {
+                    return Err(format!("{} sides in {line:?}, expected {n}", v.len()));
+                }
+                t.rounds.push(v);
+            }
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+/// Runs one throughput process for `name` and reads its result per client count.
+async fn throughput_child(
+    name: &str,
+    plan: Plan,
+    n: usize,
+) -> Result<Vec<(usize, measure::Throughput)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("no executable: {e}"))?;
+    let mut child = tokio::process::Command::new(exe);
+    child
+        .arg(THROUGHPUT_COMMAND)
+        .arg(name)
+        .arg(plan.throughput_for.as_millis().to_string())
+        .arg(plan.throughput_block.as_millis().to_string())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // Two client counts, each a sixth longer for its warm-up, plus connecting and cleaning up.
+    let bound = throughput_run_for(plan, n) * 3 + Duration::from_secs(120);
+    let out = timeout(bound, child.output())
+        .await
+        .map_err(|_| format!("the throughput process did not finish within {bound:?}"))?
+        .map_err(|e| format!("starting the throughput process: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("the throughput process failed: {}", out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    THROUGHPUT_CLIENTS
+        .iter()
+        .map(|&c| parse_throughput(&text, c, n).map(|t| (c, t)))
+        .collect()
+}
+
+/// One throughput row pooled over the processes: each side's mean rate (an error if any process
+/// failed it) and every process's rounds.
+#[allow(clippy::type_complexity)]
+fn pool_processes(
+    processes: &[Result<Vec<(usize, measure::Throughput)>, String>],
+    clients: usize,
+    n: usize,
+) -> (Vec<Result<f64, String>>, Vec<Vec<Vec<Option<f64>>>>) {
+    let mut sums: Vec<Result<(f64, u32), String>> = vec![Ok((0.0, 0)); n];
+    let mut rounds = Vec::new();
+    for p in processes {
+        let t = match p {
+            Ok(rows) => rows.iter().find(|(c, _)| *c == clients).map(|(_, t)| t),
+            Err(e) => {
+                sums.iter_mut().for_each(|s| *s = Err(e.clone()));
+                continue;
+            }
+        };
+        let Some(t) = t else { continue };
+        for (sum, rate) in sums.iter_mut().zip(&t.rates) {
+            *sum = match (&*sum, rate) {
+                (Ok((a, k)), Ok(x)) => Ok((a + x, k + 1)),
+                (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+            };
+        }
+        rounds.push(t.rounds.clone());
+    }
+    let rates = sums
+        .into_iter()
+        .map(|s| match s {
+            Ok((_, 0)) => Err("not measured".into()),
+            Ok((sum, k)) => Ok(sum / f64::from(k)),
+            Err(e) => Err(e),
+        })
+        .collect();
+    (rates, rounds)
+}
+
 async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     let mut run = BackendRun::new(name);
     let target = match timeout(Duration::from_secs(20), connect(name)).await {
@@ -548,72 +826,39 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
     run.rtt_ms = measure::rtt(raw, &store, &ns, plan.rtt_samples).await;
     eprintln!("[{name}] {} rtt {:?}", run.version, run.rtt_ms);
 
-    // The sides of measure::SIDES, in that order.
     let side_ttl = legal_ttl(&caps, Duration::from_secs(10));
-    let otel: Arc<dyn LeaseStore> =
-        Arc::new(leasehold_otel::LeaseMetrics::global().store(store.clone()));
-    let sides = [
-        Side::Store(store.clone()),
-        Side::Supervisor(Box::new(Supervisor::from_arc(
-            store.clone(),
-            SupervisorConfig::new(side_ttl),
-        ))),
-        Side::Store(otel),
-        Side::Proto(target.raw.clone()),
-        Side::Proto(target.minimal.clone()),
-    ];
+    let sides = sides_of(&target, side_ttl);
 
-    // 1. throughput
-    let throughput_clients: &[usize] = if plan.sections.has("throughput") {
-        &[1, 8]
-    } else {
-        &[]
-    };
-    // The ablations (the minimal lease with one of the library's costs added) run with the
-    // sides, interleaved, so that the report can say where a throughput gap goes; the run is
-    // lengthened so that every side keeps the same time.
-    let ablation_labels: Vec<&'static str> = target.ablations.iter().map(|(l, _)| *l).collect();
-    let throughput_sides: Vec<Side> = sides
-        .iter()
-        .cloned()
-        .chain(
-            target
-                .ablations
-                .iter()
-                .map(|(_, raw)| Side::Proto(raw.clone())),
-        )
-        .collect();
-    let run_for = plan.throughput_for * u32::try_from(throughput_sides.len()).unwrap_or(1)
-        / u32::try_from(sides.len()).unwrap_or(1);
-    for &clients in throughput_clients {
-        // Warm-up (connections, prepared statements, script cache), not counted.
-        let _warm = measure::throughput_interleaved(
-            &throughput_sides,
-            side_ttl,
-            &format!("{ns}-{clients}w"),
-            clients,
-            run_for / 6,
-            plan.throughput_block,
-        )
-        .await;
-        let rates = measure::throughput_interleaved(
-            &throughput_sides,
-            side_ttl,
-            &format!("{ns}-{clients}m"),
-            clients,
-            run_for,
-            plan.throughput_block,
-        )
-        .await;
-        let labels = measure::SIDES.iter().chain(&ablation_labels);
-        for (side, (rate, _)) in labels.zip(&rates) {
-            eprintln!("[{name}] throughput {clients} clients, {side}: {rate:?}");
+    // 1. throughput, in processes of its own (this binary, re-executed), one after the other.
+    if plan.sections.has("throughput") {
+        let n = throughput_sides(&target, &sides).len();
+        let labels: Vec<&'static str> = measure::SIDES
+            .iter()
+            .copied()
+            .chain(target.ablations.iter().map(|(l, _)| *l))
+            .chain(target.configs.iter().map(|(l, _)| *l))
+            .collect();
+        let mut processes = Vec::new();
+        for rep in 0..plan.repeats {
+            let p = throughput_child(name, plan, n).await;
+            if let Err(e) = &p {
+                eprintln!("[{name}] throughput process {rep}: {e}");
+            }
+            processes.push(p);
         }
-        run.throughput.push(ThroughputRow {
-            clients,
-            rates,
-            ablations: ablation_labels.clone(),
-        });
+        for clients in THROUGHPUT_CLIENTS {
+            let row = pool_processes(&processes, clients, n);
+            for (side, rate) in labels.iter().zip(&row.0) {
+                eprintln!("[{name}] throughput {clients} clients, {side}: {rate:?}");
+            }
+            run.throughput.push(ThroughputRow {
+                clients,
+                rates: row.0,
+                rounds: row.1,
+                ablations: target.ablations.iter().map(|(l, _)| *l).collect(),
+                configs: target.configs.iter().map(|(l, _)| *l).collect(),
+            });
+        }
     }
 
     // 2. latency: every side in turn, one sample each (in the order measure::round_order gives
@@ -646,6 +891,8 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
             .iter()
             .copied()
             .zip(sides.iter().cloned())
+            // The A/A copy is the minimal side again: its CPU is the minimal's.
+            .filter(|(label, _)| *label != measure::SIDES[measure::AA])
             .collect();
         for (label, raw) in &target.ablations {
             cpu_sides.push((label, Side::Proto(raw.clone())));
@@ -911,6 +1158,13 @@ fn hold_main(args: &[String]) -> Result<(), String> {
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some(THROUGHPUT_COMMAND) {
+        if let Err(e) = throughput_main(&argv[2..]) {
+            eprintln!("leasehold-bench {THROUGHPUT_COMMAND}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if argv.get(1).map(String::as_str) == Some(HOLD_COMMAND) {
         if let Err(e) = hold_main(&argv[2..]) {
             eprintln!("leasehold-bench {HOLD_COMMAND}: {e}");
@@ -954,6 +1208,7 @@ fn main() {
         throughput_block: args.plan.throughput_block,
         cpu_block: args.plan.cpu_block,
         cpu_rounds: args.plan.cpu_rounds,
+        repeats: args.plan.repeats,
     };
     println!("{}", report.summary());
     if let Some(dir) = args.out.parent() {
@@ -965,4 +1220,57 @@ fn main() {
     }
     println!("report written to {}", args.out.display());
     rt.shutdown_timeout(Duration::from_secs(5));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A throughput process's lines read back as written, per client count; a failed side keeps
+    /// its message; a process that failed fails every side of the pooled row.
+    #[test]
+    fn throughput_processes_are_read_back_and_pooled() {
+        let one = measure::Throughput {
+            rates: vec![Ok(100.5), Err("boom\nagain".into()), Ok(3.0)],
+            rounds: vec![
+                vec![Some(1.5), None, Some(2.25)],
+                vec![Some(1e6), Some(0.0), None],
+            ],
+        };
+        let text = format_throughput(1, &one)
+            + &format_throughput(
+                8,
+                &measure::Throughput {
+                    rates: vec![Ok(1.0); 3],
+                    rounds: vec![vec![Some(9.0); 3]],
+                },
+            );
+        let back = parse_throughput(&text, 1, 3).expect("readable");
+        assert_eq!(back.rates[0], Ok(100.5));
+        assert_eq!(back.rates[1], Err("boom again".into()));
+        assert_eq!(back.rounds, one.rounds);
+        assert_eq!(
+            parse_throughput(&text, 8, 3).expect("readable").rounds,
+            vec![vec![Some(9.0); 3]]
+        );
+        assert!(
+            parse_throughput(&text, 1, 4).is_err(),
+            "a round of 3 sides for 4"
+        );
+
+        let ok = |r: f64| {
+            Ok(vec![(
+                1,
+                measure::Throughput {
+                    rates: vec![Ok(r); 2],
+                    rounds: vec![vec![Some(r); 2]],
+                },
+            )])
+        };
+        let (rates, rounds) = pool_processes(&[ok(10.0), ok(20.0)], 1, 2);
+        assert_eq!(rates, vec![Ok(15.0), Ok(15.0)]);
+        assert_eq!(rounds.len(), 2, "one group of rounds per process");
+        let (rates, _) = pool_processes(&[ok(10.0), Err("killed".into())], 1, 2);
+        assert_eq!(rates, vec![Err("killed".into()), Err("killed".into())]);
+    }
 }

@@ -21,13 +21,16 @@ type Failure = String;
 
 /// The sides measured together in throughput and latency, in this order (the index constants
 /// below): the bare store, the supervisor users run over it, the `leasehold-otel` decorated store,
-/// the library's own protocol issued directly, and the minimal hand-written lease.
-pub(crate) const SIDES: [&str; 5] = [
+/// the library's own protocol issued directly, the minimal hand-written lease, and the minimal
+/// lease once more as a side of its own (the A/A pair: two measurements of the same side, whose
+/// ratio shows the run's noise as an interval around 1).
+pub(crate) const SIDES: [&str; 6] = [
     "library",
     "supervisor",
     "leasehold-otel store",
     "same protocol",
     "minimal",
+    "minimal (A/A copy)",
 ];
 /// Index of the bare library store in [`SIDES`].
 pub(crate) const LIB: usize = 0;
@@ -39,6 +42,8 @@ pub(crate) const OTEL: usize = 2;
 pub(crate) const RAW: usize = 3;
 /// Index of the minimal hand-written lease in [`SIDES`].
 pub(crate) const MIN: usize = 4;
+/// Index of the minimal lease's second copy (the A/A side) in [`SIDES`].
+pub(crate) const AA: usize = 5;
 
 fn key(ns: &str, name: &str) -> LeaseKey {
     LeaseKey::new(format!("{ns}-{name}")).expect("bench keys are legal")
@@ -216,19 +221,24 @@ impl Side {
 
 // ---- 1. throughput -------------------------------------------------------------------------
 
-/// One side's throughput: its rate (acquire+release pairs per second), and its A/A ratio (the
-/// rate in one half of its blocks over the rate in the other half: the run's own noise).
-pub(crate) type Rate = (std::result::Result<f64, Failure>, Option<f64>);
+/// One process's throughput run: each side's rate (acquire+release pairs per second) over the
+/// whole run, and per round each side's rate in that round (`None` where the run ended before
+/// the side's block, or no client finished a pair in it).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Throughput {
+    pub(crate) rates: Vec<std::result::Result<f64, Failure>>,
+    pub(crate) rounds: Vec<Vec<Option<f64>>>,
+}
 
 /// Acquire+release pairs per second of every side, measured together: `clients` tasks switch
 /// side every `block` (all at the same moments, so that all clients run the same side at
 /// once, as in a run of its own), in the order [`round_order`] gives each round, each on keys
-/// of its own. Every task times each of
-/// its pairs and adds it to the side it ran on; a side's rate is the sum over the clients of
-/// pairs done / time spent on that side. Slow drifts of a shared machine (another process's
-/// burst, a background compaction of the store) then fall on all sides alike, which
-/// consecutive runs of each side cannot promise. Each side's blocks alternate between two
-/// halves, A and B, whose ratio (A/A) shows how far two measurements of the same side differ.
+/// of its own. Every task times each of its pairs and adds it to the side and round it ran in;
+/// a side's rate is the sum over the clients of pairs done / time spent on that side. Slow
+/// drifts of a shared machine (another process's burst, a background compaction of the store)
+/// then fall on all sides alike, which consecutive runs of each side cannot promise. Per round,
+/// a side's rate is the clients' pairs over their time in its block, times the number of
+/// clients: every round gives one paired ratio of any two sides ([`crate::stats`]).
 pub(crate) async fn throughput_interleaved(
     sides: &[Side],
     ttl: Duration,
@@ -236,7 +246,7 @@ pub(crate) async fn throughput_interleaved(
     clients: usize,
     run_for: Duration,
     block: Duration,
-) -> Vec<Rate> {
+) -> Throughput {
     let n = sides.len().max(1);
     let start = Instant::now();
     let deadline = start + run_for;
@@ -249,8 +259,8 @@ pub(crate) async fn throughput_interleaved(
             .collect();
         let owner = OwnerId::random();
         tasks.push(tokio::spawn(async move {
-            // Per side, per half: (pairs, time).
-            let mut done = vec![[(0u64, Duration::ZERO); 2]; sides.len()];
+            // Per round, per side: (pairs, time).
+            let mut done: Vec<Vec<(u64, Duration)>> = Vec::new();
             let mut order = (0u128, round_order(0, n));
             loop {
                 let now = Instant::now();
@@ -264,34 +274,41 @@ pub(crate) async fn throughput_interleaved(
                     order = (round, round_order(round, n));
                 }
                 let side = order.1[pos];
-                let half = usize::from(!round.is_multiple_of(2));
                 sides[side]
                     .pair(&keys[side], &owner, ttl)
                     .await
                     .map_err(|e| (side, e))?;
-                done[side][half].0 += 1;
-                done[side][half].1 += now.elapsed();
+                let r = usize::try_from(round).unwrap_or(usize::MAX);
+                if done.len() <= r {
+                    done.resize(r + 1, vec![(0, Duration::ZERO); sides.len()]);
+                }
+                done[r][side].0 += 1;
+                done[r][side].1 += now.elapsed();
             }
             Ok::<_, (usize, Failure)>(done)
         }));
     }
     let mut rates: Vec<std::result::Result<f64, Failure>> = vec![Ok(0.0); sides.len()];
-    // Σ over the clients of the halves' rates; `None` once a client did not run both halves.
-    let mut halves: Vec<Option<(f64, f64)>> = vec![Some((0.0, 0.0)); sides.len()];
+    // Per round, per side: Σ pairs, Σ time over the clients (a client that ran no pair in a
+    // block adds nothing: the round's rate is that of the clients that ran, times `clients`).
+    let mut rounds: Vec<Vec<(u64, Duration)>> = Vec::new();
     for t in tasks {
         match t.await {
             Ok(Ok(done)) => {
-                for (i, [a, b]) in done.into_iter().enumerate() {
-                    let (pairs, time) = (a.0 + b.0, a.1 + b.1);
+                for i in 0..sides.len() {
+                    let pairs: u64 = done.iter().map(|r| r[i].0).sum();
+                    let time: Duration = done.iter().map(|r| r[i].1).sum();
                     if let (Ok(r), true) = (&mut rates[i], pairs > 0) {
                         *r += rate(pairs, time);
                     }
-                    halves[i] = match halves[i] {
-                        Some((x, y)) if a.0 > 0 && b.0 > 0 => {
-                            Some((x + rate(a.0, a.1), y + rate(b.0, b.1)))
-                        }
-                        _ => None,
-                    };
+                }
+                if rounds.len() < done.len() {
+                    rounds.resize(done.len(), vec![(0, Duration::ZERO); sides.len()]);
+                }
+                for (acc, r) in rounds.iter_mut().zip(&done) {
+                    for (a, (pairs, time)) in acc.iter_mut().zip(r) {
+                        *a = (a.0 + pairs, a.1 + *time);
+                    }
                 }
             }
             Ok(Err((side, e))) => {
@@ -307,20 +324,28 @@ pub(crate) async fn throughput_interleaved(
             Err(e) => rates.iter_mut().for_each(|r| *r = Err(e.to_string())),
         }
     }
-    rates
+    let clients_f = f64::from(u32::try_from(clients).unwrap_or(u32::MAX));
+    let rounds = rounds
         .into_iter()
-        .zip(halves)
-        .map(|(r, h)| {
-            let r = r.and_then(|x| {
+        .map(|r| {
+            r.into_iter()
+                .map(|(pairs, time)| (pairs > 0).then(|| rate(pairs, time) * clients_f))
+                .collect()
+        })
+        .collect();
+    let rates = rates
+        .into_iter()
+        .map(|r| {
+            r.and_then(|x| {
                 if x > 0.0 {
                     Ok(x)
                 } else {
                     Err("no pair done (the run was shorter than its blocks)".into())
                 }
-            });
-            (r, h.filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b))
+            })
         })
-        .collect()
+        .collect();
+    Throughput { rates, rounds }
 }
 
 /// The order of the `n` sides in round `round`: the rows of a Williams design (a balanced Latin
@@ -967,6 +992,93 @@ pub(crate) fn requests_per_interval(before: u64, after: u64, intervals: u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lease that takes `acquire` to grant (in tokio's clock) and no time to release.
+    struct Timed {
+        acquire: Duration,
+    }
+
+    #[async_trait]
+    impl Raw for Timed {
+        fn ping_name(&self) -> &'static str {
+            "none"
+        }
+        async fn acquire(
+            &self,
+            key: &LeaseKey,
+            owner: &str,
+            _ttl: Duration,
+        ) -> crate::raw::R<Option<crate::raw::RawGrant>> {
+            tokio::time::sleep(self.acquire).await;
+            Ok(Some(crate::raw::RawGrant {
+                key: key.clone(),
+                owner: owner.to_string(),
+                token: 1,
+                lock: None,
+                object: None,
+            }))
+        }
+        async fn release(&self, _: &crate::raw::RawGrant) -> crate::raw::R<()> {
+            Ok(())
+        }
+        async fn ping(&self) -> crate::raw::R<()> {
+            Ok(())
+        }
+        async fn version(&self) -> crate::raw::R<String> {
+            Ok(String::new())
+        }
+    }
+
+    /// The whole path from the interleaved run to the verdict, in paused time: a side that is
+    /// deliberately 10% slower than the floor is missed against 0.95, and the same side against
+    /// a copy of itself (A/A) gives an interval around 1 that meets it.
+    #[tokio::test(start_paused = true)]
+    async fn a_deliberately_slower_side_is_missed_and_an_aa_pair_is_not() {
+        let side = |ms: u64| {
+            Side::Proto(Arc::new(Timed {
+                acquire: Duration::from_micros(ms),
+            }))
+        };
+        // library (11 ms), minimal (10 ms), the minimal's A/A copy (10 ms); tokio's timer counts
+        // whole milliseconds.
+        let sides = [side(11_000), side(10_000), side(10_000)];
+        let mut groups = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let t = throughput_interleaved(
+                &sides,
+                Duration::from_secs(10),
+                "t",
+                2,
+                Duration::from_secs(9),
+                Duration::from_millis(200),
+            )
+            .await;
+            assert!(t.rates.iter().all(Result::is_ok), "{:?}", t.rates);
+            let ratio = |a: usize, b: usize| -> Vec<f64> {
+                t.rounds
+                    .iter()
+                    .filter_map(|r| Some(r[a]? / r[b]?))
+                    .collect()
+            };
+            groups.0.push(ratio(0, 1));
+            groups.1.push(ratio(2, 1));
+        }
+        let slow = crate::stats::ratio_interval(&groups.0, 1).expect("rounds");
+        assert!(slow.n >= 3 * 14, "{slow:?}");
+        assert!((slow.est - 1.0 / 1.1).abs() < 0.02, "{slow:?}");
+        assert_eq!(
+            crate::stats::Outcome::at_least(&slow, 0.95),
+            crate::stats::Outcome::Missed,
+            "{slow:?}"
+        );
+        let aa = crate::stats::ratio_interval(&groups.1, 1).expect("rounds");
+        assert!(aa.lo <= 1.0 && 1.0 <= aa.hi, "{aa:?}");
+        assert_eq!(
+            crate::stats::Outcome::at_least(&aa, 0.95),
+            crate::stats::Outcome::Met,
+            "{aa:?}"
+        );
+    }
 
     fn cost(wall: f64, server: Option<f64>) -> PairCost {
         PairCost {

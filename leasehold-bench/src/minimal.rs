@@ -8,12 +8,17 @@
 //! - Redis: `SET NX PX` plus `INCR` in one script; release is a compare-and-delete script.
 //!   Ablations ([`RedisAblation`]) add a `TIME` read, the library's clock-floored token or the
 //!   release's `PUBLISH`.
-//! - etcd: a lease grant, then a txn guarded by `create_revision == 0` that puts the key with
-//!   the lease (the token is the txn's revision); release revokes the lease.
+//! - etcd: the shape of etcd's own `concurrency.Mutex`: one etcd lease per TTL, granted once and
+//!   kept alive in the background (a `Session`), shared by every grant; acquire is a txn guarded by
+//!   `create_revision == 0` that puts the key with that lease (the token is the txn's revision);
+//!   release is a txn that deletes the key if its create revision is still the token. Two writes
+//!   per pair, against the three of one etcd lease per grant.
 //! - Kubernetes: a GET, then a resourceVersion-guarded REPLACE (or a CREATE); release is a
 //!   REPLACE with an empty holder. The token is the written object's resourceVersion. The
 //!   ablation [`KubeMinimal::annotated`] adds the library's token annotations.
-//! - SQLite: one upsert inside `BEGIN IMMEDIATE`; release is one guarded `UPDATE`.
+//! - SQLite: one upsert in autocommit (a single statement is its own transaction, and SQLite's
+//!   busy handler retries its write lock); release is one guarded `UPDATE`; the pool does not
+//!   ping a connection before handing it out.
 //!
 //! Each uses the same driver and connection (pool, connection manager, client) as the library,
 //! on keys or tables of its own.
@@ -127,8 +132,15 @@ pub(crate) struct PgMinimal {
 }
 
 impl PgMinimal {
-    /// The floor; creates its table if needed.
+    /// The floor; creates its table if needed. The pool must not ping a connection before
+    /// each checkout (sqlx's `test_before_acquire`): an expert turns that round trip off, and
+    /// the library's pool has it off.
     pub(crate) async fn new(pool: sqlx::PgPool) -> R<Self> {
+        if pool.options().get_test_before_acquire() {
+            return Err("the pool pings each connection before a checkout \
+                        (test_before_acquire): the floor would pay a round trip per statement"
+                .into());
+        }
         sqlx::query(PG_TABLE).execute(&pool).await.map_err(s)?;
         Ok(Self::floor(pool))
     }
@@ -425,8 +437,57 @@ impl Raw for RedisMinimal {
 
 // ---- etcd ------------------------------------------------------------------------------------
 
-/// The etcd floor, on the library store's client.
-pub(crate) struct EtcdMinimal(pub(crate) etcd_client::Client);
+/// The etcd floor, on the library store's client: grants share one etcd lease per TTL, kept
+/// alive by a task of its own while the floor lives.
+pub(crate) struct EtcdMinimal {
+    client: etcd_client::Client,
+    /// The shared etcd lease per TTL in seconds, with the task that keeps it alive.
+    leases: tokio::sync::Mutex<Vec<(i64, i64, tokio::task::JoinHandle<()>)>>,
+}
+
+impl EtcdMinimal {
+    pub(crate) fn new(client: etcd_client::Client) -> Self {
+        EtcdMinimal {
+            client,
+            leases: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The shared etcd lease of `ttl_secs`, granted (and its keepalive started) on first use.
+    async fn lease(&self, ttl_secs: i64) -> R<i64> {
+        let mut leases = self.leases.lock().await;
+        if let Some((_, id, _)) = leases.iter().find(|(t, _, _)| *t == ttl_secs) {
+            return Ok(*id);
+        }
+        let mut lc = self.client.lease_client();
+        let id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
+        let (mut keeper, mut responses) = lc.keep_alive(id).await.map_err(s)?;
+        let every = Duration::from_secs(u64::try_from(ttl_secs).unwrap_or(1).max(1)) / 3;
+        // As etcd's Session: a keepalive every third of the TTL until the floor is dropped.
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if keeper.keep_alive().await.is_err() {
+                    return;
+                }
+                match responses.message().await {
+                    Ok(Some(_)) => {}
+                    _ => return,
+                }
+            }
+        });
+        leases.push((ttl_secs, id, task));
+        Ok(id)
+    }
+}
+
+impl Drop for EtcdMinimal {
+    fn drop(&mut self) {
+        for (_, _, task) in self.leases.get_mut().iter() {
+            task.abort();
+        }
+    }
+}
 
 #[async_trait]
 impl Raw for EtcdMinimal {
@@ -436,8 +497,7 @@ impl Raw for EtcdMinimal {
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
         let k = format!("bench-min/{}", key.as_str());
         let ttl_secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-        let mut lc = self.0.lease_client();
-        let lease_id = lc.grant(ttl_secs, None).await.map_err(s)?.id();
+        let lease_id = self.lease(ttl_secs).await?;
         let txn = Txn::new()
             .when(vec![Compare::create_revision(
                 k.clone(),
@@ -449,9 +509,8 @@ impl Raw for EtcdMinimal {
                 owner,
                 Some(PutOptions::new().with_lease(lease_id)),
             )]);
-        let resp = self.0.kv_client().txn(txn).await.map_err(s)?;
+        let resp = self.client.kv_client().txn(txn).await.map_err(s)?;
         if !resp.succeeded() {
-            let _ = lc.revoke(lease_id).await;
             return Ok(None);
         }
         let token = resp.header().map(|h| h.revision()).ok_or("no header")?;
@@ -460,12 +519,20 @@ impl Raw for EtcdMinimal {
         Ok(Some(g))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        let (_, lease_id) = g.lock.clone().ok_or("not an etcd grant")?;
-        self.0.lease_client().revoke(lease_id).await.map_err(s)?;
+        let (k, _) = g.lock.clone().ok_or("not an etcd grant")?;
+        // The key goes only if it is still this grant's (created at the token's revision).
+        let txn = Txn::new()
+            .when(vec![Compare::create_revision(
+                k.clone(),
+                CompareOp::Equal,
+                g.token,
+            )])
+            .and_then(vec![TxnOp::delete(k, None)]);
+        self.client.kv_client().txn(txn).await.map_err(s)?;
         Ok(())
     }
     async fn ping(&self) -> R<()> {
-        self.0.maintenance_client().status().await.map_err(s)?;
+        self.client.maintenance_client().status().await.map_err(s)?;
         Ok(())
     }
     async fn version(&self) -> R<String> {
@@ -652,6 +719,7 @@ impl SqliteMinimal {
         let pool = SqlitePoolOptions::new()
             .max_connections(defaults.get_max_connections())
             .acquire_timeout(defaults.get_busy_timeout() + Duration::from_secs(5))
+            .test_before_acquire(false)
             .connect_with(opts)
             .await
             .map_err(s)?;
@@ -678,19 +746,13 @@ impl Raw for SqliteMinimal {
         "SELECT 1"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let mut tx = self
-            .pool
-            .begin_with(leasehold_sqlite::protocol::BEGIN)
-            .await
-            .map_err(s)?;
         let token: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(self.acquire.as_str()))
             .bind(key.as_str())
             .bind(owner)
             .bind(ttl_ms(ttl)?)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&self.pool)
             .await
             .map_err(s)?;
-        tx.commit().await.map_err(s)?;
         Ok(token.map(|t| grant(key, owner, t)))
     }
     async fn release(&self, g: &RawGrant) -> R<()> {

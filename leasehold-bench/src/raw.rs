@@ -185,7 +185,7 @@ fn pg_minimal_release(sql: &leasehold_postgres::protocol::Statements) -> String 
 #[async_trait]
 impl Raw for PgRaw {
     fn ping_name(&self) -> &'static str {
-        "SELECT 1"
+        "a protocol Sync (sqlx's ping) on a pooled connection"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
         // As the store: the grant alone (a free or own row), and the full statement (a refusal
@@ -233,11 +233,12 @@ impl Raw for PgRaw {
         Ok(())
     }
     async fn ping(&self) -> R<()> {
-        sqlx::query("SELECT 1")
-            .execute(&self.pool)
-            .await
-            .map_err(s)?;
-        Ok(())
+        // One round trip and nothing else: a Sync message answered by ReadyForQuery (no
+        // statement to parse or plan), on a connection the pool hands out without a test of
+        // its own (the library's pool does not ping before a checkout; `PgMinimal::new` checks).
+        use sqlx::Connection;
+        let mut conn = self.pool.acquire().await.map_err(s)?;
+        conn.ping().await.map_err(s)
     }
     async fn subscribe(&self, key: &LeaseKey) -> R<Option<mpsc::Receiver<()>>> {
         // A listener on its own connection, as the library's (leasehold-postgres/src/notify.rs).

@@ -99,6 +99,45 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             }
         }
     }
+    // Every ratio of the goal and the A/A pair has its interval (`0.93 [0.90, 0.96]`, columns 8
+    // and 11), from rounds of more than one process, and a verdict from it.
+    for b in &measured {
+        for row in throughput
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {b} |")))
+        {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            for (column, what) in [(8, "library / minimal"), (11, "minimal A/A")] {
+                let cell = cells.get(column).copied().unwrap_or_default();
+                assert!(
+                    cell.contains(" [") && cell.ends_with(']'),
+                    "{b}: no interval for {what} in {row}"
+                );
+            }
+            let processes = cells.get(12).copied().unwrap_or_default();
+            assert!(
+                processes
+                    .split(',')
+                    .next()
+                    .is_some_and(|p| p.trim().parse::<u32>().is_ok_and(|p| p >= 2)),
+                "{b}: the row does not rest on two processes or more: {row}"
+            );
+            let verdict = cells.get(14).copied().unwrap_or_default();
+            assert!(
+                ["met", "**missed**", "inconclusive"].contains(&verdict),
+                "{b}: verdict {verdict:?} in {row}"
+            );
+        }
+    }
+    // etcd's library with LeaseSharing::PerTtl has a throughput row of its own.
+    if measured.contains(&"etcd") {
+        assert!(
+            throughput
+                .lines()
+                .any(|l| l.starts_with("| etcd (LeaseSharing::PerTtl) |") && !l.contains("error:")),
+            "no PerTtl row:\n{throughput}"
+        );
+    }
     // The ablations ran too (table 1c; the backends that have them), each with a figure.
     let ablated = ["postgres", "redis", "k8s"];
     if measured.iter().any(|b| ablated.contains(b)) {

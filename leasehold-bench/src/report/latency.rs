@@ -3,8 +3,10 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::{M, Report, f, met, within_noise};
-use crate::measure::{LIB, MIN, OTEL, RAW, SUP, quantile_ms};
+use super::goals::latency_ratio;
+use super::{M, Report, f, iv};
+use crate::measure::{AA, LIB, MIN, OTEL, RAW, SUP, quantile_ms};
+use crate::stats::Outcome;
 
 /// The `q` quantile of side `i`'s samples, in milliseconds.
 pub(super) fn side_quantile(lat: &[M<Vec<Duration>>], i: usize, q: f64) -> M<f64> {
@@ -12,18 +14,6 @@ pub(super) fn side_quantile(lat: &[M<Vec<Duration>>], i: usize, q: f64) -> M<f64
         Some(Ok(v)) if !v.is_empty() => Ok(quantile_ms(v, q)),
         Some(Ok(_)) | None => Err("no samples".into()),
         Some(Err(e)) => Err(e.clone()),
-    }
-}
-
-/// The A/A ratio of side `i` at quantile `q`: its samples of even index over those of odd index.
-fn side_aa(lat: &[M<Vec<Duration>>], i: usize, q: f64) -> Option<f64> {
-    match lat.get(i) {
-        Some(Ok(v)) if v.len() >= 2 => {
-            let a: Vec<Duration> = v.iter().step_by(2).copied().collect();
-            let b: Vec<Duration> = v.iter().skip(1).step_by(2).copied().collect();
-            Some(quantile_ms(&a, q) / quantile_ms(&b, q))
-        }
-        _ => None,
     }
 }
 
@@ -36,9 +26,13 @@ impl Report {
              timed); the sides take their samples in turn (one acquire of each side per round, \
              in an order that changes every round as in table 1), so that load on the machine falls on all alike. p50 and \
              p99 are taken over all samples of a side. The goal is judged on the p99 of \
-             *library / minimal*; *wrapper overhead* is the library's p99 over its own \
-             protocol's. *Minimal A/A p99* compares the minimal side's samples of even index \
-             with those of odd index: the run's own noise.\n"
+             *library / minimal*, with its {:.0}% bootstrap interval in brackets (the rounds \
+             drawn with replacement, each with its sample of both sides): **met** when the \
+             upper bound is within 1.1, **missed** when the lower bound exceeds it, \
+             *inconclusive* otherwise. *Wrapper overhead* is the library's p99 over its own \
+             protocol's. *Minimal A/A p99* is the minimal side measured twice, as two sides of \
+             the same rounds: its interval around 1 is the run's own noise.\n",
+            crate::stats::LEVEL * 100.0
         );
         let _ = writeln!(
             s,
@@ -57,13 +51,9 @@ impl Report {
             let fr = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.2}"));
             let both = |i: usize| format!("{} / {}", f(&q(i, 0.5), 3), f(&q(i, 0.99), 3));
             let (l50, l99, m50, m99) = (q(LIB, 0.5), q(LIB, 0.99), q(MIN, 0.5), q(MIN, 0.99));
-            let r99 = ratio(&l99, &m99);
-            let aa = side_aa(&r.latency, MIN, 0.99);
-            let verdict = match r99 {
-                Some(x) if x <= 1.1 => "yes".to_string(),
-                Some(x) => within_noise(&[(x, aa, x - 1.1)]),
-                None => met(None).to_string(),
-            };
+            let r99 = latency_ratio(r, LIB, MIN, 0.99);
+            let aa = latency_ratio(r, AA, MIN, 0.99);
+            let verdict = r99.map_or("n/a", |x| Outcome::at_most(&x, 1.1).word());
             let samples = match r.latency.get(LIB) {
                 Some(Ok(v)) => v.len(),
                 _ => 0,
@@ -77,12 +67,12 @@ impl Report {
                 fr(ratio(&l50, &m50)),
                 f(&l99, 3),
                 f(&m99, 3),
-                fr(r99),
+                iv(r99, 2),
                 both(SUP),
                 both(OTEL),
                 both(RAW),
                 fr(ratio(&l99, &q(RAW, 0.99))),
-                fr(aa),
+                iv(aa, 2),
             );
         }
         s.push('\n');

@@ -17,19 +17,27 @@ use crate::measure::{LIB, MIN, RenewalLoad, quantile_ms};
 
 type M<T> = Result<T, String>;
 
+use crate::stats::Interval;
+
 /// The label of the ablation that runs the library's acquire with the minimal release: the
 /// notes split a protocol cost into acquire and release by it.
 pub(crate) const LIBRARY_ACQUIRE: &str = "library's acquire, minimal release";
 
-/// One throughput row: the number of clients and, per side of [`crate::measure::SIDES`] and
-/// then per ablation, its rate and A/A ratio.
+/// One throughput row: the number of clients and, per side of [`crate::measure::SIDES`], then
+/// per ablation, then per library configuration, its rate and its per-round rates.
 #[derive(Debug)]
 pub(crate) struct ThroughputRow {
     pub(crate) clients: usize,
-    pub(crate) rates: Vec<crate::measure::Rate>,
+    /// Each side's rate, the mean over the processes (an error if any process failed it).
+    pub(crate) rates: Vec<M<f64>>,
+    /// Per process (repeat), per round, per side: the side's rate in that round.
+    pub(crate) rounds: Vec<Vec<Vec<Option<f64>>>>,
     /// The labels of the ablations measured with the sides: `rates[SIDES.len() + i]` is
     /// `ablations[i]`'s.
     pub(crate) ablations: Vec<&'static str>,
+    /// The library's other configurations measured with the sides (etcd's
+    /// `LeaseSharing::PerTtl`), after the ablations.
+    pub(crate) configs: Vec<&'static str>,
 }
 
 impl ThroughputRow {
@@ -37,19 +45,54 @@ impl ThroughputRow {
     pub(crate) fn rate(&self, i: usize) -> M<f64> {
         self.rates
             .get(i)
-            .map_or_else(|| Err("not measured".into()), |r| r.0.clone())
+            .map_or_else(|| Err("not measured".into()), Clone::clone)
     }
-    /// The A/A ratio of side `i`.
-    pub(crate) fn aa(&self, i: usize) -> Option<f64> {
-        self.rates.get(i).and_then(|r| r.1)
+    /// Side `a` over side `b`: the geometric mean of their per-round ratios with its bootstrap
+    /// interval (`None` where a side failed or fewer than two rounds ran both).
+    pub(crate) fn ratio(&self, a: usize, b: usize) -> Option<Interval> {
+        if self.rate(a).is_err() || self.rate(b).is_err() {
+            return None;
+        }
+        let groups: Vec<Vec<f64>> = self
+            .rounds
+            .iter()
+            .map(|process| {
+                process
+                    .iter()
+                    .filter_map(|round| match (round.get(a), round.get(b)) {
+                        (Some(Some(x)), Some(Some(y))) if *y > 0.0 => Some(x / y),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        let seed = (self.clients as u64) << 32 | (a as u64) << 16 | b as u64;
+        crate::stats::ratio_interval(&groups, seed)
     }
-    /// Each ablation's label with its rate (they follow the sides in `rates`).
-    pub(crate) fn ablation_rates(&self) -> impl Iterator<Item = (&'static str, M<f64>)> + '_ {
+    /// How many processes and rounds the row rests on.
+    pub(crate) fn extent(&self) -> (usize, usize) {
+        (self.rounds.len(), self.rounds.iter().map(Vec::len).sum())
+    }
+    /// Each ablation's index and label (they follow the sides in `rates`).
+    pub(crate) fn ablation_sides(&self) -> impl Iterator<Item = (usize, &'static str)> + '_ {
         let n = crate::measure::SIDES.len();
         self.ablations
             .iter()
             .enumerate()
-            .map(move |(i, label)| (*label, self.rate(n + i)))
+            .map(move |(i, label)| (n + i, *label))
+    }
+    /// Each ablation's label with its rate.
+    pub(crate) fn ablation_rates(&self) -> impl Iterator<Item = (&'static str, M<f64>)> + '_ {
+        self.ablation_sides()
+            .map(|(i, label)| (label, self.rate(i)))
+    }
+    /// Each library configuration's index and label (they follow the ablations).
+    pub(crate) fn config_sides(&self) -> impl Iterator<Item = (usize, &'static str)> + '_ {
+        let n = crate::measure::SIDES.len() + self.ablations.len();
+        self.configs
+            .iter()
+            .enumerate()
+            .map(move |(i, label)| (n + i, *label))
     }
 }
 
@@ -138,6 +181,8 @@ pub(crate) struct Report {
     pub(crate) throughput_block: Duration,
     pub(crate) cpu_block: Duration,
     pub(crate) cpu_rounds: usize,
+    /// The processes the throughput section ran in (each a repeat of it).
+    pub(crate) repeats: usize,
 }
 
 fn median(v: &[M<f64>]) -> M<f64> {
@@ -194,6 +239,11 @@ fn met(ok: Option<bool>) -> &'static str {
     }
 }
 
+/// An interval as a cell, `-` where there is none.
+fn iv(x: Option<Interval>, digits: usize) -> String {
+    x.map_or("-".into(), |x| x.show(digits))
+}
+
 impl Report {
     fn measured(&self) -> impl Iterator<Item = &BackendRun> {
         self.runs.iter().filter(|r| r.skipped.is_none())
@@ -206,11 +256,12 @@ impl Report {
         let _ = writeln!(
             s,
             "Written by the benchmark itself (`leasehold-bench/src/main.rs`); do not edit by hand. \
-             Each backend is measured in one run, interleaved, on five sides: the library's bare \
+             Each backend is measured in one run, interleaved, on six sides: the library's bare \
              store, the supervisor users run over it, the `leasehold-otel` decorated store, the \
              library's own protocol issued directly (*same protocol*: the library over it is the \
-             **wrapper overhead**), and a **minimal** lease with a fencing counter written by \
-             hand the way an expert would (see the notes). The goals are judged against the \
+             **wrapper overhead**), a **minimal** lease with a fencing counter written by \
+             hand the way an expert would (see the notes), and that minimal lease again as a \
+             side of its own (*A/A*: the noise of the run). The goals are judged against the \
              minimal floor, so the ratios matter more than the absolute figures.\n"
         );
         let _ = writeln!(s, "## Run\n");
@@ -351,51 +402,5 @@ impl Report {
             }
         }
         s
-    }
-}
-
-/// The verdict on ratios that miss their goal (`(ratio, raw A/A, shortfall)` each): within the
-/// noise when every shortfall is smaller than the distance of the run's A/A ratio from 1, that
-/// is when two measurements of the raw protocol against itself differ by more than the ratio
-/// misses by.
-fn within_noise(misses: &[(f64, Option<f64>, f64)]) -> String {
-    let explained = !misses.is_empty()
-        && misses
-            .iter()
-            .all(|(_, aa, short)| aa.is_some_and(|aa| *short <= (1.0 - aa).abs()));
-    if !explained {
-        return "**no**".to_string();
-    }
-    let spread = misses
-        .iter()
-        .filter_map(|(_, aa, _)| aa.map(|aa| (1.0 - aa).abs()))
-        .fold(0.0_f64, f64::max);
-    let short = misses.iter().map(|m| m.2).fold(0.0_f64, f64::max);
-    format!(
-        "**no**, within the noise: misses by {:.1}%, the raw protocol against itself (A/A) \
-         differs by {:.1}% in this run",
-        short * 100.0,
-        spread * 100.0
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::within_noise;
-
-    #[test]
-    fn a_miss_is_within_the_noise_only_when_the_raw_protocol_varies_more() {
-        // Throughput 0.945 against 0.95: short by 0.005; A/A 0.97 differs by 0.03.
-        assert!(within_noise(&[(0.945, Some(0.97), 0.005)]).contains("within the noise"));
-        // The same miss with an A/A of 0.998 is a plain miss.
-        assert_eq!(within_noise(&[(0.945, Some(0.998), 0.005)]), "**no**");
-        // Without an A/A figure nothing is explained.
-        assert_eq!(within_noise(&[(0.945, None, 0.005)]), "**no**");
-        // Every miss must be covered (p50 covered, p99 not).
-        assert_eq!(
-            within_noise(&[(1.12, Some(1.05), 0.02), (1.30, Some(1.05), 0.20)]),
-            "**no**"
-        );
-        assert_eq!(within_noise(&[]), "**no**");
     }
 }

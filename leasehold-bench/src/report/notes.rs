@@ -31,14 +31,21 @@ impl Report {
              `INSERT .. ON CONFLICT (lease_key) DO UPDATE .. WHERE lease_until < clock_timestamp() \
              OR owner_id = $2 RETURNING fencing_token` on a plain table without trigger, and one \
              guarded `UPDATE` to release. Redis: one script of `SET NX PX` plus `INCR` of a \
-             counter key, and a compare-and-delete script to release. etcd: a lease grant, then \
-             a txn guarded by `create_revision == 0` that puts the key with the lease (the token \
-             is the txn's revision), and a lease revoke to release: three requests in all. \
+             counter key, and a compare-and-delete script to release. etcd: the shape of etcd's \
+             own `concurrency.Mutex`: one etcd lease per TTL, granted once and kept alive in the \
+             background (as a `Session`), a txn guarded by `create_revision == 0` that puts the \
+             key with that lease (the token is the txn's revision), and a txn that deletes the \
+             key if its create revision is still the token to release: two writes per pair. The \
+             library's `LeaseSharing::PerTtl` is its counterpart (the `etcd (LeaseSharing::PerTtl)` \
+             rows of table 1); the default, `PerGrant`, grants and revokes an etcd lease per \
+             grant: three writes. \
              Kubernetes: a GET and a resourceVersion-guarded REPLACE (or a CREATE), the token \
              being the written resourceVersion, and a REPLACE with an empty holder to release. \
-             SQLite: one upsert inside `BEGIN IMMEDIATE`, on a file of its own, and a guarded \
-             `UPDATE` to release. Each runs on the library's own driver and pool, connection \
-             manager or client. It keeps the per-key fencing counter but none of the library's \
+             SQLite: one upsert in autocommit (no explicit transaction: one statement \
+             is its own), on a file of its own, and a guarded `UPDATE` to release, on a pool \
+             that does not ping a connection before handing it out (as the library's). Each \
+             runs on the library's own driver and pool (PostgreSQL: the library's, which does \
+             not ping before each checkout either), connection manager or client. It keeps the per-key fencing counter but none of the library's \
              other promises (no token floor surviving a key's deletion or a Redis restart, no \
              release notification, no watch)."
         );
@@ -109,7 +116,7 @@ impl Report {
                             "  Measured with it (table 1c), each ablation over the minimal: {}; \
                              minimal A/A {}.",
                             priced.join(", "),
-                            row.aa(MIN).map_or("-".into(), |x| format!("{x:.3}"))
+                            super::iv(row.ratio(crate::measure::AA, MIN), 3)
                         );
                     }
                     if let Some(Ok(g)) = row
@@ -278,22 +285,24 @@ impl Report {
 mod tests {
     use std::time::Duration;
 
-    use crate::measure::{LIB, MIN, RAW};
+    use crate::measure::{LIB, RAW};
     use crate::report::{BackendRun, LIBRARY_ACQUIRE, Report, ThroughputRow};
 
     #[test]
     fn a_throughput_miss_is_split_into_acquire_and_release_by_the_ablation() {
         let mut r = BackendRun::new("test");
-        let mut rates = vec![(Ok(100.0), None); 5];
-        rates[LIB] = (Ok(90.0), None);
-        rates[RAW] = (Ok(90.0), None);
-        rates[MIN] = (Ok(100.0), Some(1.0));
+        let n = crate::measure::SIDES.len();
+        let mut rates = vec![Ok(100.0); n];
+        rates[LIB] = Ok(90.0);
+        rates[RAW] = Ok(90.0);
         // The library's acquire with the minimal release: 0.95 of the minimal.
-        rates.push((Ok(95.0), None));
+        rates.push(Ok(95.0));
         r.throughput = vec![ThroughputRow {
             clients: 8,
             rates,
+            rounds: Vec::new(),
             ablations: vec![LIBRARY_ACQUIRE],
+            configs: Vec::new(),
         }];
         let report = Report {
             runs: vec![r],
@@ -307,6 +316,7 @@ mod tests {
             throughput_block: Duration::from_millis(100),
             cpu_block: Duration::from_millis(100),
             cpu_rounds: 1,
+            repeats: 1,
         };
         let mut s = String::new();
         report.notes(&mut s);
