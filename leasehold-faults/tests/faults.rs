@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use leasehold_faults::controls::{Control, ZeroLead};
+use leasehold_faults::procstorm;
 use leasehold_faults::scenarios::{self, Measured};
 use leasehold_faults::storm::{StormShape, storm};
 use leasehold_faults::target::{Target, targets_from_env};
@@ -82,6 +83,31 @@ async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
     }
     Ok(format!(
         "{n} storms: {faults} faults, {renewals} confirmed renewals, {unknown} unknown outcomes, no violation"
+    ))
+}
+
+/// One process storm on `t`: holders are child processes (`lease-fault-holder
+/// --process-storm`) that are SIGSTOPped for 0.8 to 1.6 TTLs and SIGCONTed, or SIGKILLed and
+/// replaced, while they acquire, renew and write through the backend's fenced resource; their
+/// late writes must be rejected and the recorded history must check clean.
+async fn process_storm_of(t: &Target) -> Result<String, String> {
+    let url = t.direct_url();
+    let started = std::time::Instant::now();
+    let m = procstorm::process_storm(&url, &url, t.ttl, 1).await?;
+    if !m.violations.is_empty() {
+        return Err(format!(
+            "process storm: {} violation(s): {:#?}\n{}",
+            m.violations.len(),
+            m.violations,
+            m.history.unwrap_or_default()
+        ));
+    }
+    Ok(format!(
+        "process storm: {} signals, {} confirmed renewals, {} unknown outcomes, no violation, {:.1} s",
+        m.faults,
+        m.renewals,
+        m.unknown,
+        started.elapsed().as_secs_f64()
     ))
 }
 
@@ -174,6 +200,25 @@ fn main() {
                 })?;
                 eprintln!("{}", r.clone().unwrap_or_default());
                 r.map(|_| ()).map_err(Failed::from)
+            },
+        ));
+        let t = target.clone();
+        trials.push(Trial::test(
+            format!("{}::process_storm_sigstop_sigcont_sigkill", t.name),
+            move || {
+                let r = block_on(async {
+                    tokio::time::timeout(Duration::from_secs(180), process_storm_of(&t)).await
+                })?;
+                match r {
+                    Ok(Ok(summary)) => {
+                        eprintln!("{summary}");
+                        Ok(())
+                    }
+                    Ok(Err(e)) => Err(Failed::from(e)),
+                    Err(_) => Err(Failed::from(
+                        "the process storm did not finish within 180 s",
+                    )),
+                }
             },
         ));
         let t = target.clone();
