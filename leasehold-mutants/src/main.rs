@@ -12,7 +12,8 @@
 //!
 //! ```text
 //! cargo run -p leasehold-mutants -- [--backend B]... [--mutant NAME]... [--sample N [--seed S]]
-//!     [--no-faults] [--timeout SECS] [--jobs N] [--write] [--list]
+//!     [--no-faults] [--timeout SECS] [--jobs N] [--bin BACKEND=PATH]... [--journal FILE]
+//!     [--write] [--list]
 //! ```
 //!
 //! Services: load `/tmp/lease-test/*.env` first (as scripts/test.sh does). PostgreSQL mutants run
@@ -58,6 +59,8 @@ struct Args {
     write: bool,
     list: bool,
     jobs: usize,
+    prebuilt: Vec<(String, PathBuf)>,
+    journal: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -94,6 +97,14 @@ fn parse_args() -> Result<Args, String> {
                     .parse()
                     .map_err(|e| format!("--jobs: {e}"))?
             }
+            "--bin" => {
+                let v = value("--bin")?;
+                let (b, path) = v
+                    .split_once('=')
+                    .ok_or(format!("--bin {v:?}: expected BACKEND=PATH"))?;
+                a.prebuilt.push((b.to_string(), PathBuf::from(path)));
+            }
+            "--journal" => a.journal = Some(PathBuf::from(value("--journal")?)),
             "--no-faults" => a.faults = false,
             "--write" => a.write = true,
             "--list" => a.list = true,
@@ -150,6 +161,102 @@ impl Outcome {
 
 /// One result: the mutant, its outcome and the time it took.
 type Row<'m> = (&'m Mutant, Outcome, Duration);
+
+/// `--journal FILE`: every baseline and result is appended to FILE as it is known, and a run
+/// given the same file takes what it holds instead of running it again (an interrupted run goes
+/// on where it stopped).
+#[derive(Debug, Default)]
+struct Journal {
+    path: Option<PathBuf>,
+    lines: Vec<Vec<String>>,
+    write: std::sync::Mutex<()>,
+}
+
+impl Journal {
+    fn open(path: Option<PathBuf>) -> Journal {
+        let lines = path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect();
+        Journal {
+            path,
+            lines,
+            write: std::sync::Mutex::new(()),
+        }
+    }
+
+    fn append(&self, fields: &[&str]) {
+        let Some(path) = &self.path else { return };
+        let _w = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            use std::io::Write;
+            let _ = writeln!(f, "{}", fields.join("\t"));
+        }
+    }
+
+    fn baseline(&self, b: &str) -> Option<Duration> {
+        self.lines
+            .iter()
+            .find(|l| l.len() == 3 && l[0] == "baseline" && l[1] == b)
+            .and_then(|l| l[2].parse().ok())
+            .map(Duration::from_secs)
+    }
+
+    fn record_baseline(&self, b: &str, took: Duration) {
+        self.append(&["baseline", b, &took.as_secs().to_string()]);
+    }
+
+    fn result(&self, name: &str) -> Option<(Outcome, Duration)> {
+        let l = self
+            .lines
+            .iter()
+            .find(|l| l.len() == 6 && l[0] == "mutant" && l[1] == name)?;
+        let took = Duration::from_secs(l[5].parse().ok()?);
+        let outcome = match l[2].as_str() {
+            "killed" => Outcome::Killed {
+                suite: l[3].clone(),
+                test: l[4].clone(),
+            },
+            "timeout" => Outcome::Timeout {
+                suite: l[3].clone(),
+                after: Duration::from_secs(l[4].parse().ok()?),
+            },
+            "survived" => Outcome::Survived,
+            "notreached" => Outcome::NotReached { why: l[3].clone() },
+            _ => return None,
+        };
+        Some((outcome, took))
+    }
+
+    fn record(&self, name: &str, outcome: &Outcome, took: Duration) {
+        let secs = took.as_secs().to_string();
+        let clean = |t: &str| t.replace(['\t', '\n'], " ");
+        match outcome {
+            Outcome::Killed { suite, test } => {
+                self.append(&["mutant", name, "killed", &clean(suite), &clean(test), &secs])
+            }
+            Outcome::Timeout { suite, after } => self.append(&[
+                "mutant",
+                name,
+                "timeout",
+                &clean(suite),
+                &after.as_secs().to_string(),
+                &secs,
+            ]),
+            Outcome::Survived => self.append(&["mutant", name, "survived", "", "", &secs]),
+            Outcome::NotReached { why } => {
+                self.append(&["mutant", name, "notreached", &clean(why), "", &secs])
+            }
+        }
+    }
+}
 
 /// How one run of a test binary ended.
 #[derive(Debug)]
@@ -210,11 +317,22 @@ fn run() -> Result<ExitCode, String> {
         })
         .collect();
 
-    let bins = build(&root, &needed, args.faults)?;
+    // `--bin B=PATH`: a test binary of backend B built earlier (with the feature) is used as it
+    // is, and B is left out of the build.
+    let to_build: Vec<&str> = needed
+        .iter()
+        .copied()
+        .filter(|b| !args.prebuilt.iter().any(|(p, _)| p == b))
+        .collect();
+    let mut bins = build(&root, &to_build, args.faults)?;
+    for (b, path) in &args.prebuilt {
+        bins.insert(b.clone(), path.clone());
+    }
     let env = prepare_env()?;
 
     // Backends run side by side (`--jobs`), each with its own hits file; a backend's baseline,
     // control and mutants run one after another.
+    let journal = Journal::open(args.journal.clone());
     let queue = std::sync::Mutex::new(needed.clone());
     let done = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -227,7 +345,7 @@ fn run() -> Result<ExitCode, String> {
                     let ms: Vec<&Mutant> =
                         chosen.iter().copied().filter(|m| m.backend == b).collect();
                     let control = (run_control && control.backend == b).then_some(control);
-                    let out = run_backend(b, control, &ms, &bins, &env, args.timeout);
+                    let out = run_backend(b, control, &ms, &bins, &env, args.timeout, &journal);
                     done.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push((b, out));
@@ -289,11 +407,13 @@ fn run_backend<'m>(
     bins: &BTreeMap<String, PathBuf>,
     env: &[(String, String)],
     timeout: Option<Duration>,
+    journal: &Journal,
 ) -> Result<(Duration, Vec<Row<'m>>), String> {
     let hits = std::env::temp_dir().join(format!("lease-mutants-{}-{b}.hits", std::process::id()));
     let started = Instant::now();
+    let known = journal.baseline(b);
     println!("== {b}: baseline (no mutant)");
-    for (suite, bin, filter) in suites(bins, b) {
+    for (suite, bin, filter) in suites(bins, b).into_iter().filter(|_| known.is_none()) {
         let limit = timeout.unwrap_or(Duration::from_secs(1800));
         match run_binary(&bin, filter.as_deref(), env, None, &hits, limit)? {
             RunEnd::Passed => {}
@@ -307,12 +427,23 @@ fn run_backend<'m>(
             }
         }
     }
-    let baseline = started.elapsed();
+    let baseline = known.unwrap_or_else(|| {
+        let took = started.elapsed();
+        journal.record_baseline(b, took);
+        took
+    });
     println!("   {b}: baseline passed in {} s", baseline.as_secs());
     let limit = timeout.unwrap_or(baseline * 2 + Duration::from_secs(60));
     let mut results = Vec::new();
     if let Some(control) = control {
-        let (out, took) = run_mutant(control, bins, env, &hits, limit)?;
+        let (out, took) = match journal.result(control.name) {
+            Some(known) => known,
+            None => {
+                let (out, took) = run_mutant(control, bins, env, &hits, limit)?;
+                journal.record(control.name, &out, took);
+                (out, took)
+            }
+        };
         println!("   {} -> {}", control.name, out.label());
         if !matches!(out, Outcome::Survived) {
             return Err(format!(
@@ -324,7 +455,14 @@ fn run_backend<'m>(
         results.push((control, out, took));
     }
     for m in chosen {
-        let (out, took) = run_mutant(m, bins, env, &hits, limit)?;
+        let (out, took) = match journal.result(m.name) {
+            Some(known) => known,
+            None => {
+                let (out, took) = run_mutant(m, bins, env, &hits, limit)?;
+                journal.record(m.name, &out, took);
+                (out, took)
+            }
+        };
         println!("   {} -> {} ({} s)", m.name, out.label(), took.as_secs());
         results.push((*m, out, took));
     }
