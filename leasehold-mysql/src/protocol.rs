@@ -1,0 +1,289 @@
+//! For baselines and tooling: the exact text this backend sends. Every SQL statement and the
+//! migration live here and nowhere else; the store, the fenced resource and the advisory locks
+//! only bind parameters to them.
+//!
+//! ```
+//! use leasehold_mysql::TableName;
+//! use leasehold_mysql::protocol::Statements;
+//! let sql = Statements::new(&TableName::default());
+//! assert!(sql.acquire_free.starts_with("UPDATE `leases` SET"));
+//! assert!(sql.acquire_free.contains("LAST_INSERT_ID(GREATEST(fencing_token + 1, "));
+//! ```
+
+use crate::config::TableName;
+
+/// The server clock in microseconds since the Unix epoch, at the start of the statement
+/// (`UTC_TIMESTAMP(6)`: independent of the session's time zone).
+pub const CLOCK_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// The `lease_until` a release writes: long past, so the key is free.
+pub const RELEASED: &str = "'1970-01-01 00:00:00'";
+
+/// The comment on the lease table that `migrate()` writes and `verify_schema()` requires, so a
+/// schema from an earlier version is refused until migrated.
+pub const SCHEMA_VERSION: &str = "leasehold-mysql lease table v1";
+
+/// The advisory lock (`GET_LOCK`) that serialises concurrent migrations.
+pub const MIGRATE_LOCK: &str = "leasehold-mysql/migrate";
+
+/// The prefix of advisory lock names ([`advisory_lock_name`](crate::advisory_lock_name)).
+pub const ADVISORY_PREFIX: &str = "leasehold/";
+
+/// The session's last `LAST_INSERT_ID(expr)` value: a granted token, read back on the
+/// connection that granted it when the statement's OK packet does not carry it.
+pub const LAST_INSERT_ID: &str = "SELECT LAST_INSERT_ID()";
+
+/// Takes the named session lock `?`, waiting at most `?` seconds: 1 granted, 0 timed out.
+pub const GET_LOCK: &str = "SELECT GET_LOCK(?, ?)";
+
+/// Releases the named session lock `?`.
+pub const RELEASE_LOCK: &str = "SELECT RELEASE_LOCK(?)";
+
+/// The migration for `t`, one statement per entry (MySQL runs DDL statement by statement, each
+/// committing on its own); every statement is idempotent.
+///
+/// - the lease table: `(resource_key, owner, lease_until DATETIME(6) in UTC, fencing_token,
+///   ttl_ms)`, InnoDB, binary (byte-exact) keys and owners;
+/// - `<table>_floor`: a per-key floor row, written by the delete trigger with the token of every
+///   deleted lease row, so a key that comes back starts above it;
+/// - `<table>_fence`: the high-water-mark table of [`MysqlFencedResource`](crate::MysqlFencedResource);
+/// - the triggers `<table>_token_floor` (an inserted row's token is above the key's floor row),
+///   `<table>_token_rise` (an update that changes a token can only raise it) and
+///   `<table>_token_keep` (a deleted row's token goes to the floor row).
+pub fn migration(t: &TableName) -> Vec<String> {
+    let floor = t.sibling("_floor");
+    let fence = t.sibling("_fence");
+    let trig = |s: &str| t.sibling(s);
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\
+               resource_key  VARBINARY(255) NOT NULL PRIMARY KEY, \
+               owner         VARBINARY(255) NOT NULL, \
+               lease_until   DATETIME(6)    NOT NULL, \
+               fencing_token BIGINT         NOT NULL, \
+               ttl_ms        BIGINT         NULL, \
+               CONSTRAINT {tn}_token_positive CHECK (fencing_token > 0)\
+             ) ENGINE=InnoDB COMMENT='{SCHEMA_VERSION}'",
+            tn = t.table()
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {floor} (\
+               resource_key VARBINARY(255) NOT NULL PRIMARY KEY, \
+               floor_token  BIGINT         NOT NULL\
+             ) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {fence} (\
+               resource_key       VARBINARY(255) NOT NULL PRIMARY KEY, \
+               last_fencing_token BIGINT         NOT NULL, \
+               value              LONGBLOB       NULL, \
+               counter            BIGINT         NOT NULL DEFAULT 0, \
+               accepted           BIGINT         NOT NULL DEFAULT 0\
+             ) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TRIGGER IF NOT EXISTS {} BEFORE INSERT ON {t} FOR EACH ROW \
+             SET NEW.fencing_token = GREATEST(NEW.fencing_token, \
+               COALESCE((SELECT f.floor_token + 1 FROM {floor} f \
+                         WHERE f.resource_key = NEW.resource_key), 1))",
+            trig("_token_floor")
+        ),
+        format!(
+            "CREATE TRIGGER IF NOT EXISTS {} BEFORE UPDATE ON {t} FOR EACH ROW \
+             SET NEW.fencing_token = IF(NEW.fencing_token = OLD.fencing_token, \
+               OLD.fencing_token, GREATEST(NEW.fencing_token, OLD.fencing_token + 1))",
+            trig("_token_rise")
+        ),
+        format!(
+            "CREATE TRIGGER IF NOT EXISTS {} AFTER DELETE ON {t} FOR EACH ROW \
+             INSERT INTO {floor} (resource_key, floor_token) \
+             VALUES (OLD.resource_key, OLD.fencing_token) \
+             ON DUPLICATE KEY UPDATE floor_token = GREATEST(floor_token, OLD.fencing_token)",
+            trig("_token_keep")
+        ),
+    ]
+}
+
+/// Checks the schema: `?` the database (NULL for the connection's), `?` the lease table, `?`
+/// the floor table, `?` the fence table, `?`/`?`/`?` the three triggers, `?` [`SCHEMA_VERSION`].
+/// One row: how many of the three tables exist, how many of the triggers, and whether the lease
+/// table carries the version comment.
+pub const VERIFY_SCHEMA: &str = "SELECT \
+      (SELECT COUNT(*) FROM information_schema.TABLES \
+        WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME IN (?, ?, ?)) AS tables, \
+      (SELECT COUNT(*) FROM information_schema.TRIGGERS \
+        WHERE TRIGGER_SCHEMA = COALESCE(?, DATABASE()) AND TRIGGER_NAME IN (?, ?, ?)) AS triggers, \
+      (SELECT COUNT(*) FROM information_schema.TABLES \
+        WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+          AND TABLE_COMMENT = ?) AS versioned";
+
+/// Every statement the store runs, for one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Statements {
+    /// The grant of a key that has a row: one guarded `UPDATE` that takes the row when it is
+    /// free (`lease_until <= UTC_TIMESTAMP(6)`) or already held by the same owner. Parameters:
+    /// owner, TTL in µs, TTL in ms, key, owner. The new token is
+    /// `GREATEST(old + 1, server clock in µs)`, handed back through `LAST_INSERT_ID(expr)`
+    /// (the OK packet's insert id), so the grant is one round trip. A matched row is a grant.
+    pub acquire_free: String,
+    /// The grant of a key without a row: an `INSERT .. SELECT` whose token is
+    /// `GREATEST(floor + 1, server clock in µs)` (the key's floor row, or 1), also handed back
+    /// through `LAST_INSERT_ID(expr)`. Parameters: key, owner, TTL in µs, key, TTL in ms. A
+    /// duplicate key (1062) means the row was inserted concurrently: the store starts over.
+    pub acquire_insert: String,
+    /// The current row of a key, for a refused grant: owner, token, TTL, remaining µs, and
+    /// whether it is held now. Parameter: key.
+    pub holder: String,
+    /// Conditional extension by owner and token while unexpired. Parameters: TTL in µs, TTL in
+    /// ms, key, owner, token.
+    pub renew: String,
+    /// Conditional release by owner and token while unexpired; keeps the row and its token.
+    /// Parameters: key, owner, token.
+    pub release: String,
+    /// Locks and validates the lease row for a fenced transaction. Parameters: key, owner,
+    /// token.
+    pub lock_row: String,
+    /// Whether the (locked) lease row is still unexpired. Parameters: key, owner, token.
+    pub still_valid: String,
+    /// The high-water-mark table's conditional upsert. Parameters: key, token, value, add,
+    /// count, then whether the value is replaced.
+    pub fence_write: String,
+    /// The high-water mark of a key (in the write's transaction, after the upsert).
+    pub fence_mark: String,
+    /// The high-water mark and state of a key.
+    pub fence_read: String,
+    /// Removes every lease row and high-water-mark row whose key starts with a prefix (tests
+    /// and tooling); the delete trigger keeps the lease rows' tokens in the floor table.
+    pub delete_prefix: [String; 2],
+}
+
+impl Statements {
+    /// The statements for `t`.
+    pub fn new(t: &TableName) -> Self {
+        let floor = t.sibling("_floor");
+        let fence = t.sibling("_fence");
+        let now = "UTC_TIMESTAMP(6)";
+        let acquire_free = format!(
+            "UPDATE {t} SET owner = ?, \
+               lease_until = {now} + INTERVAL ? MICROSECOND, \
+               fencing_token = LAST_INSERT_ID(GREATEST(fencing_token + 1, {CLOCK_US})), \
+               ttl_ms = ? \
+             WHERE resource_key = ? AND (lease_until <= {now} OR owner = ?)"
+        );
+        let acquire_insert = format!(
+            "INSERT INTO {t} (resource_key, owner, lease_until, fencing_token, ttl_ms) \
+             SELECT ?, ?, {now} + INTERVAL ? MICROSECOND, \
+               LAST_INSERT_ID(GREATEST(COALESCE((SELECT f.floor_token FROM {floor} f \
+                 WHERE f.resource_key = ?), 0) + 1, {CLOCK_US})), ?"
+        );
+        let holder = format!(
+            "SELECT owner, fencing_token, ttl_ms, \
+               TIMESTAMPDIFF(MICROSECOND, {now}, lease_until) AS remaining_us, \
+               lease_until > {now} AS held \
+             FROM {t} WHERE resource_key = ?"
+        );
+        let renew = format!(
+            "UPDATE {t} SET lease_until = {now} + INTERVAL ? MICROSECOND, ttl_ms = ? \
+             WHERE resource_key = ? AND owner = ? AND fencing_token = ? AND lease_until > {now}"
+        );
+        let release = format!(
+            "UPDATE {t} SET lease_until = {RELEASED} \
+             WHERE resource_key = ? AND owner = ? AND fencing_token = ? AND lease_until > {now}"
+        );
+        let lock_row = format!(
+            "SELECT 1 FROM {t} \
+             WHERE resource_key = ? AND owner = ? AND fencing_token = ? AND lease_until > {now} \
+             FOR UPDATE"
+        );
+        let still_valid = format!(
+            "SELECT lease_until > {now} FROM {t} \
+             WHERE resource_key = ? AND owner = ? AND fencing_token = ?"
+        );
+        // Assignments run left to right and see the columns already assigned: the mark is
+        // assigned last, so every guard compares against the old mark.
+        let ok = "last_fencing_token <= VALUES(last_fencing_token)";
+        let fence_write = format!(
+            "INSERT INTO {fence} (resource_key, last_fencing_token, value, counter, accepted) \
+             VALUES (?, ?, ?, ?, ?) \
+             ON DUPLICATE KEY UPDATE \
+               value = IF({ok} AND ?, VALUES(value), value), \
+               counter = IF({ok}, counter + VALUES(counter), counter), \
+               accepted = IF({ok}, accepted + VALUES(accepted), accepted), \
+               last_fencing_token = GREATEST(last_fencing_token, VALUES(last_fencing_token))"
+        );
+        let fence_mark = format!("SELECT last_fencing_token FROM {fence} WHERE resource_key = ?");
+        let fence_read = format!(
+            "SELECT last_fencing_token, value, counter, accepted FROM {fence} WHERE resource_key = ?"
+        );
+        let prefix = "LEFT(resource_key, LENGTH(?)) = ?";
+        let delete_prefix = [
+            format!("DELETE FROM {t} WHERE {prefix}"),
+            format!("DELETE FROM {fence} WHERE {prefix}"),
+        ];
+        Statements {
+            acquire_free,
+            acquire_insert,
+            holder,
+            renew,
+            release,
+            lock_row,
+            still_valid,
+            fence_write,
+            fence_mark,
+            fence_read,
+            delete_prefix,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migration_names_every_object_after_the_table() {
+        let t = TableName::parse("locking.jobs").unwrap();
+        let sql = migration(&t).join("\n");
+        for name in [
+            "`locking`.`jobs` (",
+            "`locking`.`jobs_floor`",
+            "`locking`.`jobs_fence`",
+            "`locking`.`jobs_token_floor`",
+            "`locking`.`jobs_token_rise`",
+            "`locking`.`jobs_token_keep`",
+        ] {
+            assert!(sql.contains(name), "{name} missing");
+        }
+        assert!(!sql.contains("`leases"));
+    }
+
+    #[test]
+    fn the_shipped_file_is_the_migration_of_the_default_table() {
+        let rendered = migration(&TableName::default()).join(";\n\n") + ";\n";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sql/0001_leases.sql");
+        if std::env::var_os("LEASE_MYSQL_BLESS").is_some() {
+            std::fs::write(path, &rendered).expect("write sql/0001_leases.sql");
+            return;
+        }
+        let shipped = std::fs::read_to_string(path).expect("sql/0001_leases.sql");
+        assert_eq!(
+            shipped, rendered,
+            "stale: regenerate with LEASE_MYSQL_BLESS=1 cargo test -p leasehold-mysql --lib"
+        );
+    }
+
+    #[test]
+    fn grants_take_the_token_from_the_row_or_the_floor_and_the_clock() {
+        let s = Statements::new(&TableName::default());
+        assert!(s.acquire_free.contains(&format!(
+            "LAST_INSERT_ID(GREATEST(fencing_token + 1, {CLOCK_US}))"
+        )));
+        assert!(s.acquire_insert.contains("`leases_floor`"));
+        assert!(s.acquire_insert.contains(CLOCK_US));
+        // The mark is assigned last, so the guards see the old mark.
+        assert!(s.fence_write.trim_end().ends_with(
+            "last_fencing_token = GREATEST(last_fencing_token, VALUES(last_fencing_token))"
+        ));
+    }
+}

@@ -1,0 +1,652 @@
+//! [`MysqlLeaseStore`]: the lease contract on a MySQL/MariaDB (InnoDB) table.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+use leasehold_core::backend::{
+    RoundedTtl, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
+};
+use leasehold_core::{
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
+    KeyState, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
+};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::{AssertSqlSafe, Executor, Row};
+use tokio::time::Instant;
+
+use crate::client::{Backoff, Client, Guarded};
+use crate::config::{MysqlOptions, TableName, lock_wait_secs};
+use crate::error::{self, BACKEND, ErrCtx, MyError};
+use crate::fenced::{FencedTx, MysqlFencedResource};
+use crate::protocol::Statements;
+use crate::schema;
+
+/// The shortest TTL this store grants: one millisecond, its granularity.
+pub const MIN_TTL: Duration = Duration::from_millis(1);
+
+/// The largest pool [`MysqlOptions::with_max_connections`] may ask for: the driver allocates its
+/// queue up front, so `u32::MAX` would abort the process.
+const MAX_POOL: u32 = 10_000;
+
+/// The longest pool wait handed to the driver (it adds the wait to an `Instant`, which
+/// overflows near `Duration::MAX`): a year is "no bound" for a pool wait.
+const LONGEST_POOL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// A [`LeaseStore`] on a MySQL or MariaDB (InnoDB) table, over a `sqlx` connection pool.
+///
+/// - **acquire** of a key that has a row is one statement: a guarded `UPDATE` that takes the
+///   row when it is free (`lease_until <= UTC_TIMESTAMP(6)`) or already held by the same owner,
+///   writing the token `GREATEST(old + 1, server clock in µs)` through `LAST_INSERT_ID(expr)`,
+///   which the server hands back in the statement's OK packet. A refused grant reads the
+///   holder (a second statement); a key without a row is inserted with the token
+///   `GREATEST(floor + 1, server clock in µs)` from its floor row. A duplicate key (the row was
+///   inserted concurrently), a deadlock or a lock wait timeout starts the acquire over, within
+///   the operation timeout.
+/// - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token
+///   while unexpired. Release keeps the row (and so the generation).
+/// - **Tokens never go back**: not after release, expiry, row deletion (a trigger keeps a
+///   deleted row's token in the floor table), restart, or a failover to an asynchronous replica
+///   that lost the newest grants (the clock floor; see the crate docs for the assumption).
+/// - Expiry is decided by the server's clock only, `UTC_TIMESTAMP(6)` at the start of each
+///   statement (independent of the session's time zone).
+/// - TTLs are sent in milliseconds, rounded up; the lease reports the granted TTL.
+///
+/// Sessions run at `READ COMMITTED` (no gap locks, so concurrent first acquisitions of a key
+/// do not deadlock each other) with `innodb_lock_wait_timeout` at the operation timeout (whole
+/// seconds, at least 1).
+///
+/// A cloneable handle: clones share the pool.
+#[derive(Debug, Clone)]
+pub struct MysqlLeaseStore {
+    client: Arc<Client>,
+}
+
+impl MysqlLeaseStore {
+    /// Connects to `url` with [`MysqlOptions::default`]: the table `leases` in the URL's
+    /// database, created if missing.
+    ///
+    /// ```no_run
+    /// use leasehold_mysql::MysqlLeaseStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = MysqlLeaseStore::connect("mysql://root@127.0.0.1:3306/test").await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect_with`](Self::connect_with).
+    ///
+    /// # Cancellation safety
+    /// As [`connect_with`](Self::connect_with).
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, MysqlOptions::default()).await
+    }
+
+    /// Builds a pool from `url` (`mysql://` or `mariadb://`, sized and bounded by `options`),
+    /// connects, and then runs [`migrate`](Self::migrate) ([`MysqlOptions::with_migrate`], on by
+    /// default; a user without DDL rights still connects when
+    /// [`verify_schema`](Self::verify_schema) passes) or only `verify_schema` (off).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unparsable URL, a refused login, a missing database, or a
+    /// missing schema that could not be created; [`Error::Unavailable`] if the server cannot be
+    /// reached.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: every migration statement is idempotent, so a migration cut short is
+    /// completed by the next one.
+    pub async fn connect_with(url: &str, options: MysqlOptions) -> Result<Self> {
+        let (options, pool_options, connect_options) = pool_config(url, options)?;
+        let pool = pool_options
+            .connect_with(connect_options)
+            .await
+            .map_err(|e| error::map_unsent(e, err_ctx("connect", &options)))?;
+        let store = MysqlLeaseStore::from_pool(pool, options);
+        if store.options().migrate() {
+            if let Err(e) = store.migrate().await
+                && (e.is_retryable() || store.verify_schema().await.is_err())
+            {
+                return Err(e);
+            }
+        } else {
+            store.verify_schema().await?;
+        }
+        Ok(store)
+    }
+
+    /// Parses `url` and builds a pool that connects on first use. No I/O, no migration (call
+    /// [`migrate`](Self::migrate) or [`verify_schema`](Self::verify_schema) before use).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an unparsable URL.
+    pub fn connect_lazy(url: &str, options: MysqlOptions) -> Result<Self> {
+        let (options, pool_options, connect_options) = pool_config(url, options)?;
+        Ok(MysqlLeaseStore::from_pool(
+            pool_options.connect_lazy_with(connect_options),
+            options,
+        ))
+    }
+
+    /// A store over an existing pool. No I/O; call [`migrate`](Self::migrate) or
+    /// [`verify_schema`](Self::verify_schema) before use. The pool's sessions should run at
+    /// `READ COMMITTED` (the pools this crate builds do): at `REPEATABLE READ` concurrent first
+    /// acquisitions of one key may deadlock, which the store retries within the operation
+    /// timeout.
+    pub fn from_pool(pool: MySqlPool, options: MysqlOptions) -> Self {
+        MysqlLeaseStore {
+            client: Arc::new(Client::new(pool, options)),
+        }
+    }
+
+    /// The pool (for your own queries, [`AdvisoryLocks`](crate::AdvisoryLocks), ...).
+    pub fn pool(&self) -> &MySqlPool {
+        &self.client.pool
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> &MysqlOptions {
+        &self.client.options
+    }
+
+    /// The lease table.
+    pub fn table(&self) -> &TableName {
+        self.client.options.table()
+    }
+
+    /// The statements this store sends.
+    pub fn statements(&self) -> &Statements {
+        &self.client.sql
+    }
+
+    /// The high-water-mark [`FencedResource`](leasehold_core::FencedResource) next to this
+    /// store's lease table (`<table>_fence`), sharing the pool.
+    pub fn fenced_resource(&self) -> MysqlFencedResource {
+        MysqlFencedResource::from_pool(
+            self.pool().clone(),
+            self.table(),
+            self.options().op_timeout(),
+        )
+    }
+
+    /// Creates the lease table, its floor table, the high-water-mark table and the token
+    /// triggers if missing ([`protocol::migration`](crate::protocol::migration)). Idempotent, and
+    /// safe to run from several processes at once (serialised by `GET_LOCK`). Creating triggers
+    /// needs the `TRIGGER` privilege (and, with binary logging on, `SUPER` or
+    /// `log_bin_trust_function_creators = 1`).
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] / [`Error::Timeout`] if the server cannot be reached in time;
+    /// [`Error::Config`] or [`Error::Backend`] if the DDL is refused (for example permissions).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: each statement is idempotent, and the migration lock ends with the
+    /// connection, which is closed if the call is dropped.
+    pub async fn migrate(&self) -> Result<()> {
+        schema::migrate(&self.client).await
+    }
+
+    /// Checks that the lease table (with this version's comment), the floor and fence tables and
+    /// the three token triggers exist.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming what is missing (run [`migrate`](Self::migrate)).
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    pub async fn verify_schema(&self) -> Result<()> {
+        schema::verify(&self.client).await
+    }
+
+    /// Runs the caller's statements in one transaction that is fenced by the lease row.
+    ///
+    /// 1. `innodb_lock_wait_timeout` is set to [`TxTimeouts::lock_timeout`](crate::TxTimeouts)
+    ///    for the session, and a transaction begins.
+    /// 2. The lease row is locked `FOR UPDATE` and validated: same key, owner and token, and
+    ///    `lease_until > UTC_TIMESTAMP(6)`. Otherwise: rollback, [`FencedTx::LeaseLost`].
+    /// 3. `f` runs its statements on the same connection, inside the transaction.
+    /// 4. The row is checked again (still unexpired) and the transaction commits.
+    ///
+    /// While the row is locked nobody can take the lease over (a takeover must update the row),
+    /// so the caller's writes commit before any newer token exists. Keep fenced transactions
+    /// short compared to the TTL: the lock also delays the holder's own renewals.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use leasehold_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
+    /// use leasehold_mysql::{FencedTx, MysqlLeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = MysqlLeaseStore::connect("mysql://root@127.0.0.1:3306/test").await?;
+    /// let req = AcquireRequest::new(LeaseKey::new("ledger")?, OwnerId::random(), Duration::from_secs(10));
+    /// let lease = store.acquire(&req).await?.lease().expect("free");
+    /// let out = store
+    ///     .fenced_transaction(&lease, |conn| {
+    ///         Box::pin(async move {
+    ///             sqlx::query("UPDATE accounts SET balance = balance + 1 WHERE id = 7")
+    ///                 .execute(&mut *conn)
+    ///                 .await?;
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .await?;
+    /// match out {
+    ///     FencedTx::Committed(()) => println!("written under token {}", lease.token()),
+    ///     FencedTx::LeaseLost => println!("lease lost, nothing written"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the row lock was not granted within the lock timeout or the call
+    /// ran past [`TxTimeouts::deadline`](crate::TxTimeouts) (if `COMMIT` had been sent, its
+    /// outcome is unknown); [`Error::Unavailable`] if the connection was lost; `f`'s own error,
+    /// mapped (the transaction is rolled back).
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: dropped before `COMMIT` was sent, the connection is closed, the server
+    /// rolls the transaction back and nothing is written; dropped during `COMMIT`, the outcome
+    /// is unknown.
+    pub async fn fenced_transaction<T, F>(&self, lease: &Lease, f: F) -> Result<FencedTx<T>>
+    where
+        T: Send,
+        F: for<'c> FnOnce(
+                &'c mut MySqlConnection,
+            ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
+            + Send,
+    {
+        crate::fenced::fenced_transaction(&self.client, lease, f).await
+    }
+
+    /// Deletes every lease row and high-water-mark row whose key starts with `prefix`. Tokens
+    /// still never go back for those keys (the delete trigger keeps each deleted row's token in
+    /// the floor table). Meant for tests and tooling.
+    ///
+    /// # Errors
+    /// As any other operation.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe: a dropped call may or may not have deleted the rows.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<u64> {
+        let c = &self.client;
+        let mut n = 0;
+        for stmt in &c.sql.delete_prefix {
+            n += c
+                .bounded("delete", async {
+                    let mut conn = Guarded::acquire(&c.pool).await?;
+                    let r = sqlx::query(AssertSqlSafe(stmt.as_str()))
+                        .bind(prefix)
+                        .bind(prefix)
+                        .execute(conn.get())
+                        .await;
+                    conn.finish();
+                    Ok(r?)
+                })
+                .await
+                .map_err(|e| e.into_error(c.cx("delete")))?
+                .rows_affected();
+        }
+        Ok(n)
+    }
+}
+
+/// What one acquire attempt found.
+enum Acquired {
+    Granted(u64),
+    Held(MySqlRow),
+}
+
+/// One acquire attempt on `conn` (see [`MysqlLeaseStore`]): a conflict reported by the server
+/// is retried by the caller on a new connection.
+async fn acquire_on(
+    conn: &mut MySqlConnection,
+    sql: &Statements,
+    req: &AcquireRequest,
+    ttl: RoundedTtl,
+) -> std::result::Result<Acquired, MyError> {
+    let ttl_us = ttl.as_i64().saturating_mul(1000);
+    loop {
+        let r = sqlx::query(AssertSqlSafe(sql.acquire_free.as_str()))
+            .bind(req.owner.as_str())
+            .bind(ttl_us)
+            .bind(ttl.as_i64())
+            .bind(req.key.as_str())
+            .bind(req.owner.as_str())
+            .execute(&mut *conn)
+            .await?;
+        if r.rows_affected() == 1 {
+            // The server reports `LAST_INSERT_ID(expr)` of an UPDATE in its OK packet (and 0
+            // when the statement did not call it); the session's value is the fallback.
+            return Ok(Acquired::Granted(match r.last_insert_id() {
+                0 => last_insert_id(conn).await?,
+                id => id,
+            }));
+        }
+        let row = sqlx::query(AssertSqlSafe(sql.holder.as_str()))
+            .bind(req.key.as_str())
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(row) => {
+                let held: bool = row.try_get("held")?;
+                if held {
+                    return Ok(Acquired::Held(row));
+                }
+                // Freed between the two statements: try the grant again.
+            }
+            None => {
+                sqlx::query(AssertSqlSafe(sql.acquire_insert.as_str()))
+                    .bind(req.key.as_str())
+                    .bind(req.owner.as_str())
+                    .bind(ttl_us)
+                    .bind(req.key.as_str())
+                    .bind(ttl.as_i64())
+                    .execute(&mut *conn)
+                    .await?;
+                // An `INSERT .. SELECT` does not report `LAST_INSERT_ID(expr)` in its OK packet
+                // (the table has no AUTO_INCREMENT column): read the session's value.
+                return Ok(Acquired::Granted(last_insert_id(conn).await?));
+            }
+        }
+    }
+}
+
+/// The session's `LAST_INSERT_ID()`: the value of the last `LAST_INSERT_ID(expr)` this
+/// connection evaluated.
+async fn last_insert_id(conn: &mut MySqlConnection) -> std::result::Result<u64, MyError> {
+    Ok(sqlx::query_scalar(crate::protocol::LAST_INSERT_ID)
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+/// The URL's options applied on top of `options`, and the driver's pool and connect options.
+fn pool_config(
+    url: &str,
+    options: MysqlOptions,
+) -> Result<(MysqlOptions, MySqlPoolOptions, MySqlConnectOptions)> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    if !matches!(scheme, Some("mysql" | "mariadb")) {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "unparsable MySQL URL {:?}: it must start with mysql:// or mariadb://",
+                url.chars().take(10).collect::<String>()
+            ),
+            None,
+        ));
+    }
+    let (url, options) = options.with_url(url)?;
+    if options.max_connections() > MAX_POOL {
+        return Err(Error::config(
+            BACKEND,
+            format!(
+                "max_connections {} is above the largest pool the store builds ({MAX_POOL})",
+                options.max_connections()
+            ),
+            None,
+        ));
+    }
+    // The driver parses mysql:// only by its fields, so mariadb:// is the same URL.
+    let connect = MySqlConnectOptions::from_str(&url).map_err(|e| {
+        Error::config(
+            BACKEND,
+            format!("unparsable MySQL URL: {e}"),
+            Some(Box::new(e) as _),
+        )
+    })?;
+    let lock_wait = format!(
+        "SET SESSION innodb_lock_wait_timeout = {}",
+        lock_wait_secs(options.op_timeout())
+    );
+    let pool = MySqlPoolOptions::new()
+        .max_connections(options.max_connections())
+        .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT))
+        .after_connect(move |conn, _| {
+            let lock_wait = lock_wait.clone();
+            Box::pin(async move {
+                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                    .await?;
+                conn.execute(AssertSqlSafe(lock_wait)).await?;
+                Ok(())
+            })
+        });
+    Ok((options, pool, connect))
+}
+
+/// The error context of an operation before the store exists.
+fn err_ctx<'a>(operation: &'static str, options: &'a MysqlOptions) -> ErrCtx<'a> {
+    ErrCtx {
+        operation,
+        table: options.table(),
+        timeout: options.op_timeout(),
+    }
+}
+
+/// Text from a binary column.
+fn text(row: &MySqlRow, col: &str) -> std::result::Result<String, sqlx::Error> {
+    let bytes: Vec<u8> = row.try_get(col)?;
+    String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+}
+
+/// A holder from a row of [`Statements::holder`]: the remaining time (at most the TTL) and the
+/// TTL (the row's, or the remaining time for rows written by other tools).
+fn holder_from(key: &LeaseKey, row: &MySqlRow, cx: ErrCtx<'_>) -> Result<Holder> {
+    let owner = text(row, "owner").map_err(|e| error::map(e, cx))?;
+    let token: i64 = row
+        .try_get("fencing_token")
+        .map_err(|e| error::map(e, cx))?;
+    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
+    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+    let token = decode_token(BACKEND, key.as_str(), token)?;
+    let remaining = Duration::from_micros(
+        remaining_us
+            .and_then(|us| u64::try_from(us).ok())
+            .unwrap_or(0)
+            .max(1),
+    );
+    let (remaining, ttl) = match ttl_ms.map(u64::try_from) {
+        Some(Ok(ms)) if ms > 0 => {
+            let ttl = Duration::from_millis(ms);
+            (remaining.min(ttl), ttl)
+        }
+        _ => (remaining, remaining),
+    };
+    Ok(Holder {
+        owner: decode_owner(BACKEND, key.as_str(), &owner)?,
+        token,
+        remaining,
+        ttl,
+    })
+}
+
+/// A granted token from the OK packet's insert id (`LAST_INSERT_ID(expr)`).
+fn granted_token(key: &LeaseKey, id: u64) -> Result<FencingToken> {
+    let id = i64::try_from(id).map_err(|_| {
+        leasehold_core::backend::corrupt(BACKEND, key.as_str(), format_args!("token {id}"))
+    })?;
+    decode_token(BACKEND, key.as_str(), id)
+}
+
+#[async_trait]
+impl LeaseStore for MysqlLeaseStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    /// Tokens are [`TokenDurability::ClockFloored`]: durable on one server (InnoDB rows, a floor
+    /// row per deleted key), and floored by the server's clock so that a failover to an
+    /// asynchronous replica that lost the newest grants still issues greater tokens, as long as
+    /// the promoted server's clock does not lag the old primary's by more than the failover took.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new(TokenDurability::ClockFloored, ExpiryClock::Server)
+            .with_min_ttl(MIN_TTL)
+            .with_ttl_granularity(Duration::from_millis(1))
+    }
+
+    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
+        validate_ttl(req.ttl, MIN_TTL)?;
+        let ttl = ttl_millis(req.ttl)?;
+        let sent = Instant::now();
+        let c = &self.client;
+        let found = c
+            .bounded("acquire", async {
+                let mut backoff = Backoff::new();
+                loop {
+                    let mut conn = Guarded::acquire(&c.pool).await?;
+                    let r = acquire_on(conn.get(), &c.sql, req, ttl).await;
+                    conn.finish();
+                    if let Some(r) = backoff.retry("acquire", r).await {
+                        return r;
+                    }
+                }
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("acquire")))?;
+        match found {
+            Acquired::Granted(id) => {
+                let token = granted_token(&req.key, id)?;
+                tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
+                Ok(AcquireOutcome::Acquired(granted_lease(
+                    req.key.clone(),
+                    req.owner.clone(),
+                    token,
+                    ttl.granted(),
+                    req.drift_margin(),
+                    sent,
+                )))
+            }
+            Acquired::Held(row) => {
+                let holder = holder_from(&req.key, &row, c.cx("acquire"))?;
+                tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
+                Ok(AcquireOutcome::Held(holder))
+            }
+        }
+    }
+
+    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
+        validate_ttl(lease.ttl(), MIN_TTL)?;
+        let ttl = ttl_millis(lease.ttl())?;
+        let sent = Instant::now();
+        let c = &self.client;
+        let done = c
+            .bounded("renew", async {
+                let mut backoff = Backoff::new();
+                loop {
+                    let mut conn = Guarded::acquire(&c.pool).await?;
+                    let r = sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
+                        .bind(ttl.as_i64().saturating_mul(1000))
+                        .bind(ttl.as_i64())
+                        .bind(lease.key().as_str())
+                        .bind(lease.owner().as_str())
+                        .bind(lease.token().to_i64())
+                        .execute(conn.get())
+                        .await
+                        .map_err(MyError::from);
+                    conn.finish();
+                    if let Some(r) = backoff.retry("renew", r).await {
+                        return r;
+                    }
+                }
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("renew")))?;
+        if done.rows_affected() == 1 {
+            tracing::trace!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "lease renewed");
+            Ok(RenewOutcome::Renewed(lease.renewed(ttl.granted(), sent)))
+        } else {
+            tracing::debug!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "renew refused: lease lost");
+            Ok(RenewOutcome::Lost)
+        }
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
+        let c = &self.client;
+        let done = c
+            .bounded("release", async {
+                let mut backoff = Backoff::new();
+                loop {
+                    let mut conn = Guarded::acquire(&c.pool).await?;
+                    let r = sqlx::query(AssertSqlSafe(c.sql.release.as_str()))
+                        .bind(lease.key().as_str())
+                        .bind(lease.owner().as_str())
+                        .bind(lease.token().to_i64())
+                        .execute(conn.get())
+                        .await
+                        .map_err(MyError::from);
+                    conn.finish();
+                    if let Some(r) = backoff.retry("release", r).await {
+                        return r;
+                    }
+                }
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("release")))?;
+        if done.rows_affected() == 1 {
+            tracing::debug!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "lease released");
+            Ok(ReleaseOutcome::Released)
+        } else {
+            Ok(ReleaseOutcome::NotHeld)
+        }
+    }
+
+    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
+        let c = &self.client;
+        let row = c
+            .bounded("inspect", async {
+                let mut conn = Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.holder.as_str()))
+                    .bind(key.as_str())
+                    .fetch_optional(conn.get())
+                    .await;
+                conn.finish();
+                Ok(r?)
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("inspect")))?;
+        let cx = c.cx("inspect");
+        let Some(row) = row else {
+            return Ok(KeyState {
+                key: key.clone(),
+                holder: None,
+                last_token: None,
+            });
+        };
+        let token: i64 = row
+            .try_get("fencing_token")
+            .map_err(|e| error::map(e, cx))?;
+        let held: bool = row.try_get("held").map_err(|e| error::map(e, cx))?;
+        let holder = if held {
+            Some(holder_from(key, &row, cx)?)
+        } else {
+            None
+        };
+        Ok(KeyState {
+            key: key.clone(),
+            holder,
+            last_token: Some(decode_token(BACKEND, key.as_str(), token)?),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unparsable_urls_are_config_errors() {
+        for url in ["not a url", "postgres://h/db", "mysql://h/db?nope=1"] {
+            let err = MysqlLeaseStore::connect_lazy(url, MysqlOptions::default()).unwrap_err();
+            assert!(matches!(err, Error::Config { .. }), "{url}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn an_absurd_pool_is_refused_before_anything_is_allocated() {
+        let err = MysqlLeaseStore::connect_lazy(
+            "mysql://h/db",
+            MysqlOptions::default().with_max_connections(u32::MAX),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    }
+}

@@ -1,0 +1,337 @@
+//! This backend's own cases against the real server: the token floor under hand-made deletes and
+//! writes, the fenced transaction, concurrent first acquisitions, advisory locks, the schema
+//! check and URL options.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use leasehold_core::{AcquireOutcome, Error, LeaseStore, OwnerId};
+use leasehold_mysql::{AdvisoryLocks, FencedTx, MysqlLeaseStore, MysqlOptions, TableName};
+use leasehold_testkit::cases::Case;
+use leasehold_testkit::{CaseResult, Ctx, case};
+use sqlx::AssertSqlSafe;
+
+use super::{TABLE, options, store, url};
+
+pub(crate) fn cases() -> Vec<Case> {
+    vec![
+        case!(
+            "mysql",
+            tokens_never_go_back_after_deletes_and_foreign_writes
+        ),
+        case!("mysql", tokens_are_floored_by_the_server_clock),
+        case!("mysql", concurrent_first_acquires_grant_exactly_one),
+        case!("mysql", fenced_transaction_commits_only_under_the_lease),
+        case!("mysql", advisory_lock_excludes_and_dies_with_its_connection),
+        case!("mysql", a_missing_schema_is_a_config_error),
+        case!("mysql", url_options_and_the_mariadb_scheme),
+    ]
+}
+
+/// A token written by hand far above the clock, then the row deleted by hand: the key's next
+/// grant is still above it (the delete trigger kept it in the floor row). A hand-made insert of
+/// token 1 and a hand-made update lowering the token are both lifted by the triggers.
+async fn tokens_never_go_back_after_deletes_and_foreign_writes(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let key = ctx.key("floor");
+    let a = OwnerId::with_label("a");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &a, ctx.long_ttl())
+        .await?;
+    // Far above any clock in µs: only the floor row can keep the next token above it.
+    let high: i64 = 7_000_000_000_000_000_000;
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE {TABLE} SET fencing_token = ? WHERE resource_key = ?"
+    )))
+    .bind(high)
+    .bind(key.as_str())
+    .execute(store.pool())
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM {TABLE} WHERE resource_key = ?"
+    )))
+    .bind(key.as_str())
+    .execute(store.pool())
+    .await?;
+    let again = ctx
+        .must_acquire_with(&store, &key, &a, ctx.long_ttl())
+        .await?;
+    assert!(
+        again.token().to_i64() > high && again.token() > lease.token(),
+        "the token went back after a delete: {} after {high}",
+        again.token()
+    );
+    // Someone else's statements: an update that lowers the token is lifted above the old one.
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE {TABLE} SET fencing_token = 1 WHERE resource_key = ?"
+    )))
+    .bind(key.as_str())
+    .execute(store.pool())
+    .await?;
+    let st = store.inspect(&key).await?;
+    let t = st.last_token.ok_or("no token")?;
+    assert!(
+        t > again.token(),
+        "a foreign update lowered the token to {t}"
+    );
+    // A foreign delete and insert of token 1: the insert is lifted above the floor.
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM {TABLE} WHERE resource_key = ?"
+    )))
+    .bind(key.as_str())
+    .execute(store.pool())
+    .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO {TABLE} (resource_key, owner, lease_until, fencing_token) \
+         VALUES (?, 'seed', '1970-01-01', 1)"
+    )))
+    .bind(key.as_str())
+    .execute(store.pool())
+    .await?;
+    let st = store.inspect(&key).await?;
+    let t2 = st.last_token.ok_or("no token")?;
+    assert!(
+        t2 > t,
+        "a foreign insert after a delete went back: {t2} after {t}"
+    );
+    let last = ctx
+        .must_acquire_with(&store, &key, &a, ctx.long_ttl())
+        .await?;
+    assert!(last.token() > t2);
+    Ok(())
+}
+
+/// A grant's token is at least the server's clock in µs at the grant (what keeps tokens rising
+/// across a failover to a replica that lost the newest grants) and never ahead of it.
+async fn tokens_are_floored_by_the_server_clock(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let key = ctx.key("clock");
+    let clock = || async {
+        sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
+            "SELECT {}",
+            leasehold_mysql::protocol::CLOCK_US
+        )))
+        .fetch_one(store.pool())
+        .await
+    };
+    for owner in ["a", "b", "a"] {
+        let before = clock().await?;
+        let lease = ctx
+            .must_acquire_with(&store, &key, &OwnerId::with_label(owner), ctx.short_ttl())
+            .await?;
+        let after = clock().await?;
+        let t = lease.token().to_i64();
+        assert!(
+            (before..=after).contains(&t),
+            "token {t} not within the server clock {before}..={after}"
+        );
+        let _ = store.release(&lease).await?;
+    }
+    Ok(())
+}
+
+/// Eight clients race for a key that has no row: exactly one is granted, the others see it
+/// held by the winner; nobody gets an error (a duplicate key or deadlock is retried).
+async fn concurrent_first_acquires_grant_exactly_one(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("race");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store = store().await?;
+        let req = ctx.request(&key, &OwnerId::with_label(&format!("c{i}")), ctx.long_ttl());
+        tasks.push(tokio::spawn(async move { store.acquire(&req).await }));
+    }
+    let mut granted = Vec::new();
+    let mut held = Vec::new();
+    for t in tasks {
+        match t.await.map_err(|e| e.to_string())?? {
+            AcquireOutcome::Acquired(l) => granted.push(l),
+            AcquireOutcome::Held(h) => held.push(h),
+        }
+    }
+    assert_eq!(granted.len(), 1, "grants: {granted:?}");
+    for h in held {
+        assert_eq!(
+            (h.owner, h.token),
+            (granted[0].owner().clone(), granted[0].token())
+        );
+    }
+    Ok(())
+}
+
+/// The fenced transaction commits the caller's rows under a held lease, writes nothing once the
+/// lease is lost, and rolls back when the closure fails.
+async fn fenced_transaction_commits_only_under_the_lease(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let audit = format!("{TABLE}_audit");
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE IF NOT EXISTS {audit} (k VARCHAR(255) NOT NULL, token BIGINT NOT NULL) \
+         ENGINE=InnoDB"
+    )))
+    .execute(store.pool())
+    .await?;
+    let key = ctx.key("ftx");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &OwnerId::with_label("a"), ctx.long_ttl())
+        .await?;
+    let insert = |k: String, t: i64, fail: bool| audit_insert(audit.clone(), k, t, fail);
+    let count = || async {
+        sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {audit} WHERE k = ?"
+        )))
+        .bind(key.as_str())
+        .fetch_one(store.pool())
+        .await
+    };
+    let t = lease.token().to_i64();
+    let out = store
+        .fenced_transaction(&lease, insert(key.as_str().into(), t, false))
+        .await?;
+    assert_eq!(out, FencedTx::Committed(()));
+    assert_eq!(count().await?, 1);
+    let err = store
+        .fenced_transaction(&lease, insert(key.as_str().into(), t, true))
+        .await;
+    assert!(err.is_err(), "a failing closure committed: {err:?}");
+    assert_eq!(count().await?, 1, "a failed closure's row was committed");
+    let _ = store.release(&lease).await?;
+    let out = store
+        .fenced_transaction(&lease, insert(key.as_str().into(), t, false))
+        .await?;
+    assert_eq!(out, FencedTx::LeaseLost);
+    assert_eq!(count().await?, 1, "a lost lease wrote");
+    sqlx::query(AssertSqlSafe(format!("DELETE FROM {audit} WHERE k = ?")))
+        .bind(key.as_str())
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+/// A fenced-transaction body: one audit row, then (if `fail`) a failing statement.
+fn audit_insert(
+    audit: String,
+    k: String,
+    t: i64,
+    fail: bool,
+) -> impl for<'c> FnOnce(&'c mut sqlx::MySqlConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> + Send
+{
+    move |conn| {
+        Box::pin(async move {
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {audit} (k, token) VALUES (?, ?)"
+            )))
+            .bind(k)
+            .bind(t)
+            .execute(&mut *conn)
+            .await?;
+            if fail {
+                sqlx::query("SELECT * FROM no_such_table_at_all")
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// One session holds the key's `GET_LOCK`: another's `try_with_lock` reports busy; after the
+/// holder's closure ends the lock is free; a holder whose call is dropped leaks no lock.
+async fn advisory_lock_excludes_and_dies_with_its_connection(ctx: Ctx) -> CaseResult {
+    let a = AdvisoryLocks::new(store().await?.pool().clone());
+    let b = AdvisoryLocks::new(store().await?.pool().clone());
+    let key = ctx.key("adv");
+    let (tx_in, rx_in) = tokio::sync::oneshot::channel::<()>();
+    let (tx_done, rx_done) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let a = a.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            a.try_with_lock(&key, |_| {
+                Box::pin(async move {
+                    let _ = tx_in.send(());
+                    let _ = rx_done.await;
+                    Ok(42)
+                })
+            })
+            .await
+        })
+    };
+    rx_in.await.map_err(|_| "the holder never ran")?;
+    let busy = b
+        .try_with_lock(&key, |_| Box::pin(async { Ok(()) }))
+        .await?;
+    assert_eq!(busy, None, "ran while another session held the lock");
+    let _ = tx_done.send(());
+    assert_eq!(holder.await.map_err(|e| e.to_string())??, Some(42));
+    let free = b.try_with_lock(&key, |_| Box::pin(async { Ok(7) })).await?;
+    assert_eq!(free, Some(7));
+
+    // A call dropped while holding the lock: its connection is closed, so the lock is free.
+    let (tx_in, rx_in) = tokio::sync::oneshot::channel::<()>();
+    let stuck = {
+        let a = a.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            a.try_with_lock(&key, |_| {
+                Box::pin(async move {
+                    let _ = tx_in.send(());
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+            })
+            .await
+        })
+    };
+    rx_in.await.map_err(|_| "the holder never ran")?;
+    stuck.abort();
+    let _ = stuck.await;
+    super::eventually(
+        Duration::from_secs(10),
+        "the dropped lock to be freed",
+        || async {
+            matches!(
+                b.try_with_lock(&key, |_| Box::pin(async { Ok(()) })).await,
+                Ok(Some(()))
+            )
+        },
+    )
+    .await
+}
+
+/// A table that was never migrated is a configuration error naming what is missing.
+async fn a_missing_schema_is_a_config_error(_ctx: Ctx) -> CaseResult {
+    let opts = MysqlOptions::new(TableName::parse("lease_my_never_created")?).with_migrate(false);
+    let err = MysqlLeaseStore::connect_with(&url(), opts)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("0 of 3 tables"), "{err}");
+    Ok(())
+}
+
+/// The URL's own options configure the store; `mariadb://` is the same as `mysql://`; an
+/// unknown parameter is refused.
+async fn url_options_and_the_mariadb_scheme(ctx: Ctx) -> CaseResult {
+    let u = url();
+    let base = u.split_once("://").map(|(_, r)| r).ok_or("no scheme")?;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let maria = format!("mariadb://{base}{sep}table={TABLE}&migrate=false&op_timeout=3s");
+    let store = MysqlLeaseStore::connect(&maria).await?;
+    assert_eq!(store.options().op_timeout(), Duration::from_secs(3));
+    assert_eq!(store.table().table(), TABLE);
+    let lease = ctx
+        .must_acquire_with(
+            &store,
+            &ctx.key("url"),
+            &OwnerId::with_label("u"),
+            ctx.short_ttl(),
+        )
+        .await?;
+    let _ = store.release(&lease).await?;
+    let err = MysqlLeaseStore::connect(&format!("mysql://{base}{sep}tabel=x"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Config { .. }) && err.to_string().contains("tabel"));
+    let _ = options();
+    Ok(())
+}
