@@ -93,6 +93,8 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// # Cancellation safety
     /// Not cancel safe: if the future is dropped after the request was sent, the store may have
     /// granted the lease (a "ghost grant"); it then simply expires after its TTL.
+    /// [`Supervisor::acquire`](crate::supervisor::Supervisor::acquire), when it is dropped,
+    /// finishes this call in the background (within its op timeout) and releases such a grant.
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome>;
 
     /// Extends `lease` by its TTL if it is still held by its owner with its token.

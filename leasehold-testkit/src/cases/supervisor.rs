@@ -1,11 +1,14 @@
 //! The renewal supervisor and leader election on a real store (real time, short TTLs).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use leasehold_core::election::{Election, ElectionEvent};
 use leasehold_core::supervisor::{Health, LossReason, Supervisor, SupervisorConfig};
-use leasehold_core::{FencingToken, LeaseStore, OwnerId};
+use leasehold_core::{FencingToken, LeaseStore, OwnerId, ReleaseOutcome};
 use tokio::time::Instant;
 
 use super::Case;
@@ -23,6 +26,10 @@ pub fn cases() -> Vec<Case> {
             supervisor_hanging_store_is_lost_before_the_deadline
         ),
         crate::case!("supervisor", supervisor_drop_releases_in_the_background),
+        crate::case!(
+            "supervisor",
+            supervisor_dropped_acquire_releases_what_it_was_granted
+        ),
         crate::case!("supervisor", supervisor_waiter_is_woken_by_the_release)
             .needs(&[super::Need::Watch]),
         crate::case!(
@@ -157,6 +164,103 @@ pub async fn supervisor_drop_releases_in_the_background(ctx: Ctx) -> CaseResult 
         .acquire_within(&*other, &key, &b, ctx.long_ttl(), Duration::from_secs(10))
         .await?;
     assert!(next.token() > token);
+    Ok(())
+}
+
+/// Polls a future at most `polls` times, each time after it woke its task (the first at once),
+/// and gives it up (unfinished) after that: `Some(output)` if it finished within `polls` polls.
+/// Each poll after a wake-up moves it past the await point it was waiting at, so giving it up
+/// after n = 0, 1, 2, ... polls drops it at each of its await points in turn.
+struct PollAtMost<'a, T> {
+    fut: Pin<Box<dyn Future<Output = T> + Send + 'a>>,
+    polls: usize,
+}
+
+impl<T> Future for PollAtMost<'_, T> {
+    type Output = Option<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if self.polls == 0 {
+            return Poll::Ready(None);
+        }
+        self.polls -= 1;
+        self.fut.as_mut().poll(cx).map(Some)
+    }
+}
+
+/// Dropping [`Supervisor::acquire`], [`Supervisor::try_acquire`], [`Supervisor::run`] or a
+/// fenced `acquire` at any of its await points leaves nothing behind: for n = 0, 1, 2, ... the
+/// call is polled n times by hand (each after a wake-up) and dropped, until an n at which it
+/// finishes; after each drop another owner, on its own client, must acquire the key within
+/// two op timeouts plus a second (a grant that lands after the drop is released in the
+/// background), never the 30 s TTL. Each n uses a key of its own.
+pub async fn supervisor_dropped_acquire_releases_what_it_was_granted(ctx: Ctx) -> CaseResult {
+    const MAX_POLLS: usize = 500;
+    let ttl = ctx.long_ttl();
+    let op = Duration::from_secs(2);
+    let bound = op * 2 + Duration::from_secs(1);
+    let cfg = SupervisorConfig::new(ttl).with_op_timeout(op);
+    let plain = Supervisor::from_arc(ctx.store().clone(), cfg.clone());
+    let fenced = Supervisor::from_arc(ctx.store().clone(), cfg).with_fence(ctx.resource().clone());
+    let other = ctx.other_client().await?;
+    let b = OwnerId::with_label("other");
+    for (i, call) in ["acquire", "try_acquire", "run", "fenced acquire"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut finished = false;
+        for polls in 0..=MAX_POLLS {
+            let key = ctx.key(&format!("drop{i}-{polls}"));
+            let fut: Pin<Box<dyn Future<Output = leasehold_core::Result<Option<_>>> + Send + '_>> =
+                match call {
+                    "acquire" => Box::pin(async { plain.acquire(&key).await.map(|a| a.guard()) }),
+                    "try_acquire" => {
+                        Box::pin(async { plain.try_acquire(&key).await.map(|a| a.guard()) })
+                    }
+                    "run" => Box::pin(async { plain.run(&key, |_| async {}).await.map(|_| None) }),
+                    _ => Box::pin(async { fenced.acquire(&key).await.map(|a| a.guard()) }),
+                };
+            let out = PollAtMost { fut, polls }.await;
+            if let Some(result) = out {
+                if let Some(guard) = result? {
+                    let released = guard.release().await?;
+                    if released != ReleaseOutcome::Released {
+                        return Err(
+                            format!("{call} finished; its release said {released:?}").into()
+                        );
+                    }
+                }
+                finished = true;
+            }
+            let t0 = Instant::now();
+            let next = ctx
+                .acquire_within(&*other, &key, &b, ttl, bound)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "{call} dropped after {polls} polls: another owner could not acquire: {}",
+                        e.message().unwrap_or("no message")
+                    )
+                })?;
+            let waited = t0.elapsed();
+            let released = other.release(&next).await?;
+            if released != ReleaseOutcome::Released {
+                return Err(format!("the other owner's release said {released:?}").into());
+            }
+            if waited > bound {
+                return Err(format!(
+                    "{call} dropped after {polls} polls: the key was free only after {waited:?}"
+                )
+                .into());
+            }
+            if finished {
+                break;
+            }
+        }
+        if !finished {
+            return Err(format!("{call} did not finish within {MAX_POLLS} polls").into());
+        }
+    }
     Ok(())
 }
 
