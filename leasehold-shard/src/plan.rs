@@ -284,7 +284,7 @@ impl Book {
     /// shards are still free or held by non-members, for one interval at most: members that
     /// scanned at different moments of the takeover hand its shards out from different views,
     /// and a shard each believes is another's would otherwise wait for the next interval's scans
-    /// (it is taken by whoever sees it free on two scans in a row).
+    /// (it is taken by whoever sees it free on two scans in a row while below its share).
     fn after_death(&mut self, gone: bool, woken: bool, unowned: bool) -> bool {
         if (woken || gone) && unowned {
             self.follow_ups = 8;
