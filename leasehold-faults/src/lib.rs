@@ -36,6 +36,7 @@ pub mod front;
 pub mod link;
 pub mod procstorm;
 pub mod proxy;
+pub mod record;
 pub mod report;
 pub mod resource;
 pub mod scenarios;

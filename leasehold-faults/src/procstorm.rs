@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use crate::child::holder_bin;
+use crate::record::{Record, check_record};
 use crate::scenarios::{Measured, fresh_key};
 
 /// `CLOCK_MONOTONIC` nanoseconds to instants of this process.
@@ -148,6 +149,22 @@ pub async fn process_storm(
     ttl: Duration,
     seed: u64,
 ) -> Result<Measured, String> {
+    process_storm_recorded(url, resource_url, ttl, seed, None).await
+}
+
+/// As [`process_storm`], and with `record` (the resource's own log of accepted writes, see
+/// [`crate::record`]) installed before the holders start and checked against the history after
+/// the storm.
+///
+/// # Errors
+/// As [`sqlite_kill_pause`], or if the record cannot be installed or read.
+pub async fn process_storm_recorded(
+    url: &str,
+    resource_url: &str,
+    ttl: Duration,
+    seed: u64,
+    record: Option<&Record>,
+) -> Result<Measured, String> {
     let key = fresh_key("procstorm");
     let clock = Clock::new();
     let history = History::new();
@@ -158,6 +175,9 @@ pub async fn process_storm(
         .await
         .map_err(|e| e.to_string())?;
     let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
+    if let Some(r) = record {
+        r.install().await?;
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut holders: HashMap<String, Holder> = HashMap::new();
     let spawned = std::sync::atomic::AtomicU64::new(0);
@@ -375,6 +395,10 @@ pub async fn process_storm(
         .map_err(|e| format!("reading the resource: {e}"))?;
     violations.extend(history.check_counter(&key, state.counter));
     violations.extend(history.check_high_water(&key, state.high_water));
+    if let Some(r) = record {
+        let log = r.read(&key).await?;
+        violations.extend(check_record(&history, &key, &log));
+    }
     let events = history.events();
     let renewals = events
         .iter()

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use leasehold_faults::controls::{Control, ZeroLead};
 use leasehold_faults::procstorm;
+use leasehold_faults::record::Record;
 use leasehold_faults::scenarios::{self, Measured};
 use leasehold_faults::storm::{StormShape, storm};
 use leasehold_faults::target::{Target, targets_from_env};
@@ -91,9 +92,12 @@ async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
 /// replaced, while they acquire, renew and write through the backend's fenced resource; their
 /// late writes must be rejected and the recorded history must check clean.
 async fn process_storm_of(t: &Target) -> Result<String, String> {
-    let url = t.direct_url();
+    let (record, url) = match Record::for_url(&t.direct_url()) {
+        Some((r, url)) => (Some(r), url),
+        None => (None, t.direct_url()),
+    };
     let started = std::time::Instant::now();
-    let m = procstorm::process_storm(&url, &url, t.ttl, 1).await?;
+    let m = procstorm::process_storm_recorded(&url, &url, t.ttl, 1, record.as_ref()).await?;
     if !m.violations.is_empty() {
         return Err(format!(
             "process storm: {} violation(s): {:#?}\n{}",
@@ -103,10 +107,12 @@ async fn process_storm_of(t: &Target) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "process storm: {} signals, {} confirmed renewals, {} unknown outcomes, no violation, {:.1} s",
+        "process storm: {} signals, {} confirmed renewals, {} unknown outcomes, no violation \
+         (resource's own record checked: {}), {:.1} s",
         m.faults,
         m.renewals,
         m.unknown,
+        record.is_some(),
         started.elapsed().as_secs_f64()
     ))
 }

@@ -1,0 +1,430 @@
+//! The resource's own record of what it accepted, checked against the grants.
+//!
+//! The history of a storm is kept by the harness: what each holder says it was granted and what
+//! each write returned. The counter and high-water checks compare it with the resource's final
+//! state only. Here the resource itself keeps a record of every write it accepted: triggers on the
+//! table the fenced writes land in (PostgreSQL's `<table>_fence`, SQLite's `lease_fenced`) append
+//! a row (key, token) for every rise of the row's `accepted` count, in the order the database
+//! applied the writes (each key's row is locked by the write, so the log's ids follow the
+//! writes). After the storm the record is read back and checked:
+//!
+//! - no accepted write carries a token below one accepted before it (a stale write accepted);
+//! - each accepted write's token was granted, to a holder that attempted at least as many writes
+//!   with it as the record holds, and the record holds at least the writes the holders saw
+//!   accepted (the resource and the harness agree on who wrote what).
+//!
+//! A write carries only its token, and a token is granted to one owner: the owner the history
+//! names for a token is the writer the record's entry stands for.
+
+use std::collections::HashMap;
+
+use leasehold_core::{FencingToken, LeaseKey};
+use leasehold_testkit::history::{Attempt, History, Op, Violation, ViolationKind};
+use tokio::process::Command;
+
+/// Where the resource keeps its record.
+#[derive(Debug, Clone)]
+pub enum Record {
+    /// A PostgreSQL database (a `postgres://` URL without query parameters, as `psql` takes it)
+    /// and the schema of the lease table whose `leases_fence` table the writes land in.
+    Postgres {
+        /// The database URL.
+        url: String,
+        /// The lease table's schema.
+        schema: String,
+    },
+    /// A SQLite database file whose `lease_fenced` table the writes land in.
+    Sqlite {
+        /// The file.
+        path: String,
+    },
+}
+
+/// One write the resource accepted: its position in the resource's log and its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The log's id (increasing in the order the writes were applied to a key).
+    pub id: u64,
+    /// The token the write presented.
+    pub token: FencingToken,
+}
+
+const PG_LOG: &str = "leasehold_faults_accepted";
+
+impl Record {
+    /// The record of the resource at `url`, if its backend keeps one here (PostgreSQL, SQLite).
+    /// A PostgreSQL URL gets `table=<schema>.leases` added so that the triggers sit on a table
+    /// of the fault suite's own; use the returned URL for the store and the resource.
+    pub fn for_url(url: &str) -> Option<(Record, String)> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            return Some((
+                Record::Sqlite {
+                    path: path.split('?').next().unwrap_or(path).to_string(),
+                },
+                url.to_string(),
+            ));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let base = url.split('?').next().unwrap_or(url).to_string();
+            let schema = "leasehold_faults_record".to_string();
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let with_table = format!("{url}{sep}table={schema}.leases");
+            return Some((Record::Postgres { url: base, schema }, with_table));
+        }
+        None
+    }
+
+    /// Creates the log table and the triggers that append to it (idempotent). Call it after the
+    /// store and resource created their tables.
+    ///
+    /// # Errors
+    /// If the database's client cannot be run or refuses the statements.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: every statement is idempotent.
+    pub async fn install(&self) -> Result<(), String> {
+        match self {
+            Record::Postgres { url, schema } => {
+                let fence = format!("\"{schema}\".\"leases_fence\"");
+                let sql = format!(
+                    "CREATE TABLE IF NOT EXISTS \"{schema}\".{PG_LOG} (
+                       id bigserial PRIMARY KEY, resource_key text NOT NULL,
+                       token bigint NOT NULL, accepted bigint NOT NULL);
+                     CREATE OR REPLACE FUNCTION \"{schema}\".{PG_LOG}_log() RETURNS trigger
+                       LANGUAGE plpgsql AS $$
+                       BEGIN
+                         INSERT INTO \"{schema}\".{PG_LOG} (resource_key, token, accepted)
+                           VALUES (NEW.resource_key, NEW.last_fencing_token, NEW.accepted);
+                         RETURN NULL;
+                       END $$;
+                     CREATE OR REPLACE TRIGGER {PG_LOG}_ins AFTER INSERT ON {fence}
+                       FOR EACH ROW WHEN (NEW.accepted > 0)
+                       EXECUTE FUNCTION \"{schema}\".{PG_LOG}_log();
+                     CREATE OR REPLACE TRIGGER {PG_LOG}_upd AFTER UPDATE ON {fence}
+                       FOR EACH ROW WHEN (NEW.accepted > OLD.accepted)
+                       EXECUTE FUNCTION \"{schema}\".{PG_LOG}_log();"
+                );
+                psql(url, &sql).await.map(drop)
+            }
+            Record::Sqlite { path } => {
+                let sql = "CREATE TABLE IF NOT EXISTS leasehold_faults_accepted (
+                       id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL,
+                       token INTEGER NOT NULL, accepted INTEGER NOT NULL);
+                     CREATE TRIGGER IF NOT EXISTS leasehold_faults_accepted_ins
+                       AFTER INSERT ON lease_fenced WHEN NEW.accepted > 0 BEGIN
+                       INSERT INTO leasehold_faults_accepted (key, token, accepted)
+                         VALUES (NEW.key, NEW.high_water, NEW.accepted); END;
+                     CREATE TRIGGER IF NOT EXISTS leasehold_faults_accepted_upd
+                       AFTER UPDATE ON lease_fenced WHEN NEW.accepted > OLD.accepted BEGIN
+                       INSERT INTO leasehold_faults_accepted (key, token, accepted)
+                         VALUES (NEW.key, NEW.high_water, NEW.accepted); END;";
+                sqlite(path, sql).await.map(drop)
+            }
+        }
+    }
+
+    /// The writes the resource accepted for `key`, in the order it applied them.
+    ///
+    /// # Errors
+    /// If the log cannot be read or holds a token that is not a fencing token.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe (read only).
+    pub async fn read(&self, key: &LeaseKey) -> Result<Vec<Accepted>, String> {
+        let k = key.as_str().replace('\'', "''");
+        let out = match self {
+            Record::Postgres { url, schema } => {
+                psql(
+                    url,
+                    &format!(
+                        "SELECT id, token, accepted FROM \"{schema}\".{PG_LOG} \
+                         WHERE resource_key = '{k}' ORDER BY id"
+                    ),
+                )
+                .await?
+            }
+            Record::Sqlite { path } => {
+                sqlite(
+                    path,
+                    &format!(
+                        "SELECT id, token, accepted FROM leasehold_faults_accepted \
+                         WHERE key = '{k}' ORDER BY id;"
+                    ),
+                )
+                .await?
+            }
+        };
+        parse_log(&out)
+    }
+}
+
+/// Rows `id|token|accepted` to writes: `accepted` counts the key's accepted writes, so a rise of
+/// more than one between rows stands for that many writes (none is expected: each write is its
+/// own statement).
+fn parse_log(out: &str) -> Result<Vec<Accepted>, String> {
+    let mut log = Vec::new();
+    let mut last = 0u64;
+    for line in out.lines().filter(|l| !l.trim().is_empty()) {
+        let f: Vec<&str> = line.trim().split('|').collect();
+        let [id, token, accepted] = f[..] else {
+            return Err(format!("unexpected log row {line:?}"));
+        };
+        let num = |s: &str| s.parse::<u64>().map_err(|e| format!("{line:?}: {e}"));
+        let (id, token, accepted) = (num(id)?, num(token)?, num(accepted)?);
+        let token = FencingToken::new(token).map_err(|e| format!("{line:?}: {e}"))?;
+        for _ in last..accepted.max(last + 1) {
+            log.push(Accepted { id, token });
+        }
+        last = accepted.max(last + 1);
+    }
+    Ok(log)
+}
+
+async fn psql(url: &str, sql: &str) -> Result<String, String> {
+    run(Command::new("psql").args([
+        url,
+        "-X",
+        "-q",
+        "-A",
+        "-t",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        sql,
+    ]))
+    .await
+}
+
+async fn sqlite(path: &str, sql: &str) -> Result<String, String> {
+    run(Command::new("sqlite3")
+        .args(["-batch", "-cmd", ".timeout 10000", path])
+        .arg(sql))
+    .await
+}
+
+async fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        cmd.kill_on_drop(true).output(),
+    )
+    .await
+    .map_err(|_| format!("{cmd:?} did not finish within 30 s"))?
+    .map_err(|e| format!("{cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Checks the resource's record of `key` against the history's grants and writes (see the
+/// module's documentation). An empty result means they agree.
+pub fn check_record(history: &History, key: &LeaseKey, log: &[Accepted]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut highest: Option<Accepted> = None;
+    for w in log {
+        if let Some(h) = highest
+            && w.token < h.token
+        {
+            out.push(Violation::new(
+                ViolationKind::StaleWriteAccepted,
+                format!(
+                    "the resource's record accepted token {} (entry {}) after token {} (entry {})",
+                    w.token.get(),
+                    w.id,
+                    h.token.get(),
+                    h.id
+                ),
+            ));
+        }
+        if highest.is_none_or(|h| w.token >= h.token) {
+            highest = Some(*w);
+        }
+    }
+    // Per token: its owner (the client the history says it was granted to), the writes that
+    // client attempted with it (any outcome) and the writes it saw accepted.
+    let mut owner: HashMap<FencingToken, String> = HashMap::new();
+    let mut attempted: HashMap<FencingToken, u64> = HashMap::new();
+    let mut seen: HashMap<FencingToken, u64> = HashMap::new();
+    for e in history.events().into_iter().filter(|e| &e.key == key) {
+        match e.op {
+            Op::Granted { token, .. } => {
+                owner.insert(token, e.client.clone());
+            }
+            Op::Write { token, accepted } | Op::LateWrite { token, accepted } => {
+                *attempted.entry(token).or_default() += 1;
+                if accepted {
+                    *seen.entry(token).or_default() += 1;
+                }
+            }
+            Op::Unknown(Attempt::Write(token) | Attempt::LateWrite(token)) => {
+                *attempted.entry(token).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut recorded: HashMap<FencingToken, u64> = HashMap::new();
+    for w in log {
+        *recorded.entry(w.token).or_default() += 1;
+    }
+    let mut tokens: Vec<FencingToken> = recorded.keys().chain(seen.keys()).copied().collect();
+    tokens.sort();
+    tokens.dedup();
+    for t in tokens {
+        let (r, a, s) = (
+            recorded.get(&t).copied().unwrap_or(0),
+            attempted.get(&t).copied().unwrap_or(0),
+            seen.get(&t).copied().unwrap_or(0),
+        );
+        let who = owner.get(&t).map_or("no holder", String::as_str);
+        if r > 0 && !owner.contains_key(&t) {
+            out.push(Violation::new(
+                ViolationKind::WriteCountMismatch,
+                format!(
+                    "the resource accepted {r} write(s) with token {} that was never granted",
+                    t.get()
+                ),
+            ));
+        } else if r > a || r < s {
+            out.push(Violation::new(
+                ViolationKind::WriteCountMismatch,
+                format!(
+                    "the resource recorded {r} write(s) with token {} (granted to {who}), which attempted {a} and saw {s} accepted",
+                    t.get()
+                ),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_core::OwnerId;
+    use leasehold_testkit::history::{Event, Stamp};
+    use tokio::time::Instant;
+
+    fn tk(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap()
+    }
+
+    /// p1 granted token 1 and writes twice (both accepted), p2 granted token 2 and writes once.
+    fn history(key: &LeaseKey) -> History {
+        let h = History::new();
+        let now = Instant::now();
+        let mut seq = 0;
+        let mut push = |client: &str, op: Op| {
+            seq += 1;
+            let s = Stamp { at: now, seq };
+            h.push(Event {
+                client: client.into(),
+                key: key.clone(),
+                invoked: s,
+                completed: s,
+                op,
+            });
+        };
+        let deadline = now + std::time::Duration::from_secs(1);
+        push(
+            "p1",
+            Op::Granted {
+                owner: OwnerId::with_label("p1"),
+                token: tk(1),
+                deadline,
+            },
+        );
+        push(
+            "p1",
+            Op::Write {
+                token: tk(1),
+                accepted: true,
+            },
+        );
+        push(
+            "p1",
+            Op::Write {
+                token: tk(1),
+                accepted: true,
+            },
+        );
+        push(
+            "p2",
+            Op::Granted {
+                owner: OwnerId::with_label("p2"),
+                token: tk(2),
+                deadline,
+            },
+        );
+        push(
+            "p2",
+            Op::Write {
+                token: tk(2),
+                accepted: true,
+            },
+        );
+        h
+    }
+
+    fn log(tokens: &[u64]) -> Vec<Accepted> {
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Accepted {
+                id: i as u64 + 1,
+                token: tk(t),
+            })
+            .collect()
+    }
+
+    fn kinds(v: &[Violation]) -> Vec<ViolationKind> {
+        v.iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn a_record_that_agrees_is_clean() {
+        let key = LeaseKey::new("k").unwrap();
+        assert!(check_record(&history(&key), &key, &log(&[1, 1, 2])).is_empty());
+    }
+
+    /// Negative control: a record in which a lower token was accepted after a higher one.
+    #[test]
+    fn control_a_lower_token_after_a_higher_one_is_caught() {
+        let key = LeaseKey::new("k").unwrap();
+        let v = check_record(&history(&key), &key, &log(&[1, 2, 1]));
+        assert_eq!(kinds(&v), [ViolationKind::StaleWriteAccepted], "{v:?}");
+    }
+
+    /// Negative control: a write with a token that was never granted.
+    #[test]
+    fn control_a_token_never_granted_is_caught() {
+        let key = LeaseKey::new("k").unwrap();
+        let v = check_record(&history(&key), &key, &log(&[1, 1, 2, 3]));
+        assert_eq!(kinds(&v), [ViolationKind::WriteCountMismatch], "{v:?}");
+    }
+
+    /// Negative control: more writes with a token than its holder attempted, and fewer than it
+    /// saw accepted.
+    #[test]
+    fn control_writes_its_holder_did_not_make_or_lost_writes_are_caught() {
+        let key = LeaseKey::new("k").unwrap();
+        let v = check_record(&history(&key), &key, &log(&[1, 1, 2, 2]));
+        assert_eq!(kinds(&v), [ViolationKind::WriteCountMismatch], "{v:?}");
+        let v = check_record(&history(&key), &key, &log(&[1, 2]));
+        assert_eq!(kinds(&v), [ViolationKind::WriteCountMismatch], "{v:?}");
+    }
+
+    #[test]
+    fn log_rows_parse_and_expand_rises() {
+        let l = parse_log("3|5|1\n7|6|3\n").unwrap();
+        assert_eq!(
+            l.iter().map(|a| a.token.get()).collect::<Vec<_>>(),
+            [5, 6, 6]
+        );
+        assert!(parse_log("x|1|1").is_err());
+        assert!(parse_log("1|0|1").is_err());
+    }
+}
