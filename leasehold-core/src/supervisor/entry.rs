@@ -258,12 +258,12 @@ impl Supervisor {
                 Ok(AcquireOutcome::Acquired(lease)) => {
                     // From here until a guard holds it, dropping this future releases the
                     // lease in the background.
-                    let lease = Ungiven::new(self.store.clone(), lease, op);
+                    let mut lease = Ungiven::new(self.store.clone(), lease, op);
                     if cancel.is_cancelled() {
                         lease.release().await;
                         return Ok(Acquisition::Cancelled);
                     }
-                    self.hook.acquired(lease.get(), started.elapsed());
+                    lease.report_acquired(self.hook.clone(), started.elapsed());
                     return self
                         .start(lease, suspended)
                         .await
@@ -380,8 +380,7 @@ impl Supervisor {
             match out {
                 Ok(o) if o.is_accepted() => {}
                 other => {
-                    let (lease, released) = lease.release().await;
-                    self.hook.ended(&lease, Duration::ZERO, released);
+                    let lease = lease.release().await;
                     return Err(match other {
                         Err(e) => e,
                         Ok(o) => Error::InvalidInput(format!(
@@ -477,11 +476,13 @@ impl Drop for InFlight {
 
 /// A granted lease no guard holds yet (waiting for its fence install, or for the release of a
 /// cancelled acquire). Dropped while it still holds the lease (its acquire was dropped between
-/// the grant and the guard), it releases in a spawned task bounded by the op timeout.
+/// the grant and the guard), it releases in a spawned task bounded by the op timeout. Once the
+/// hook was told the lease was acquired, a release here also tells it the lease ended.
 struct Ungiven {
     store: Arc<dyn LeaseStore>,
     lease: Option<Lease>,
     op: Duration,
+    hook: Option<Arc<dyn Hook>>,
 }
 
 impl Ungiven {
@@ -490,7 +491,15 @@ impl Ungiven {
             store,
             lease: Some(lease),
             op,
+            hook: None,
         }
+    }
+
+    /// Tells `hook` the lease was acquired after `waited`; a release from here on tells it the
+    /// lease ended.
+    fn report_acquired(&mut self, hook: Arc<dyn Hook>, waited: Duration) {
+        hook.acquired(self.get(), waited);
+        self.hook = Some(hook);
     }
 
     /// The lease. Held from `new` until `take` or `release` consume `self`.
@@ -503,17 +512,21 @@ impl Ungiven {
         self.lease.take().expect("held until taken")
     }
 
-    /// Releases the lease now, in the caller's task (bounded by the op timeout): the lease and
-    /// the store's answer. Dropped half way, `Drop` releases it again in the background (a
-    /// release names the grant's token, so a second one cannot free a later grant).
-    async fn release(mut self) -> (Lease, Option<ReleaseOutcome>) {
+    /// Releases the lease now, in the caller's task (bounded by the op timeout), and tells the
+    /// hook it ended; gives the lease back. Dropped half way, `Drop` releases it again in the
+    /// background (a release names the grant's token, so a second one cannot free a later
+    /// grant).
+    async fn release(mut self) -> Lease {
         let lease = self.get().clone();
         let released = timeout(self.op, self.store.release(&lease))
             .await
             .ok()
             .and_then(|r| r.ok());
         self.lease = None;
-        (lease, released)
+        if let Some(hook) = self.hook.take() {
+            hook.ended(&lease, Duration::ZERO, released);
+        }
+        lease
     }
 }
 
@@ -522,10 +535,16 @@ impl Drop for Ungiven {
         if let Some(lease) = self.lease.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
-            let (store, op) = (self.store.clone(), self.op);
+            let (store, op, hook) = (self.store.clone(), self.op, self.hook.take());
             rt.spawn(async move {
                 tracing::debug!(backend = store.backend(), key = %lease.key(), token = %lease.token(), "acquire dropped before its guard was handed out; releasing");
-                let _ = timeout(op, store.release(&lease)).await;
+                let released = timeout(op, store.release(&lease))
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok());
+                if let Some(hook) = hook {
+                    hook.ended(&lease, Duration::ZERO, released);
+                }
             });
         }
     }

@@ -339,3 +339,54 @@ async fn a_dropped_acquire_releases_what_it_was_granted() {
         }
     }
 }
+
+/// Counts the leases a hook was told were acquired and ended.
+#[derive(Debug, Default)]
+struct Counting {
+    acquired: std::sync::atomic::AtomicUsize,
+    ended: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::hook::Hook for Counting {
+    fn acquired(&self, _: &crate::Lease, _: Duration) {
+        self.acquired
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn ended(&self, _: &crate::Lease, _: Duration, _: Option<ReleaseOutcome>) {
+        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A fenced acquire dropped while its fence install runs tells its hook that the lease it
+/// reported acquired has ended (metrics such as a held-leases gauge come back down), and frees
+/// the key within the op timeout.
+#[tokio::test(start_paused = true)]
+async fn a_fenced_acquire_dropped_during_its_install_reports_the_end() {
+    let op = Duration::from_secs(1);
+    let key = LeaseKey::new("dropped-fenced").unwrap();
+    let mem = MemoryLeaseStore::new();
+    let hook = std::sync::Arc::new(Counting::default());
+    let sup = Supervisor::new(
+        mem.clone(),
+        SupervisorConfig::new(Duration::from_secs(30)).with_op_timeout(op),
+    )
+    .with_fence(std::sync::Arc::new(SlowFence::default()))
+    .with_hook(hook.clone());
+    // The grant is immediate; the install takes 200 ms: dropped after 100 ms, mid-install.
+    let dropped = tokio::time::timeout(Duration::from_millis(100), sup.acquire(&key)).await;
+    assert!(dropped.is_err(), "the acquire finished before its install");
+    let deadline = tokio::time::Instant::now() + op;
+    loop {
+        let free = mem.inspect(&key).await.unwrap().holder.is_none();
+        let ended = hook.ended.load(std::sync::atomic::Ordering::SeqCst);
+        if free && ended == 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after the drop: key free {free}, ended reported {ended} times"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hook.acquired.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
