@@ -126,6 +126,10 @@ fn fenced_transaction_on_postgres() {
     assert!(ok && out.contains("LeaseLost, nothing written"), "{out}");
 }
 
+/// The kube-runtime controller against the test apiserver: it elects a leader, reconciles the
+/// labelled ConfigMaps under the leader's term (fenced write, then an annotation), serves its
+/// probes, and on SIGTERM stops and resigns, so that a second replica takes over at once rather
+/// than after the Lease's 15 s TTL, and the Lease is free once both have left.
 #[test]
 fn k8s_controller_elects_reconciles_and_resigns() {
     let Some(bin) = option_env!("CARGO_BIN_EXE_k8s-controller") else {
@@ -143,23 +147,340 @@ fn k8s_controller_elects_reconciles_and_resigns() {
         );
         return;
     }
-    let name = format!("example-controller-{}", std::process::id());
-    let out = Command::new(bin)
-        .args(["--store", "k8s://default", "--rounds", "2"])
-        .env("LEASE_ELECTION", &name)
-        .output()
-        .expect("run controller");
-    let text = String::from_utf8_lossy(&out.stdout);
+    #[cfg(feature = "k8s")]
+    controller::run(bin);
+}
+
+#[cfg(feature = "k8s")]
+mod controller {
+    use std::collections::BTreeMap;
+    use std::io::{BufRead, Read, Write};
+    use std::process::{Child, Command, Stdio};
+    use std::sync::mpsc::Receiver;
+    use std::time::{Duration, Instant};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+
+    const LIMIT: Duration = Duration::from_secs(60);
+
+    struct Replica {
+        child: Child,
+        lines: Receiver<String>,
+        seen: Vec<String>,
+    }
+
+    impl Replica {
+        fn start(bin: &str, election: &str, selector: &str, pod: &str) -> Self {
+            let mut child = Command::new(bin)
+                .args(["--store", "k8s://default", "--selector", selector])
+                .args(["--probe-addr", "127.0.0.1:0"])
+                .env("LEASE_ELECTION", election)
+                .env("POD_NAME", pod)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start the controller");
+            let out = child.stdout.take().expect("stdout");
+            let (tx, lines) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+            Replica {
+                child,
+                lines,
+                seen: Vec::new(),
+            }
+        }
+
+        /// The first line (seen or coming within `limit`) containing `text`.
+        fn wait_for(&mut self, text: &str, limit: Duration) -> String {
+            if let Some(l) = self.seen.iter().find(|l| l.contains(text)) {
+                return l.clone();
+            }
+            let deadline = Instant::now() + limit;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let line = self.lines.recv_timeout(left).unwrap_or_else(|_| {
+                    panic!(
+                        "no line with {text:?} within {limit:?}; saw {:#?}",
+                        self.seen
+                    )
+                });
+                self.seen.push(line.clone());
+                if line.contains(text) {
+                    return line;
+                }
+            }
+        }
+
+        fn probe_addr(&mut self) -> String {
+            let line = self.wait_for("probes listening on", LIMIT);
+            line.rsplit(' ').next().expect("an address").to_string()
+        }
+
+        fn sigterm(&self) {
+            let ok = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status()
+                .expect("kill")
+                .success();
+            assert!(ok, "SIGTERM sent");
+        }
+
+        fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+            let deadline = Instant::now() + limit;
+            loop {
+                if let Some(s) = self.child.try_wait().expect("try_wait") {
+                    return s;
+                }
+                if Instant::now() > deadline {
+                    let _ = self.child.kill();
+                    panic!(
+                        "the controller did not exit within {limit:?}: {:#?}",
+                        self.seen
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    impl Drop for Replica {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// `GET path` on `addr`: the status code.
+    fn http_status(addr: &str, path: &str) -> u16 {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect to the probes");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text.split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {text:?}"))
+    }
+
+    fn term_of(line: &str) -> u64 {
+        line.rsplit(' ')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no term in {line:?}"))
+    }
+
+    pub(super) fn run(bin: &str) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let uniq = format!(
+            "{}-{}",
+            std::process::id(),
+            Instant::now().elapsed().as_nanos()
+        );
+        let election = format!("example-controller-{uniq}");
+        let selector_value = format!("t{uniq}");
+        let selector = format!("leasehold.example/managed={selector_value}");
+        let client = rt
+            .block_on(kube::Client::try_default())
+            .expect("kube client");
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let names: Vec<String> = (1..=2).map(|i| format!("example-cm-{uniq}-{i}")).collect();
+        for name in &names {
+            let cm = ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(BTreeMap::from([(
+                        "leasehold.example/managed".to_string(),
+                        selector_value.clone(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            };
+            rt.block_on(api.create(&PostParams::default(), &cm))
+                .expect("create a ConfigMap");
+        }
+
+        let mut a = Replica::start(bin, &election, &selector, "pod-a");
+        let a_addr = a.probe_addr();
+        let a_term = term_of(&a.wait_for("leads with term", LIMIT));
+        for name in &names {
+            let line = a.wait_for(&format!("reconciled {name} with term {a_term}"), LIMIT);
+            assert!(line.ends_with("accepted"), "{line}");
+        }
+        for name in &names {
+            let cm = rt.block_on(api.get(name)).expect("get the ConfigMap");
+            let notes = cm.metadata.annotations.unwrap_or_default();
+            assert_eq!(
+                notes.get("leasehold.example/reconciled-term"),
+                Some(&a_term.to_string()),
+                "{name}: {notes:?}"
+            );
+        }
+        for path in ["/healthz", "/readyz", "/leader"] {
+            assert_eq!(http_status(&a_addr, path), 200, "leader {path}");
+        }
+
+        let mut b = Replica::start(bin, &election, &selector, "pod-b");
+        let b_addr = b.probe_addr();
+        b.wait_for("joined the election", LIMIT);
+        assert_eq!(http_status(&b_addr, "/healthz"), 200, "a follower is alive");
+        assert_eq!(http_status(&b_addr, "/readyz"), 200, "a follower is ready");
+        assert_eq!(
+            http_status(&b_addr, "/leader"),
+            503,
+            "a follower does not lead"
+        );
+
+        // A rolling update's SIGTERM: a stops and resigns; b leads well within the TTL (15 s).
+        let stopped = Instant::now();
+        a.sigterm();
+        let status = a.wait_exit(Duration::from_secs(15));
+        assert!(status.success(), "{status:?}: {:#?}", a.seen);
+        a.wait_for("resigned", LIMIT);
+        let b_term = term_of(&b.wait_for("leads with term", LIMIT));
+        let took = stopped.elapsed();
+        assert!(b_term > a_term, "{b_term} after {a_term}");
+        assert!(took < Duration::from_secs(10), "b took over after {took:?}");
+        for name in &names {
+            b.wait_for(
+                &format!("reconciled {name} with term {b_term}: accepted"),
+                LIMIT,
+            );
+        }
+        assert_eq!(http_status(&b_addr, "/leader"), 200);
+
+        b.sigterm();
+        assert!(b.wait_exit(Duration::from_secs(15)).success());
+        b.wait_for("resigned", LIMIT);
+        let held = rt.block_on(async {
+            let store = leasehold::connect("k8s://default").await.expect("connect");
+            let key = leasehold::LeaseKey::new(&election).expect("key");
+            store.inspect(&key).await.expect("inspect").holder
+        });
+        assert!(
+            held.is_none(),
+            "the Lease is free after both resigned: {held:?}"
+        );
+        for name in &names {
+            let _ = rt.block_on(api.delete(name, &DeleteParams::default()));
+        }
+    }
+}
+
+/// The OpenTelemetry-to-Prometheus example on SQLite: its `/metrics` page, in the Prometheus
+/// text format, has the per-election leader gauge with exactly one candidate at 1, an `elected`
+/// leadership transition and a held lease; SIGTERM resigns and exits 0.
+#[test]
+fn prometheus_example_serves_a_leader_gauge() {
+    let Some(bin) = option_env!("CARGO_BIN_EXE_prometheus") else {
+        assert!(
+            !require_services(),
+            "built without the prometheus feature, but services are required (run with --all-features)"
+        );
+        eprintln!("built without the prometheus feature");
+        return;
+    };
+    use std::io::{BufRead, Read, Write};
+    let dir = std::env::temp_dir().join(format!("leasehold-prom-{}.db", std::process::id()));
+    let mut child = Command::new(bin)
+        .args(["--store", &format!("sqlite://{}", dir.display())])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--election",
+            "prom-example",
+            "--candidates",
+            "3",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the example");
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first = lines.next().expect("a line").expect("readable");
+    let url = first
+        .strip_prefix("metrics on http://")
+        .expect("the address line");
+    let addr = url.trim_end_matches("/metrics").to_string();
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(&addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("timeout");
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send");
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let page = loop {
+        let page = scrape();
+        let leaders = page
+            .lines()
+            .filter(|l| l.starts_with("lease_leader{") && l.ends_with(" 1"))
+            .count();
+        if leaders == 1 && page.contains("lease_leader_transitions_total{") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no single leader in:\n{page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let gauge: Vec<&str> = page
+        .lines()
+        .filter(|l| l.starts_with("lease_leader{"))
+        .collect();
+    assert_eq!(gauge.len(), 3, "{page}");
     assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+        gauge
+            .iter()
+            .all(|l| l.contains("election=\"prom-example\"") && l.contains("candidate=\"replica-")),
+        "{gauge:?}"
     );
-    assert_eq!(text.matches("reconciled with term").count(), 2, "{text}");
+    assert!(page.contains("# TYPE lease_leader gauge"), "{page}");
     assert!(
-        text.contains("accepted") && text.contains("resigned"),
-        "{text}"
+        page.lines()
+            .any(|l| l.starts_with("lease_leader_transitions_total{")
+                && l.contains("lease_leader_event=\"elected\"")),
+        "{page}"
     );
+    assert!(
+        page.lines()
+            .any(|l| l.starts_with("lease_held{") && l.ends_with(" 1")),
+        "{page}"
+    );
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok);
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status:?}");
+    assert!(lines.any(|l| l.is_ok_and(|l| l == "resigned")));
+    let _ = std::fs::remove_file(&dir);
 }
 
 /// Runs `bin args` and returns (success, stdout + stderr), killing it after `limit` (its worker
