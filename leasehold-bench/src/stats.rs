@@ -178,6 +178,32 @@ pub(crate) fn quantile_ratio_interval(a: &[f64], b: &[f64], q: f64, seed: u64) -
     })
 }
 
+/// The median of `v` (the upper median, as the report's), with the bootstrap interval of the
+/// samples; `None` without samples. One sample gives an interval of that sample alone.
+pub(crate) fn median_interval(v: &[f64], seed: u64) -> Option<Interval> {
+    if v.is_empty() {
+        return None;
+    }
+    let est = quantile(&mut v.to_vec(), 0.5);
+    let mut rng = Rng::new(seed);
+    let mut x = vec![0.0; v.len()];
+    let mut draws = Vec::with_capacity(RESAMPLES);
+    for _ in 0..RESAMPLES {
+        for slot in &mut x {
+            *slot = v[rng.below(v.len())];
+        }
+        draws.push(quantile(&mut x, 0.5));
+    }
+    let (lo, hi) = bounds(draws);
+    Some(Interval {
+        est,
+        lo,
+        hi,
+        n: v.len(),
+        groups: 1,
+    })
+}
+
 /// A goal's verdict from an interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
@@ -331,6 +357,25 @@ mod tests {
             assert!((x - 1.0 / 1.2).abs() < 1e-9, "{iv:?}");
         }
         assert!(quantile_ratio_interval(&a[..1], &b[..1], 0.99, 1).is_none());
+    }
+
+    #[test]
+    fn a_median_interval_holds_the_median_and_widens_with_spread() {
+        let tight: Vec<f64> = (0..20).map(|i| 10.0 + f64::from(i % 3) * 0.1).collect();
+        let iv = median_interval(&tight, 1).expect("samples");
+        assert!(
+            iv.lo <= iv.est && iv.est <= iv.hi && iv.hi - iv.lo <= 0.2 + 1e-9,
+            "{iv:?}"
+        );
+        // Half the samples far out: the interval reaches them.
+        let split: Vec<f64> = (0..20)
+            .map(|i| if i % 2 == 0 { 1.0 } else { 9.0 })
+            .collect();
+        let iv = median_interval(&split, 1).expect("samples");
+        assert_eq!((iv.lo, iv.hi), (1.0, 9.0), "{iv:?}");
+        let one = median_interval(&[4.0], 1).expect("one sample");
+        assert_eq!((one.lo, one.est, one.hi), (4.0, 4.0, 4.0));
+        assert!(median_interval(&[], 1).is_none());
     }
 
     #[test]
