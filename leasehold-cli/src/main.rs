@@ -32,7 +32,8 @@ use clap::{Args, Parser, Subcommand};
 const AFTER_HELP: &str = "\
 Store: --store URL, else $LEASE_STORE, else the embedded SQLite file
 $XDG_STATE_HOME/lease/leases.db (~/.local/state/lease/leases.db). URLs: memory:, sqlite://PATH,
-postgres://USER@HOST:PORT/DB, redis://HOST:PORT, etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
+postgres://USER@HOST:PORT/DB, mysql://USER@HOST:PORT/DB, redis://HOST:PORT,
+etcd://HOST:PORT,HOST:PORT, k8s://NAMESPACE.
 
 Durations: 500ms, 30s, 2m, 1h, 1m30s, 1.5s. --ttl: 1ms to 24h; --wait: 0 to 168h; --grace: 0 to
 half the loss lead (a tenth of --ttl). Out of range: status 64.

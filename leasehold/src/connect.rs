@@ -23,6 +23,8 @@ use crate::url::StoreUrl;
 /// - **postgres**: builds a pool, then creates the lease tables if they are missing
 ///   (`PostgresLeaseStore::connect`: idempotent, under an advisory lock); a role
 ///   without DDL rights may use tables that already exist.
+/// - **mysql**: builds a pool, then creates the lease tables and token triggers if they are
+///   missing (`MysqlLeaseStore::connect`: idempotent, under `GET_LOCK`).
 /// - **redis**: connects with the default key prefix.
 /// - **etcd**: connects to the listed endpoints with the default prefixes.
 /// - **k8s**: uses the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the in-cluster
@@ -58,6 +60,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn LeaseStore>> {
     match &parsed {
         StoreUrl::Memory => Ok(Arc::new(MemoryLeaseStore::new())),
         StoreUrl::Postgres(u) => backends::postgres(u).await.map(|(s, _)| s),
+        StoreUrl::Mysql(u) => backends::mysql(u).await.map(|(s, _)| s),
         StoreUrl::Redis(u) => backends::redis(u).await.map(|(s, _)| s),
         StoreUrl::Etcd { url, .. } => backends::etcd(url).await.map(|(s, _)| s),
         StoreUrl::Kubernetes { url, .. } => backends::k8s(url).await.map(|(s, _)| s),
@@ -215,6 +218,7 @@ async fn connect_parsed(
             Arc::new(MemoryFencedResource::new()),
         )),
         StoreUrl::Postgres(u) => backends::postgres(u).await,
+        StoreUrl::Mysql(u) => backends::mysql(u).await,
         StoreUrl::Redis(u) => backends::redis(u).await,
         StoreUrl::Etcd { url, .. } => backends::etcd(url).await,
         StoreUrl::Kubernetes { url, .. } => backends::k8s(url).await,
@@ -249,6 +253,7 @@ mod backends {
     }
 
     backend!(postgres, "postgres", leasehold_postgres::PostgresLeaseStore);
+    backend!(mysql, "mysql", leasehold_mysql::MysqlLeaseStore);
     backend!(redis, "redis", leasehold_redis::RedisLeaseStore);
     backend!(etcd, "etcd", leasehold_etcd::EtcdLeaseStore);
     backend!(k8s, "k8s", leasehold_k8s::K8sLeaseStore);

@@ -76,6 +76,7 @@
 //! |---------|--------|-----|--------|------------------|-------|
 //! | (none) | [`memory`] | `memory:` | per process | local monotonic clock | tests, demos |
 //! | `postgres` | `leasehold::postgres` | `postgres://user@host:5432/db` | floored by the server clock (`ClockFloored`) | the server's `clock_timestamp()` | fenced transactions in the same database |
+//! | `mysql` | `leasehold::mysql` | `mysql://user@host:3306/db`, `mariadb://` | floored by the server clock (`ClockFloored`) | the server's `UTC_TIMESTAMP(6)` | MySQL or MariaDB (InnoDB); fenced transactions in the same database |
 //! | `redis` | `leasehold::redis` | `redis://host:6379/0`, `rediss://` | floored by the server clock (`ClockFloored`) | the server's clock (`PX`) | asynchronous replication: fence your writes, in a resource that does not fail over with that Redis |
 //! | `etcd` | `leasehold::etcd` | `etcd://host:2379,host:2379`, `etcds://` | durable: Raft revisions (`Durable`) | etcd's lease TTL | TTLs in whole seconds; needs `protoc` to build |
 //! | `k8s` | `leasehold::k8s` | `k8s://NAMESPACE`, `k8s://` | durable: etcd revisions (`Durable`) | local observation, as client-go | TTLs in whole seconds; ambient kubeconfig or in-cluster config; the final binary enables one `k8s-openapi/v1_xx` feature |
@@ -153,6 +154,12 @@ pub use async_trait::async_trait;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 #[doc(inline)]
 pub use leasehold_postgres as postgres;
+
+/// The MySQL / MariaDB backend (feature `mysql`): the crate `leasehold-mysql`.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+#[doc(inline)]
+pub use leasehold_mysql as mysql;
 
 /// The Redis backend (feature `redis`): the crate `leasehold-redis`.
 #[cfg(feature = "redis")]

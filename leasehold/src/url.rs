@@ -9,7 +9,7 @@ use leasehold_core::{Error, Result};
 const FACADE: &str = "lease";
 
 /// The URL schemes [`connect`](crate::connect) understands, for error messages.
-pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss://, \
+pub const SCHEMES: &str = "memory:, postgres://, postgresql://, mysql://, mariadb://, redis://, rediss://, \
                            redis+cluster://host:port,..., rediss+cluster://, \
                            redis+sentinel://host:port,.../MASTER, \
                            etcd://host:port,..., etcds://, k8s://NAMESPACE, sqlite://PATH";
@@ -28,6 +28,7 @@ pub const SCHEMES: &str = "memory:, postgres://, postgresql://, redis://, rediss
 /// |-----|---------|---------|
 /// | `memory:` | [`MemoryLeaseStore`](leasehold_core::MemoryLeaseStore), one per call | none |
 /// | `postgres://user@host:5432/db`, `postgresql://...` | PostgreSQL | `postgres` |
+/// | `mysql://user@host:3306/db`, `mariadb://...` | MySQL / MariaDB | `mysql` |
 /// | `redis://host:6379/0`, `rediss://...` (TLS) | Redis | `redis` |
 /// | `redis+cluster://host:7000,host:7001`, `rediss+cluster://...` (TLS) | Redis Cluster | `redis` |
 /// | `redis+sentinel://host:26379,host:26379/MASTER` | Redis behind Sentinel | `redis` |
@@ -56,6 +57,9 @@ pub enum StoreUrl {
     Memory,
     /// A PostgreSQL connection URL, passed to the driver as written.
     Postgres(String),
+    /// A MySQL or MariaDB connection URL (`mysql://` or `mariadb://`), passed to the backend as
+    /// written.
+    Mysql(String),
     /// A Redis URL, passed to the driver as written.
     Redis(String),
     /// etcd endpoints (`http://host:port` or `https://host:port`).
@@ -106,6 +110,10 @@ impl StoreUrl {
             "postgres" | "postgresql" => {
                 authority(url, rest, "postgres")?;
                 Ok(StoreUrl::Postgres(url.to_string()))
+            }
+            "mysql" | "mariadb" => {
+                authority(url, rest, "mysql")?;
+                Ok(StoreUrl::Mysql(url.to_string()))
             }
             "redis" | "rediss" | "redis+unix" | "unix" | "redis+cluster" | "rediss+cluster"
             | "redis+sentinel" | "rediss+sentinel" => {
@@ -187,11 +195,12 @@ impl StoreUrl {
         }
     }
 
-    /// The backend's name (`"memory"`, `"postgres"`, `"redis"`, `"etcd"`, `"k8s"`, `"sqlite"`).
+    /// The backend's name (`"memory"`, `"postgres"`, `"mysql"`, `"redis"`, `"etcd"`, `"k8s"`, `"sqlite"`).
     pub fn backend(&self) -> &'static str {
         match self {
             StoreUrl::Memory => "memory",
             StoreUrl::Postgres(_) => "postgres",
+            StoreUrl::Mysql(_) => "mysql",
             StoreUrl::Redis(_) => "redis",
             StoreUrl::Etcd { .. } => "etcd",
             StoreUrl::Kubernetes { .. } => "k8s",
@@ -216,6 +225,7 @@ impl StoreUrl {
         match self {
             StoreUrl::Memory => true,
             StoreUrl::Postgres(_) => cfg!(feature = "postgres"),
+            StoreUrl::Mysql(_) => cfg!(feature = "mysql"),
             StoreUrl::Redis(_) => cfg!(feature = "redis"),
             StoreUrl::Etcd { .. } => cfg!(feature = "etcd"),
             StoreUrl::Kubernetes { .. } => cfg!(feature = "k8s"),
@@ -306,6 +316,7 @@ impl fmt::Display for StoreUrl {
         match self {
             StoreUrl::Memory => f.write_str("memory:"),
             StoreUrl::Postgres(u)
+            | StoreUrl::Mysql(u)
             | StoreUrl::Redis(u)
             | StoreUrl::Sqlite(u)
             | StoreUrl::Etcd { url: u, .. }
@@ -398,6 +409,12 @@ mod tests {
             StoreUrl::Postgres("postgres://postgres@127.0.0.1:5432/test".into())
         );
         assert_eq!(ok("postgresql://h/db").backend(), "postgres");
+        assert_eq!(ok("mysql://root@h:3306/test").backend(), "mysql");
+        assert_eq!(ok("mariadb://h/db").feature(), Some("mysql"));
+        assert_eq!(
+            ok("mysql://app:s3cret@db/x").to_string(),
+            "mysql://app:***@db/x"
+        );
         assert_eq!(ok("redis://127.0.0.1:6379/0").backend(), "redis");
         assert_eq!(ok("rediss://h:6380").backend(), "redis");
         assert_eq!(ok("redis+cluster://a:7000,b:7001").backend(), "redis");
