@@ -301,6 +301,81 @@ pub fn check_record(history: &History, key: &LeaseKey, log: &[Accepted]) -> Vec<
     out
 }
 
+/// A negative control on a real backend: a write by a holder the history knows (token 5) and a
+/// write with a token nobody was granted (token 6), both accepted by the resource at `url`; the
+/// resource's record must hold both, and [`check_record`] must name the second.
+///
+/// # Errors
+/// If the backend cannot be reached, its record was not kept, or the ungranted write was not
+/// caught.
+///
+/// # Cancellation safety
+/// Cancel safe: it writes only under a fresh key.
+pub async fn live_control(record: &Record, url: &str) -> Result<String, String> {
+    use leasehold_core::{OwnerId, WriteOp};
+    use leasehold_testkit::history::{Event, Stamp};
+    let resource = leasehold::connect_resource(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
+    record.install().await?;
+    let key = crate::scenarios::fresh_key("recordctl");
+    let tk = |n| FencingToken::new(n).map_err(|e| e.to_string());
+    let history = History::new();
+    let now = tokio::time::Instant::now();
+    let stamp = |seq| Stamp { at: now, seq };
+    let granted = tk(5)?;
+    history.push(Event {
+        client: "p1".into(),
+        key: key.clone(),
+        invoked: stamp(1),
+        completed: stamp(1),
+        op: Op::Granted {
+            owner: OwnerId::with_label("p1"),
+            token: granted,
+            deadline: now + std::time::Duration::from_secs(1),
+        },
+    });
+    let w = resource
+        .write(&key, granted, WriteOp::Add(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    history.push(Event {
+        client: "p1".into(),
+        key: key.clone(),
+        invoked: stamp(2),
+        completed: stamp(2),
+        op: Op::Write {
+            token: granted,
+            accepted: w.is_accepted(),
+        },
+    });
+    // The rogue write: accepted by the fence (its token is the highest), absent from the history.
+    let rogue = resource
+        .write(&key, tk(6)?, WriteOp::Add(1))
+        .await
+        .map_err(|e| e.to_string())?;
+    if !(w.is_accepted() && rogue.is_accepted()) {
+        return Err(format!(
+            "the fence refused a control write: {w:?}, {rogue:?}"
+        ));
+    }
+    let log = record.read(&key).await?;
+    let tokens: Vec<u64> = log.iter().map(|a| a.token.get()).collect();
+    if tokens != [5, 6] {
+        return Err(format!(
+            "the resource's record holds tokens {tokens:?}, expected [5, 6]"
+        ));
+    }
+    let v = check_record(&history, &key, &log);
+    match v.as_slice() {
+        [one] if one.kind == ViolationKind::WriteCountMismatch => {
+            Ok(format!("caught: {}", one.detail))
+        }
+        _ => Err(format!("the ungranted write was not caught alone: {v:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -208,6 +208,31 @@ fn main() {
                 r.map(|_| ()).map_err(Failed::from)
             },
         ));
+        if let Some((record, url)) = Record::for_url(&target.direct_url()) {
+            trials.push(Trial::test(
+                format!(
+                    "{}::control_ungranted_write_in_resource_record_is_caught",
+                    target.name
+                ),
+                move || {
+                    let r = block_on(async {
+                        tokio::time::timeout(
+                            Duration::from_secs(60),
+                            leasehold_faults::record::live_control(&record, &url),
+                        )
+                        .await
+                    })?;
+                    match r {
+                        Ok(Ok(caught)) => {
+                            eprintln!("{caught}");
+                            Ok(())
+                        }
+                        Ok(Err(e)) => Err(Failed::from(e)),
+                        Err(_) => Err(Failed::from("the control did not finish within 60 s")),
+                    }
+                },
+            ));
+        }
         let t = target.clone();
         trials.push(Trial::test(
             format!("{}::process_storm_sigstop_sigcont_sigkill", t.name),
