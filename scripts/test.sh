@@ -8,15 +8,15 @@
 # stops what it started.
 #
 #   LEASE_STATE_DIR   where service data, logs and env files go (default /tmp/lease-test)
-#   LEASE_SERVICES    which services to start (default "certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s")
-#   BACKEND...        leading backend names (postgres redis etcd k8s sqlite) run only those
+#   LEASE_SERVICES    which services to start (default: all of ALL_SERVICES below)
+#   BACKEND...        leading backend names (postgres redis etcd k8s sqlite mysql) run only those
 #                     backends' crates and start only their services, skipping the workspace-wide
 #                     steps: `bash scripts/test.sh redis` runs leasehold-redis's tests on its servers
 #   extra arguments   passed to `cargo test` (for example a test name filter)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ALL_SERVICES="certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s"
+ALL_SERVICES="certs postgres postgres-tls redis redis-cluster redis-tls redis-tls-cluster redis-sentinel etcd etcd-tls k8s mariadb"
 # The services each backend's own tests need.
 backend_services() {
   case "$1" in
@@ -25,6 +25,7 @@ backend_services() {
     etcd) echo "certs etcd etcd-tls" ;;
     k8s) echo "k8s" ;;
     sqlite) echo "" ;;
+    mysql) echo "mariadb" ;;
     *) return 1 ;;
   esac
 }
@@ -88,6 +89,9 @@ log "cargo fmt --all --check"
 cargo fmt --all --check
 log "cargo clippy --workspace --all-targets --all-features -- -D warnings"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+# No unused dependency, and the facade builds with each feature alone (scripts/lean.sh).
+log "bash scripts/lean.sh"
+bash scripts/lean.sh
 log "cargo doc --workspace --all-features --no-deps (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 # Every publishable crate packages and builds from its .crate file alone. The crates depend on
@@ -111,7 +115,7 @@ for d in "${CARGO_TARGET_DIR:-target}"/debug/deps/*.d; do
   rm -rf "${CARGO_TARGET_DIR:-target}"/debug/deps/*-"$h".* "${CARGO_TARGET_DIR:-target}"/debug/.fingerprint/*-"$h"
 done
 K8S_OPENAPI_ENABLED_VERSION=1.33 cargo package --workspace --locked --allow-dirty \
-  --exclude leasehold-examples --exclude leasehold-bench --exclude leasehold-faults --exclude leasehold-model --exclude leasehold-sim
+  --exclude leasehold-examples --exclude leasehold-bench --exclude leasehold-faults --exclude leasehold-model --exclude leasehold-sim --exclude leasehold-mutants
 # The MSRV the manifests state (workspace rust-version) builds everything.
 MSRV=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)
 [ -n "$MSRV" ] || die "no rust-version in Cargo.toml"
