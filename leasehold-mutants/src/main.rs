@@ -61,6 +61,7 @@ struct Args {
     jobs: usize,
     prebuilt: Vec<(String, PathBuf)>,
     journal: Option<PathBuf>,
+    report_only: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -105,6 +106,7 @@ fn parse_args() -> Result<Args, String> {
                 a.prebuilt.push((b.to_string(), PathBuf::from(path)));
             }
             "--journal" => a.journal = Some(PathBuf::from(value("--journal")?)),
+            "--report-only" => a.report_only = true,
             "--no-faults" => a.faults = false,
             "--write" => a.write = true,
             "--list" => a.list = true,
@@ -139,10 +141,20 @@ fn seed_of(s: &str) -> u64 {
 /// The outcome of one mutant.
 #[derive(Debug, Clone)]
 enum Outcome {
-    Killed { suite: String, test: String },
-    Timeout { suite: String, after: Duration },
+    Killed {
+        suite: String,
+        test: String,
+    },
+    Timeout {
+        suite: String,
+        after: Duration,
+    },
     Survived,
-    NotReached { why: String },
+    NotReached {
+        why: String,
+    },
+    /// `--report-only`: the journal has no result for it (the run stopped before it).
+    NotRun,
 }
 
 impl Outcome {
@@ -155,6 +167,7 @@ impl Outcome {
             ),
             Outcome::Survived => "**survived**".into(),
             Outcome::NotReached { why } => format!("**not reached** ({why})"),
+            Outcome::NotRun => "not run (the run stopped before it)".into(),
         }
     }
 }
@@ -254,6 +267,7 @@ impl Journal {
             Outcome::NotReached { why } => {
                 self.append(&["mutant", name, "notreached", &clean(why), "", &secs])
             }
+            Outcome::NotRun => {}
         }
     }
 }
@@ -324,11 +338,19 @@ fn run() -> Result<ExitCode, String> {
         .copied()
         .filter(|b| !args.prebuilt.iter().any(|(p, _)| p == b))
         .collect();
-    let mut bins = build(&root, &to_build, args.faults)?;
+    let mut bins = if args.report_only || (to_build.is_empty() && !args.faults) {
+        BTreeMap::new()
+    } else {
+        build(&root, &to_build, args.faults)?
+    };
     for (b, path) in &args.prebuilt {
         bins.insert(b.clone(), path.clone());
     }
-    let env = prepare_env()?;
+    let env = if args.report_only {
+        Vec::new()
+    } else {
+        prepare_env()?
+    };
 
     // Backends run side by side (`--jobs`), each with its own hits file; a backend's baseline,
     // control and mutants run one after another.
@@ -345,7 +367,14 @@ fn run() -> Result<ExitCode, String> {
                     let ms: Vec<&Mutant> =
                         chosen.iter().copied().filter(|m| m.backend == b).collect();
                     let control = (run_control && control.backend == b).then_some(control);
-                    let out = run_backend(b, control, &ms, &bins, &env, args.timeout, &journal);
+                    let out = if args.report_only {
+                        from_journal(b, control, &ms, &journal)
+                    } else {
+                        run_backend(b, control, &ms, &bins, &env, args.timeout, &journal)
+                    };
+                    if let Err(e) = &out {
+                        println!("   {b}: {e}");
+                    }
                     done.lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push((b, out));
@@ -358,7 +387,11 @@ fn run() -> Result<ExitCode, String> {
     let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
     done.sort_by_key(|(b, _)| *b);
     for (b, out) in done {
-        let (took, rs) = out?;
+        let (took, rs) = match out {
+            Ok(r) => r,
+            Err(_) if args.report_only => continue,
+            Err(e) => return Err(e),
+        };
         baseline.insert(b, took);
         results.extend(rs);
     }
@@ -376,7 +409,7 @@ fn run() -> Result<ExitCode, String> {
             !m.control
                 && match o {
                     Outcome::Survived => m.equivalent.is_none(),
-                    Outcome::NotReached { .. } => true,
+                    Outcome::NotReached { .. } | Outcome::NotRun => true,
                     _ => false,
                 }
         })
@@ -396,6 +429,32 @@ fn run() -> Result<ExitCode, String> {
         println!("unexplained survivors or unreached mutants: {bad:?}");
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// `--report-only`: backend `b`'s baseline and results as the journal has them; a backend
+/// without a baseline there is left out.
+fn from_journal<'m>(
+    b: &str,
+    control: Option<&'m Mutant>,
+    chosen: &[&'m Mutant],
+    journal: &Journal,
+) -> Result<(Duration, Vec<Row<'m>>), String> {
+    let baseline = journal
+        .baseline(b)
+        .ok_or(format!("the journal has no baseline of {b}"))?;
+    Ok((
+        baseline,
+        control
+            .into_iter()
+            .chain(chosen.iter().copied())
+            .map(|m| {
+                let (out, took) = journal
+                    .result(m.name)
+                    .unwrap_or((Outcome::NotRun, Duration::ZERO));
+                (m, out, took)
+            })
+            .collect(),
+    ))
 }
 
 /// Backend `b`: its baseline (the suites must pass without a mutant), its control (must
@@ -790,7 +849,7 @@ fn report(
          (twice the baseline plus 60 s) kills it by timeout. Every run starts with the suites \
          passing without a mutant, and with the control (an identity substitution) surviving.\n\n",
     );
-    s.push_str("| backend | mutants | killed | by timeout | survived (explained) | not reached | baseline |\n|---|---|---|---|---|---|---|\n");
+    s.push_str("| backend | mutants | killed | by timeout | survived (explained) | not reached | not run | baseline |\n|---|---|---|---|---|---|---|---|\n");
     for (b, took) in baseline {
         let of: Vec<_> = results
             .iter()
@@ -802,12 +861,13 @@ fn report(
             .filter(|(m, o, _)| matches!(o, Outcome::Survived) && m.equivalent.is_some())
             .count();
         s.push_str(&format!(
-            "| {b} | {} | {} | {} | {} ({explained}) | {} | {} s |\n",
+            "| {b} | {} | {} | {} | {} ({explained}) | {} | {} | {} s |\n",
             of.len(),
             count(&|o| matches!(o, Outcome::Killed { .. })),
             count(&|o| matches!(o, Outcome::Timeout { .. })),
             count(&|o| matches!(o, Outcome::Survived)),
             count(&|o| matches!(o, Outcome::NotReached { .. })),
+            count(&|o| matches!(o, Outcome::NotRun)),
             took.as_secs()
         ));
     }
