@@ -40,6 +40,8 @@
 //!   **Assumption**: the promoted server's clock does not lag the old primary's by more than
 //!   the failover took (seconds, against clock offsets of milliseconds under NTP). The
 //!   capability is [`TokenDurability::ClockFloored`](leasehold_core::TokenDurability::ClockFloored).
+//!   `tests/failover.rs` promotes a replica that lost the newest grant and checks that the next
+//!   grant is above it.
 //! - **a lost grant may be granted again**: a lease granted just before the failover may be
 //!   missing, and the key granted to someone else while the first holder still believes it
 //!   holds it. Fencing handles it: the new holder's token is greater, so a fenced resource that
