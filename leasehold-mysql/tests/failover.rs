@@ -130,12 +130,15 @@ async fn promoted_replica_that_lost_the_newest_grant_still_grants_greater_tokens
     let t1 = first.token().to_i64();
     eventually(
         Duration::from_secs(20),
-        "the replica to apply the first grant",
+        // The release too: a replica stopped between the grant and the release would still see
+        // "a" holding the key.
+        "the replica to apply the first grant and its release",
         || {
             let admin = admin.clone();
             async move {
                 sqlx::query_scalar::<_, i64>(
-                    "SELECT fencing_token FROM leases WHERE resource_key = 'failover'",
+                    "SELECT fencing_token FROM leases \
+                     WHERE resource_key = 'failover' AND lease_until <= UTC_TIMESTAMP(6)",
                 )
                 .fetch_optional(&admin)
                 .await
