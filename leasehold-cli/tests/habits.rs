@@ -541,3 +541,67 @@ fn log_format_json_writes_json_lines() {
         "{text}"
     );
 }
+
+/// A leader that loses its lease (paused past its TTL with SIGSTOP while another candidate takes
+/// over) stops its command as soon as it runs again: `stopped` with the ended term, then
+/// `stepped_down`, and it campaigns on.
+#[test]
+fn elect_stops_the_command_when_the_lease_is_lost() {
+    let s = sqlite();
+    let name = unique_key("electloss");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "trap 'echo stop $LEASE_FENCING_TOKEN >> \"{log}\"; exit 0' TERM; \
+         echo start $LEASE_FENCING_TOKEN >> '{log}'; while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let elect = |label: &str| {
+        lease()
+            .args([
+                "elect", "--store", &s.url, "--name", &name, "--ttl", "1s", "--json", "--label",
+                label, "--", "sh", "-c", &script,
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn elect")
+    };
+    let mut a = elect("a");
+    let mut a_lines = Lines::of(&mut a);
+    let started = a_lines.wait_for("a started", |v| v["event"] == "started");
+    let a_term = started["term"].as_u64().expect("term");
+    let a_cmd = started["pid"].as_u64().expect("pid");
+    // Pause a past its TTL; b takes over meanwhile.
+    kill(pid(&a), Signal::SIGSTOP).expect("SIGSTOP");
+    let mut b = elect("b");
+    let mut b_lines = Lines::of(&mut b);
+    let b_term = b_lines.wait_for("b started", |v| v["event"] == "started")["term"]
+        .as_u64()
+        .expect("term");
+    assert!(b_term > a_term);
+    kill(pid(&a), Signal::SIGCONT).expect("SIGCONT");
+    let stopped = a_lines.wait_for("a stopped", |v| v["event"] == "stopped");
+    assert_eq!(stopped["term"].as_u64(), Some(a_term), "{stopped}");
+    let down = a_lines.wait_for("a stepped down", |v| v["event"] == "stepped_down");
+    assert!(
+        down["reason"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("lost")),
+        "{down}"
+    );
+    // SIGTERM, then SIGKILL after the grace (50 ms at this TTL): the command is gone either way.
+    wait_until("a's command gone", LIMIT, || {
+        !Path::new(&format!("/proc/{a_cmd}")).exists()
+    });
+    assert!(read(&log).contains(&format!("start {a_term}")));
+    // a campaigns on: it still runs, as a follower.
+    assert!(
+        a.try_wait().expect("try_wait").is_none(),
+        "a keeps campaigning"
+    );
+    for child in [&mut a, &mut b] {
+        kill(pid(child), Signal::SIGTERM).expect("SIGTERM");
+        assert_eq!(wait_exit(child, LIMIT).code(), Some(0));
+    }
+}
