@@ -88,9 +88,18 @@ impl Holder {
 fn spawn(
     name: &str,
     args: &[String],
+    skew_s: i64,
     tx: mpsc::UnboundedSender<(String, Option<Value>)>,
 ) -> Result<Child, String> {
-    let mut child = Command::new(holder_bin())
+    let mut cmd = Command::new(holder_bin());
+    if skew_s != 0 {
+        // libfaketime shifts the process's wall clock only: `CLOCK_MONOTONIC` (the stamps of the
+        // history and every deadline) stays the host's.
+        cmd.env("LD_PRELOAD", LIBFAKETIME)
+            .env("FAKETIME", format!("{skew_s:+}s"))
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    }
+    let mut child = cmd
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -165,6 +174,40 @@ pub async fn process_storm_recorded(
     seed: u64,
     record: Option<&Record>,
 ) -> Result<Measured, String> {
+    process_storm_skewed(url, resource_url, ttl, seed, record, &[]).await
+}
+
+/// The libfaketime library `LD_PRELOAD`ed into holders whose wall clock is skewed (Debian's
+/// `faketime` package).
+pub const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// As [`process_storm_recorded`], with the wall clock of holder `n` shifted by
+/// `wall_skew_s[n % len]` seconds (libfaketime; 0 or an empty list: no shift). Every lease
+/// decision rests on monotonic clocks and the server's clock, so a holder's wall clock must not
+/// matter: the storm must stay clean however far apart the holders' wall clocks are.
+///
+/// # Errors
+/// As [`process_storm_recorded`], or if a skew is asked for and libfaketime is not installed.
+pub async fn process_storm_skewed(
+    url: &str,
+    resource_url: &str,
+    ttl: Duration,
+    seed: u64,
+    record: Option<&Record>,
+    wall_skew_s: &[i64],
+) -> Result<Measured, String> {
+    if wall_skew_s.iter().any(|&s| s != 0) && !std::path::Path::new(LIBFAKETIME).exists() {
+        return Err(format!(
+            "{LIBFAKETIME} is missing (Debian package faketime)"
+        ));
+    }
+    let skew_of = |n: u64| {
+        usize::try_from(n)
+            .ok()
+            .and_then(|n| wall_skew_s.get(n % wall_skew_s.len().max(1)))
+            .copied()
+            .unwrap_or(0)
+    };
     let key = fresh_key("procstorm");
     let clock = Clock::new();
     let history = History::new();
@@ -206,7 +249,7 @@ pub async fn process_storm_recorded(
     let add = |holders: &mut HashMap<String, Holder>, rounds: u32| -> Result<(), String> {
         let n = spawned.load(std::sync::atomic::Ordering::Relaxed);
         let name = format!("p{n}");
-        let child = spawn(&name, &args(n, rounds), tx.clone())?;
+        let child = spawn(&name, &args(n, rounds), skew_of(n), tx.clone())?;
         spawned.store(n + 1, std::sync::atomic::Ordering::Relaxed);
         holders.insert(
             name.clone(),
@@ -228,6 +271,7 @@ pub async fn process_storm_recorded(
         add(&mut holders, 3)?;
     }
     let (mut kills, mut pauses) = (0u64, 0u64);
+    let mut unskewed: Vec<String> = Vec::new();
     let started = Instant::now();
     let give_up = started + Duration::from_secs(90);
     let mut next_fault = started + ttl.mul_f64(1.0 + rng.f64());
@@ -271,6 +315,19 @@ pub async fn process_storm_recorded(
                 let n = |f: &str| v[f].as_u64().unwrap_or(0);
                 let ev = v["event"].as_str().unwrap_or_default();
                 let op = match (ev, tok) {
+                    ("ready", _) => {
+                        // A skewed holder's wall clock must be off by its skew (within 5 s).
+                        let idx: u64 = name.trim_start_matches('p').parse().unwrap_or(0);
+                        let mine = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| i128::try_from(d.as_millis()).unwrap_or(0));
+                        let off = i128::from(n("wall_ms")) - mine;
+                        let want = i128::from(skew_of(idx)) * 1000;
+                        if (off - want).abs() > 5000 {
+                            unskewed.push(format!("{name}: wall clock off by {off} ms, asked {want} ms"));
+                        }
+                        None
+                    }
                     ("begin", _) => {
                         let op = v["op"].as_str().unwrap_or_default().to_string();
                         if op == "acquire" {
@@ -387,6 +444,11 @@ pub async fn process_storm_recorded(
                 }
             }
         }
+    }
+    if !unskewed.is_empty() {
+        return Err(format!(
+            "a wall-clock skew did not take effect: {unskewed:?}"
+        ));
     }
     let mut violations = history.check();
     let state = tokio::time::timeout(Duration::from_secs(10), resource.read(&key))

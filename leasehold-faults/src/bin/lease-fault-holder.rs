@@ -181,7 +181,11 @@ async fn process_storm() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let sup = Supervisor::from_arc(store, SupervisorConfig::new(ttl).with_acquire_wait(ttl * 5))
         .with_hook(std::sync::Arc::new(Printer));
-    emit(json!({"event": "ready"}));
+    // The wall clock, so that the storm can see a skew it asked for (libfaketime) took effect.
+    let wall_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    emit(json!({"event": "ready", "wall_ms": wall_ms}));
     for _ in 0..rounds {
         let t0 = mono();
         emit(json!({"event": "begin", "op": "acquire", "t": t0}));
