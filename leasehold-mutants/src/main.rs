@@ -588,7 +588,7 @@ fn build(
             .unwrap_or(b);
         cmd.args(["-p", &format!("leasehold-{b}"), "--test", target]);
     }
-    if faults && !backends.is_empty() {
+    if faults {
         cmd.args(["-p", "leasehold-faults", "--test", "faults"]);
     }
     println!("building: {cmd:?}");
