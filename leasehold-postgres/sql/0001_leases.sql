@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS "public"."leases" (
     fencing_token bigint      NOT NULL CHECK (fencing_token > 0),
     -- The TTL of the current grant in milliseconds (NULL for rows written by other tools).
     ttl_ms        bigint      CHECK (ttl_ms > 0),
-    -- Whether a release must notify (ADR 0011): 1 once an acquire was refused, 2 after the
+    -- Whether a release must notify (ADR 0017): 1 once an acquire was refused, 2 after the
     -- release that notified for it, 0 after a release that had no one to notify.
     wake          smallint    NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2))
 );
