@@ -205,6 +205,72 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
             .collect())
     }
 
+    /// Tries once to acquire each of `reqs`, in as few round trips as the backend allows (one
+    /// statement, script per slot, transaction or a few in flight at once), with exactly the
+    /// semantics of [`acquire`](LeaseStore::acquire) for each request: a free or expired key is
+    /// granted with its own token, greater than every token issued for that key before; a key
+    /// validly held by another owner is refused ([`AcquireOutcome::Held`], naming the holder)
+    /// and left unchanged; a key already held by the request's owner is granted again with a
+    /// greater token. Each request has its own owner and TTL.
+    ///
+    /// Outcomes come back in input order, one per request, so a partial grant is reported key by
+    /// key. A per-request error (an invalid TTL or owner) is reported in its slot and nothing is
+    /// sent for that request. The outer error is either bad input for the batch as a whole
+    /// ([`validate_acquire_many`]: more than [`MAX_ACQUIRE_MANY`] requests, a key given twice),
+    /// raised before anything is sent, or a failed round trip (the store unreachable): keys
+    /// granted by the batch's other round trips are then not reported, and stay held until
+    /// their TTL runs out, as after a dropped [`acquire`](LeaseStore::acquire) (the same owner
+    /// acquiring them again gets them at once, with greater tokens). An empty batch sends
+    /// nothing.
+    ///
+    /// Keys are not granted together: the batch is not a transaction over its keys, and
+    /// another client may take some of them while this one takes the rest.
+    ///
+    /// The default runs [`acquire`](LeaseStore::acquire) for each request, at most
+    /// [`ACQUIRE_MANY_CONCURRENCY`] at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = MemoryLeaseStore::new();
+    /// let (a, b) = (OwnerId::random(), OwnerId::random());
+    /// let ttl = Duration::from_secs(30);
+    /// let held = store.acquire(&AcquireRequest::new(LeaseKey::new("shard-1")?, b.clone(), ttl)).await?;
+    /// let reqs: Vec<AcquireRequest> = ["shard-0", "shard-1", "shard-2"]
+    ///     .into_iter()
+    ///     .map(|k| Ok(AcquireRequest::new(LeaseKey::new(k)?, a.clone(), ttl)))
+    ///     .collect::<leasehold_core::Result<_>>()?;
+    /// let out = store.acquire_many(&reqs).await?;
+    /// assert!(matches!(out[0], Ok(AcquireOutcome::Acquired(_))));
+    /// assert!(matches!(&out[1], Ok(AcquireOutcome::Held(h)) if h.owner == b));
+    /// assert!(matches!(out[2], Ok(AcquireOutcome::Acquired(_))));
+    /// # let _ = held; Ok(()) }
+    /// ```
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe, as [`acquire`](LeaseStore::acquire): a dropped batch may have granted
+    /// any of its keys; such grants expire after their TTL.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        validate_acquire_many(reqs)?;
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut next = reqs.iter();
+        let mut in_flight = futures::stream::FuturesOrdered::new();
+        loop {
+            while in_flight.len() < ACQUIRE_MANY_CONCURRENCY {
+                match next.next() {
+                    Some(req) => in_flight.push_back(self.acquire(req)),
+                    None => break,
+                }
+            }
+            match in_flight.next().await {
+                Some(Err(e)) if !e.is_invalid_input() => return Err(e),
+                Some(r) => out.push(r),
+                None => return Ok(out),
+            }
+        }
+    }
+
     /// Starts watching `key` for changes, if the backend can ([`Capabilities::watch`]).
     /// Returns `Ok(None)` when it cannot; callers then poll. Start the watch *before* the acquire
     /// attempt it should follow, so that no change between the two is missed.
@@ -215,6 +281,52 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
         let _ = key;
         Ok(None)
     }
+}
+
+/// The most requests one [`LeaseStore::acquire_many`] call takes: a shard set of 10,000 shards
+/// splits in one call. Larger batches are refused ([`validate_acquire_many`]); split them.
+pub const MAX_ACQUIRE_MANY: usize = 10_000;
+
+/// How many acquires the default [`LeaseStore::acquire_many`] keeps in flight at once.
+pub const ACQUIRE_MANY_CONCURRENCY: usize = 16;
+
+/// Checks a batch for [`LeaseStore::acquire_many`] as a whole: at most [`MAX_ACQUIRE_MANY`]
+/// requests, and no key given twice (two requests for one key in one batch would race each
+/// other inside the store). Keys themselves are valid by construction ([`LeaseKey::new`]
+/// refuses empty and oversized keys); TTLs and owners are checked per request by the store.
+/// Backends call it before they send anything.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{AcquireRequest, Error, LeaseKey, OwnerId};
+/// use leasehold_core::store::validate_acquire_many;
+/// let req = AcquireRequest::new(LeaseKey::new("k")?, OwnerId::random(), Duration::from_secs(5));
+/// assert!(validate_acquire_many(&[req.clone()]).is_ok());
+/// let err = validate_acquire_many(&[req.clone(), req]).unwrap_err();
+/// assert!(matches!(err, Error::InvalidInput(_)), "{err}");
+/// # Ok::<(), leasehold_core::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) naming the problem (the count, or the
+/// first key given twice).
+pub fn validate_acquire_many(reqs: &[AcquireRequest]) -> Result<()> {
+    if reqs.len() > MAX_ACQUIRE_MANY {
+        return Err(crate::Error::InvalidInput(format!(
+            "acquire_many takes at most {MAX_ACQUIRE_MANY} requests, got {}",
+            reqs.len()
+        )));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(reqs.len());
+    for req in reqs {
+        if !seen.insert(&req.key) {
+            return Err(crate::Error::InvalidInput(format!(
+                "acquire_many got key {} twice in one batch",
+                req.key
+            )));
+        }
+    }
+    Ok(())
 }
 
 macro_rules! forward_store {
@@ -244,6 +356,12 @@ macro_rules! forward_store {
             }
             async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
                 (**self).inspect_many(keys).await
+            }
+            async fn acquire_many(
+                &self,
+                reqs: &[AcquireRequest],
+            ) -> Result<Vec<Result<AcquireOutcome>>> {
+                (**self).acquire_many(reqs).await
             }
             async fn holders_many(&self, keys: &[LeaseKey]) -> Result<Vec<Option<HeldBy>>> {
                 (**self).holders_many(keys).await

@@ -77,6 +77,7 @@ impl<S: LeaseStore> InstrumentedStore<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Acquire,
+    AcquireMany,
     Renew,
     RenewMany,
     Release,
@@ -90,6 +91,7 @@ impl Op {
     fn name(self) -> &'static str {
         match self {
             Op::Acquire => "acquire",
+            Op::AcquireMany => "acquire_many",
             Op::Renew => "renew",
             Op::RenewMany => "renew_many",
             Op::Release => "release",
@@ -231,6 +233,50 @@ impl<S: LeaseStore> LeaseStore for InstrumentedStore<S> {
                 span.record("outcome", "lost");
                 tracing::debug!(parent: &span, "renewal refused: the lease is gone");
                 call.finish("lost", None);
+            }
+            Err(e) => failed(call, &span, e),
+        }
+        result
+    }
+
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        let backend = self.inner.backend();
+        let span = tracing::debug_span!(
+            "lease.acquire_many",
+            backend,
+            count = reqs.len(),
+            acquired = Empty,
+            held = Empty,
+            failed = Empty,
+            outcome = Empty
+        );
+        let call = Call::start(&self.metrics.inner, backend, Op::AcquireMany, None);
+        let result = self.inner.acquire_many(reqs).instrument(span.clone()).await;
+        match &result {
+            Ok(outcomes) => {
+                let (mut acquired, mut held, mut failed) = (0usize, 0usize, 0usize);
+                for (req, outcome) in reqs.iter().zip(outcomes) {
+                    let (what, token) = match outcome {
+                        Ok(AcquireOutcome::Acquired(lease)) => {
+                            acquired += 1;
+                            ("acquired", Some(lease.token()))
+                        }
+                        Ok(AcquireOutcome::Held(holder)) => {
+                            held += 1;
+                            ("held", Some(holder.token))
+                        }
+                        Err(_) => {
+                            failed += 1;
+                            ("error", None)
+                        }
+                    };
+                    tracing::trace!(parent: &span, key = %req.key, owner = %req.owner, token = ?token, outcome = what, "batched acquire");
+                }
+                span.record("acquired", acquired);
+                span.record("held", held);
+                span.record("failed", failed);
+                span.record("outcome", "completed");
+                call.finish("completed", None);
             }
             Err(e) => failed(call, &span, e),
         }

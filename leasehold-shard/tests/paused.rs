@@ -286,6 +286,16 @@ impl LeaseStore for SlowShardTakes {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
         self.inner.inspect_many(keys).await
     }
+    async fn acquire_many(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<AcquireOutcome>>> {
+        let slow = *self.slow.lock().unwrap();
+        if let Some(d) = slow.filter(|_| reqs.iter().any(|r| r.key.as_str().contains("--s."))) {
+            tokio::time::sleep(d).await;
+        }
+        self.inner.acquire_many(reqs).await
+    }
     async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
         self.inner.holders_many(keys).await
     }
@@ -800,6 +810,13 @@ impl LeaseStore for KeyLog {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
         self.log(keys);
         self.inner.inspect_many(keys).await
+    }
+    async fn acquire_many(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<AcquireOutcome>>> {
+        self.log(reqs.iter().map(|r| &r.key));
+        self.inner.acquire_many(reqs).await
     }
     async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
         self.log(keys);

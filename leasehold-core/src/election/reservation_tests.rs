@@ -68,6 +68,9 @@ impl LeaseStore for Flaky {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
         self.mem.inspect_many(keys).await
     }
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        self.mem.acquire_many(reqs).await
+    }
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         if !is_reservation(lease.key()) {
             let takes = *self.release_takes.lock().unwrap();

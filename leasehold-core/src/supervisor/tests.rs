@@ -251,6 +251,12 @@ impl LeaseStore for SlowReply {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> crate::Result<Vec<crate::KeyState>> {
         self.mem.inspect_many(keys).await
     }
+    async fn acquire_many(
+        &self,
+        reqs: &[crate::AcquireRequest],
+    ) -> crate::Result<Vec<crate::Result<crate::AcquireOutcome>>> {
+        self.mem.acquire_many(reqs).await
+    }
     async fn holders_many(&self, keys: &[LeaseKey]) -> crate::Result<Vec<Option<crate::HeldBy>>> {
         self.mem.holders_many(keys).await
     }

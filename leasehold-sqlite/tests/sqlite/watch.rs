@@ -244,6 +244,12 @@ impl LeaseStore for Reporting {
     async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
         self.inner.inspect_many(keys).await
     }
+    async fn acquire_many(
+        &self,
+        reqs: &[leasehold_core::AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<leasehold_core::AcquireOutcome>>> {
+        self.inner.acquire_many(reqs).await
+    }
 
     async fn holders_many(
         &self,

@@ -6,6 +6,7 @@
 //! needs the backend's [`Capabilities`] lack as ignored, with the reason.
 
 pub mod acquire;
+pub mod acquire_many;
 pub mod contention;
 pub mod expiry;
 pub mod fencing;
@@ -173,6 +174,7 @@ pub const fn last_segment(path: &'static str) -> &'static str {
 pub fn all() -> Vec<Case> {
     [
         acquire::cases(),
+        acquire_many::cases(),
         renew::cases(),
         release::cases(),
         expiry::cases(),
