@@ -94,6 +94,8 @@
 //! - [`mutation`]: switch points for protocol mutation testing (feature `mutants`; off by default).
 //! - [`supervisor`]: bounded acquisition, renewal, health, guards.
 //! - [`election`]: leader election.
+//! - [`semaphore`]: fenced semaphores, at most `N` holders of one name, each permit a supervised
+//!   lease on one of `N` slot keys.
 
 pub mod backend;
 pub mod capability;
@@ -105,6 +107,7 @@ pub mod hook;
 pub mod lease;
 pub mod memory;
 pub mod mutation;
+pub mod semaphore;
 pub mod store;
 pub mod supervisor;
 mod url_params;
