@@ -140,6 +140,15 @@ pub struct Statements {
     /// CTE's join, the `INSERT` branch and the holder's columns, the grant costs the server
     /// less (ADR 0016); a refusal takes two statements.
     pub acquire_free: String,
+    /// [`acquire`](Self::acquire) for many keys in one statement: `$1` the keys (`text[]`, no
+    /// key twice), `$2` their owners (`text[]`), `$3` their TTLs in milliseconds (`bigint[]`).
+    /// The existing rows of the batch are locked first, in key order, so that two batches over
+    /// overlapping keys wait for each other instead of deadlocking; each row is then granted or
+    /// refused by the same guarded `UPDATE` as [`acquire`](Self::acquire)'s (a refusal marks
+    /// the row for a wake-up), and keys without a row are inserted, in key order, with the same
+    /// `ON CONFLICT` branch. One row per key, with its `resource_key` and the columns
+    /// [`acquire`](Self::acquire) returns.
+    pub acquire_many: String,
     /// The current holder of a key (if unexpired), its remaining time and last token.
     pub inspect: String,
     /// [`inspect`](Self::inspect) for many keys in one statement: `$1` the keys (`text[]`);
@@ -279,6 +288,51 @@ impl Statements {
                  ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us) \
              SELECT * FROM u UNION ALL SELECT * FROM i"
         );
+        // The batch: the single statement's guard, TTL and wake columns with each key's own
+        // owner and TTL (`b.o`, `b.ttl_ms`). `lk` locks the batch's existing rows in key order
+        // (LockRows above the Sort), before `u` updates them: two batches over overlapping keys
+        // lock in one order. `i` inserts the keys `u` did not find, in key order.
+        let g_b = format!("(l.lease_until <= c.now OR l.{owner} = b.o{cast})");
+        let (ttl_b_u, ttl_b_val) = if seed {
+            (String::new(), "")
+        } else {
+            (
+                format!(
+                    ", ttl_ms = CASE WHEN {g_b} THEN b.ttl_ms ELSE l.ttl_ms END, \
+                     wake = CASE WHEN {g_b} THEN l.wake ELSE 1 END"
+                ),
+                ", b.ttl_ms",
+            )
+        };
+        let acquire_many = format!(
+            "WITH {c_now}, \
+             b AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS b(k, o, ttl_ms)), \
+             lk AS MATERIALIZED (SELECT l.resource_key FROM {table} AS l \
+               WHERE l.resource_key = ANY($1::text[]) ORDER BY l.resource_key FOR UPDATE), \
+             u AS (UPDATE {table} AS l \
+               SET {owner} = CASE WHEN {g_b} THEN b.o{cast} ELSE l.{owner} END, \
+                   lease_until = CASE WHEN {g_b} \
+                     THEN c.now + b.ttl_ms * interval '1 millisecond' ELSE l.lease_until END, \
+                   fencing_token = CASE WHEN {g_b} \
+                     THEN greatest(l.fencing_token + 1, {clock_us}) ELSE l.fencing_token END\
+                   {ttl_b_u} \
+               FROM c, b, lk WHERE l.resource_key = b.k AND lk.resource_key = b.k \
+               RETURNING l.resource_key, {owner_out}, l.fencing_token, {ttl_out}, \
+                 ceil(extract(epoch FROM l.lease_until - c.now) * 1000000)::bigint AS remaining_us), \
+             i AS (INSERT INTO {table} AS l (resource_key, {owner}, lease_until, fencing_token{ttl_col}) \
+               SELECT b.k, b.o{cast}, c.now + b.ttl_ms * interval '1 millisecond', 1{ttl_b_val} \
+               FROM b, c WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.resource_key = b.k) \
+               ORDER BY b.k \
+               ON CONFLICT (resource_key) DO UPDATE \
+                 SET {owner} = CASE WHEN {g_i} THEN excluded.{owner} ELSE l.{owner} END, \
+                     lease_until = CASE WHEN {g_i} THEN excluded.lease_until ELSE l.lease_until END, \
+                     fencing_token = CASE WHEN {g_i} \
+                       THEN greatest(l.fencing_token + 1, {clock_us}) ELSE l.fencing_token END\
+                     {ttl_i} \
+               RETURNING l.resource_key, {owner_out}, l.fencing_token, {ttl_out}, \
+                 ceil(extract(epoch FROM l.lease_until - (SELECT now FROM c)) * 1000000)::bigint AS remaining_us) \
+             SELECT * FROM u UNION ALL SELECT * FROM i"
+        );
         let inspect = format!(
             "WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now) \
              SELECT {owner_out}, l.fencing_token, {ttl_out}, \
@@ -384,6 +438,7 @@ impl Statements {
         Statements {
             acquire: m("postgres.acquire", acquire),
             acquire_free: m("postgres.acquire_free", acquire_free),
+            acquire_many,
             inspect,
             inspect_many,
             renew: m("postgres.renew", renew),

@@ -403,6 +403,38 @@ fn state_from_row(
     Ok((holder, Some(token)))
 }
 
+/// The outcome of `req` from its row of `acquire_many`: granted if the row's owner is the
+/// request's, else refused, naming the row's holder (the columns of `acquire`).
+fn acquired_from_row(
+    req: &AcquireRequest,
+    row: &sqlx::postgres::PgRow,
+    granted: Duration,
+    sent: Instant,
+    cx: ErrCtx<'_>,
+) -> Result<AcquireOutcome> {
+    let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+    let token: i64 = row
+        .try_get("fencing_token")
+        .map_err(|e| error::map(e, cx))?;
+    let token = decode_token(BACKEND, req.key.as_str(), token)?;
+    if owner.as_deref() == Some(req.owner.as_str()) {
+        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
+        return Ok(AcquireOutcome::Acquired(granted_lease(
+            req.key.clone(),
+            req.owner.clone(),
+            token,
+            granted,
+            req.drift_margin(),
+            sent,
+        )));
+    }
+    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
+    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+    let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
+    tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
+    Ok(AcquireOutcome::Held(holder))
+}
+
 impl LeaseRowFence {
     /// The lease-row fence of `store`'s table; data goes to `<table>_fence`.
     pub fn new(store: PostgresLeaseStore) -> Self {
@@ -593,6 +625,85 @@ impl LeaseStore for PostgresLeaseStore {
         let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
         tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
         Ok(AcquireOutcome::Held(holder))
+    }
+
+    /// One statement for the whole batch ([`Statements::acquire_many`]): the batch's existing
+    /// rows are locked in key order, each is granted or refused by the guarded `UPDATE` of
+    /// [`acquire`](LeaseStore::acquire), and keys without a row are inserted; one round trip,
+    /// one transaction. Requests with an invalid TTL or owner get their error in their slot and
+    /// are not sent.
+    ///
+    /// [`Statements::acquire_many`]: crate::protocol::Statements::acquire_many
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        leasehold_core::store::validate_acquire_many(reqs)?;
+        let mut slots: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
+        let mut batch = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.iter().enumerate() {
+            match validate_ttl(req.ttl, MIN_TTL)
+                .and_then(|()| self.check_owner(&req.owner))
+                .and_then(|()| ttl_millis(req.ttl))
+            {
+                Ok(ttl) => {
+                    batch.push((req.key.as_str(), i, ttl));
+                    slots.push(None);
+                }
+                Err(e) => slots.push(Some(Err(e))),
+            }
+        }
+        if batch.is_empty() {
+            return Ok(slots.into_iter().flatten().collect());
+        }
+        batch.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let keys: Vec<&str> = batch.iter().map(|b| b.0).collect();
+        let owners: Vec<&str> = batch.iter().map(|b| reqs[b.1].owner.as_str()).collect();
+        let ttls: Vec<i64> = batch.iter().map(|b| b.2.as_i64()).collect();
+        let sent = Instant::now();
+        let c = &self.client;
+        let rows = c
+            .bounded("acquire", async {
+                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+                let r = sqlx::query(AssertSqlSafe(c.sql.acquire_many.as_str()))
+                    .bind(&keys)
+                    .bind(&owners)
+                    .bind(&ttls)
+                    .fetch_all(conn.get())
+                    .await;
+                conn.finish();
+                Ok(r?)
+            })
+            .await
+            .map_err(|e| e.into_error(c.cx("acquire")))?;
+        let cx = c.cx("acquire");
+        let index: std::collections::HashMap<&str, usize> =
+            batch.iter().enumerate().map(|(j, b)| (b.0, j)).collect();
+        let mut seen = vec![false; batch.len()];
+        for row in &rows {
+            let key: String = row.try_get("resource_key").map_err(|e| error::map(e, cx))?;
+            let Some(&j) = index.get(key.as_str()) else {
+                return Err(Error::store_fault(
+                    BACKEND,
+                    format!("acquire_many: a row for {key:?}, which the batch did not ask for"),
+                    None,
+                ));
+            };
+            if std::mem::replace(&mut seen[j], true) {
+                return Err(Error::store_fault(
+                    BACKEND,
+                    format!("acquire_many: two rows for {key:?}"),
+                    None,
+                ));
+            }
+            let (_, i, ttl) = batch[j];
+            slots[i] = Some(acquired_from_row(&reqs[i], row, ttl.granted(), sent, cx));
+        }
+        if let Some(j) = seen.iter().position(|s| !s) {
+            return Err(Error::store_fault(
+                BACKEND,
+                format!("acquire_many: no row for {:?}", batch[j].0),
+                None,
+            ));
+        }
+        Ok(slots.into_iter().flatten().collect())
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
