@@ -531,6 +531,91 @@ impl LeaseStore for SqliteLeaseStore {
         }
     }
 
+    /// One `BEGIN IMMEDIATE` transaction for the whole batch, one turn of the write lock: per
+    /// request the upsert of [`acquire`](LeaseStore::acquire) ([`protocol::ACQUIRE`]) and, if it
+    /// granted nothing, the holder read ([`protocol::HOLDER`]) of the row that refused it, as
+    /// acquire's decided path does. Requests with an invalid TTL get their error in their slot
+    /// and are not sent.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        leasehold_core::store::validate_acquire_many(reqs)?;
+        if reqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let min = self.capabilities().min_ttl;
+        let map = self.tx_map("acquire_many");
+        // Validation first, so the transaction only runs statements.
+        let checked: Vec<Result<(i64, Duration)>> = reqs
+            .iter()
+            .map(|req| {
+                validate_ttl(req.ttl, min)
+                    .and_then(|()| ttl_millis(req.ttl))
+                    .map(|t| (t.as_i64(), t.granted()))
+            })
+            .collect();
+        let sent = Instant::now();
+        let inner = &self.inner;
+        let _turn = inner.gate.ordinary().await;
+        let mut conn = inner.writer().await.map_err(&map)?;
+        let done = async {
+            let mut tx = conn.begin_with(protocol::BEGIN).await?;
+            let mut decided = Vec::with_capacity(reqs.len());
+            for (req, checked) in reqs.iter().zip(&checked) {
+                let Ok((ttl_ms, _)) = checked else {
+                    decided.push((None, None));
+                    continue;
+                };
+                let (key, owner) = (req.key.as_str(), req.owner.as_str());
+                let token = upsert(key, owner, *ttl_ms).fetch_optional(&mut *tx).await?;
+                let row = match token {
+                    Some(_) => None,
+                    None => {
+                        sqlx::query_as::<_, HolderRow>(protocol::HOLDER)
+                            .bind(key)
+                            .fetch_optional(&mut *tx)
+                            .await?
+                    }
+                };
+                decided.push((token, row));
+            }
+            tx.commit().await?;
+            Ok(decided)
+        }
+        .await;
+        let decided = inner.check(done).map_err(&map)?;
+        let mut out = Vec::with_capacity(reqs.len());
+        for ((req, checked), decided) in reqs.iter().zip(checked).zip(decided) {
+            let key = req.key.as_str();
+            out.push(match (checked, decided) {
+                (Err(e), _) => Err(e),
+                (Ok((_, granted)), (Some(token), _)) => {
+                    let token = decode_token(BACKEND, key, token)?;
+                    tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
+                    Ok(AcquireOutcome::Acquired(granted_lease(
+                        req.key.clone(),
+                        req.owner.clone(),
+                        token,
+                        granted,
+                        req.drift_margin(),
+                        sent,
+                    )))
+                }
+                // Refused within the write lock: the row is another owner's, unexpired when the
+                // upsert ran.
+                (Ok(_), (None, Some(row))) if row.0 != req.owner.as_str() => {
+                    Ok(AcquireOutcome::Held(holder(key, &row)?))
+                }
+                (Ok(_), (None, row)) => {
+                    return Err(corrupt(
+                        BACKEND,
+                        key,
+                        format_args!("acquire refused, yet the holder row is {row:?}"),
+                    ));
+                }
+            });
+        }
+        Ok(out)
+    }
+
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
         let ttl = ttl_millis(lease.ttl())?;
