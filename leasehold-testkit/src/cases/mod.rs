@@ -13,6 +13,7 @@ pub mod fencing;
 pub mod input;
 pub mod release;
 pub mod renew;
+pub mod semaphore;
 pub mod supervisor;
 
 use leasehold_core::{Capabilities, ExpiryClock, TokenDurability};
@@ -182,6 +183,7 @@ pub fn all() -> Vec<Case> {
         contention::cases(),
         input::cases(),
         supervisor::cases(),
+        semaphore::cases(),
     ]
     .into_iter()
     .flatten()
