@@ -84,6 +84,38 @@ pub(crate) fn acquire_lua() -> &'static str {
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(acquire_lua()));
 
+/// Acquire many: [`ACQUIRE_LUA`] for each key of the call, in one script (one round trip,
+/// atomic). `KEYS[2i-1]`, `KEYS[2i]` the lease record and generation counter of the i-th key;
+/// `ARGV[2i-1]`, `ARGV[2i]` its owner and TTL ms. The body of [`ACQUIRE_LUA`], word for word, is
+/// a local function of those four values (built by [`acquire_many_lua`]); the reply is one
+/// element per key, in order: what [`ACQUIRE_LUA`] replies for it (the token, `{record, pttl}`
+/// when held, or an error element when its counter is corrupt). On Redis Cluster all keys of one
+/// call must share a hash slot: the store sends one call per slot.
+///
+/// ```
+/// let lua = leasehold_redis::protocol::acquire_many_lua();
+/// assert!(lua.starts_with("local function acquire(lease, counter, owner, ttl)"));
+/// assert!(!lua.contains("KEYS[1]") && !lua.contains("ARGV[1]"));
+/// ```
+pub fn acquire_many_lua() -> String {
+    let body = acquire_lua()
+        .replace("KEYS[1]", "lease")
+        .replace("KEYS[2]", "counter")
+        .replace("ARGV[1]", "owner")
+        .replace("ARGV[2]", "ttl");
+    format!(
+        "local function acquire(lease, counter, owner, ttl){body}end\n\
+         local out = {{}}\n\
+         for i = 1, #KEYS / 2 do\n\
+         \x20 out[i] = acquire(KEYS[2 * i - 1], KEYS[2 * i], ARGV[2 * i - 1], ARGV[2 * i])\n\
+         end\n\
+         return out\n"
+    )
+}
+
+pub(crate) static ACQUIRE_MANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&acquire_many_lua()));
+
 /// Renew. `KEYS[1]` lease record; `ARGV[1]` the grant's [`record_prefix`] (token and owner),
 /// `ARGV[2]` TTL ms. Extends only a live record of the same token and owner, with one `SET .. PX`
 /// (an expired record is gone, so it is never revived). Replies `1` (renewed) or `0` (lost).

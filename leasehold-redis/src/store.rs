@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use leasehold_core::backend::{
-    decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
+    RoundedTtl, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
 };
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, Holder, KeyState, KeyWatch,
-    Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
+    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
+    TokenDurability,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -392,6 +393,9 @@ pub(crate) async fn bounded<F: Future>(
 /// that), while the total for 10,000 keys did not depend on the batch size within the noise.
 const INSPECT_BATCH: usize = 256;
 
+/// The most keys one script of a batched acquire decides.
+const ACQUIRE_BATCH: usize = 1_000;
+
 /// The holder a script reported for `key`: its record (`"<token> <owner> <ttl ms>"`, see
 /// [`KeyLayout`]) and remaining ms.
 fn parse_holder(key: &LeaseKey, record: &[u8], pttl: &[u8]) -> Result<Holder> {
@@ -457,6 +461,19 @@ impl LeaseStore for RedisLeaseStore {
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.bounded("acquire", self.acquire_unbounded(req)).await
+    }
+
+    /// One script per hash slot (one group on a single server), cut into scripts of at most
+    /// 1,000 keys so that no script holds the server for long, all sent at once: each key
+    /// decided by acquire's script body ([`acquire_many_lua`](crate::protocol::acquire_many_lua)).
+    /// With replica acknowledgements on, each script is followed by `WAIT` on its connection,
+    /// and a script's grants are released again (their slots carry the error) when too few
+    /// replicas acknowledged them. Requests with an invalid TTL get their error in their slot
+    /// and are not sent; with several scripts, a failed one's keys carry its error.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        leasehold_core::store::validate_acquire_many(reqs)?;
+        self.bounded("acquire_many", self.acquire_many_unbounded(reqs))
+            .await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
@@ -562,6 +579,175 @@ impl RedisLeaseStore {
             }
             _ => Err(unexpected("acquire", &reply)),
         }
+    }
+
+    async fn acquire_many_unbounded(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> Result<Vec<Result<AcquireOutcome>>> {
+        let layout = &self.inner.layout;
+        let mut out: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
+        let mut groups: Vec<Vec<(usize, RoundedTtl)>> = Vec::new();
+        let mut group_of = std::collections::HashMap::new();
+        for (i, req) in reqs.iter().enumerate() {
+            match validate_ttl(req.ttl, MIN_TTL).and_then(|()| ttl_millis(req.ttl)) {
+                Ok(ttl) => {
+                    let group = self.inner.con.group(&layout.lease(&req.key));
+                    let g = *group_of.entry(group).or_insert_with(|| {
+                        groups.push(Vec::new());
+                        groups.len() - 1
+                    });
+                    groups[g].push((i, ttl));
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        let batches: Vec<&[(usize, RoundedTtl)]> = groups
+            .iter()
+            .flat_map(|g| g.chunks(ACQUIRE_BATCH))
+            .collect();
+        let sent = Instant::now();
+        let replies =
+            futures::future::join_all(batches.iter().map(|batch| self.acquire_script(reqs, batch)))
+                .await;
+        let several = batches.len() > 1;
+        for (batch, reply) in batches.iter().zip(replies) {
+            let outcomes = match reply {
+                Ok(outcomes) => outcomes,
+                Err(e) if !several => return Err(e),
+                Err(e) => batch.iter().map(|_| Err(clone_error(&e))).collect(),
+            };
+            for (&(i, ttl), outcome) in batch.iter().zip(outcomes) {
+                let req = &reqs[i];
+                out[i] = Some(outcome.map(|token| match token {
+                    Ok(token) => {
+                        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
+                        AcquireOutcome::Acquired(granted_lease(
+                            req.key.clone(),
+                            req.owner.clone(),
+                            token,
+                            ttl.granted(),
+                            req.drift_margin(),
+                            sent,
+                        ))
+                    }
+                    Err(holder) => AcquireOutcome::Held(holder),
+                }));
+            }
+        }
+        out.into_iter()
+            .map(|o| o.ok_or_else(|| unexpected("acquire_many", &"a request without an outcome")))
+            .collect()
+    }
+
+    /// One [`ACQUIRE_MANY`](protocol::ACQUIRE_MANY) script for `batch` (indexes into `reqs`
+    /// whose keys share a hash slot on a cluster), followed by `WAIT` when replica
+    /// acknowledgements are on: per request, its token or its holder, or its own error.
+    async fn acquire_script(
+        &self,
+        reqs: &[AcquireRequest],
+        batch: &[(usize, RoundedTtl)],
+    ) -> Result<Vec<Result<std::result::Result<FencingToken, Holder>>>> {
+        let layout = &self.inner.layout;
+        let mut con = self.inner.con.clone();
+        let (reply, acked): (Vec<redis::Value>, Option<i64>) = match self.inner.replica_wait {
+            None => {
+                let mut invocation = protocol::ACQUIRE_MANY.prepare_invoke();
+                for &(i, ttl) in batch {
+                    let req = &reqs[i];
+                    invocation
+                        .key(layout.lease(&req.key))
+                        .key(layout.generation(&req.key))
+                        .arg(req.owner.as_str())
+                        .arg(ttl.as_u64());
+                }
+                let reply = invocation
+                    .invoke_async(&mut con)
+                    .await
+                    .map_err(self.map("acquire_many"))?;
+                (reply, None)
+            }
+            Some(wait) => {
+                let mut pipe = redis::pipe();
+                let eval = pipe
+                    .cmd("EVAL")
+                    .arg(protocol::acquire_many_lua())
+                    .arg(batch.len() * 2);
+                for &(i, _) in batch {
+                    eval.arg(layout.lease(&reqs[i].key))
+                        .arg(layout.generation(&reqs[i].key));
+                }
+                for &(i, ttl) in batch {
+                    eval.arg(reqs[i].owner.as_str()).arg(ttl.as_u64());
+                }
+                let (reply, acked): (Vec<redis::Value>, i64) = pipe
+                    .cmd("WAIT")
+                    .arg(wait.replicas)
+                    .arg(
+                        u64::try_from(wait.timeout.as_millis())
+                            .unwrap_or(u64::MAX)
+                            .max(1),
+                    )
+                    .query_async(&mut con)
+                    .await
+                    .map_err(self.map("acquire_many"))?;
+                (reply, Some(acked))
+            }
+        };
+        if reply.len() != batch.len() {
+            return Err(unexpected("acquire_many", &reply));
+        }
+        let mut out = Vec::with_capacity(batch.len());
+        for (&(i, _), value) in batch.iter().zip(&reply) {
+            let key = &reqs[i].key;
+            out.push(match value {
+                redis::Value::BulkString(token) => std::str::from_utf8(token)
+                    .map_err(|_| unexpected("acquire_many", value))
+                    .and_then(|t| decode_token(BACKEND, key.as_str(), t))
+                    .map(Ok),
+                redis::Value::Array(held) => match held.as_slice() {
+                    [
+                        redis::Value::BulkString(record),
+                        redis::Value::BulkString(pttl),
+                    ] => parse_holder(key, record, pttl).map(Err),
+                    _ => Err(unexpected("acquire_many", value)),
+                },
+                redis::Value::ServerError(e) => Err(Error::store_fault(
+                    BACKEND,
+                    format!(
+                        "acquire_many of {key}: {}",
+                        e.details().unwrap_or("script error")
+                    ),
+                    None,
+                )),
+                _ => Err(unexpected("acquire_many", value)),
+            });
+        }
+        if let (Some(wait), Some(acked)) = (self.inner.replica_wait, acked)
+            && acked < i64::from(wait.replicas)
+        {
+            // Too few replicas saw the script's writes: give its grants back and report the
+            // error in their slots (as a single acquire does).
+            for (&(i, ttl), o) in batch.iter().zip(out.iter_mut()) {
+                if let Ok(Ok(token)) = o {
+                    let req = &reqs[i];
+                    let lease = granted_lease(
+                        req.key.clone(),
+                        req.owner.clone(),
+                        *token,
+                        ttl.granted(),
+                        req.drift_margin(),
+                        Instant::now(),
+                    );
+                    *o = self
+                        .check_replicas(&lease, wait, acked)
+                        .await
+                        .map(|()| Ok(*token));
+                }
+            }
+        }
+        Ok(out)
     }
 
     async fn renew_unbounded(&self, lease: &Lease) -> Result<RenewOutcome> {
