@@ -351,6 +351,58 @@ async fn acquire_on(
     }
 }
 
+/// How many requests of an [`acquire_many`](LeaseStore::acquire_many) one transaction
+/// decides: its row locks are held until its commit, and the whole transaction must fit in the
+/// operation timeout.
+const ACQUIRE_MANY_CHUNK: usize = 250;
+
+/// How many transactions of one [`acquire_many`](LeaseStore::acquire_many) run at once.
+const ACQUIRE_MANY_TXNS: usize = 8;
+
+/// One chunk of an [`acquire_many`](LeaseStore::acquire_many) decided in one transaction on a
+/// pooled connection, within the operation timeout, run again after a conflict: the chunk, the
+/// instant its transaction was first sent, and what each request found.
+async fn decide_chunk<'a>(
+    c: &Client,
+    reqs: &[AcquireRequest],
+    chunk: &'a [(usize, RoundedTtl)],
+) -> Result<(&'a [(usize, RoundedTtl)], Instant, Vec<Acquired>)> {
+    let sent = Instant::now();
+    let found = c
+        .bounded("acquire", async {
+            let mut backoff = Backoff::new();
+            loop {
+                let mut conn = Guarded::acquire(&c.pool).await?;
+                let r = acquire_chunk(conn.get(), &c.sql, reqs, chunk).await;
+                conn.finish();
+                if let Some(r) = backoff.retry("acquire", r).await {
+                    return r;
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.into_error(c.cx("acquire")))?;
+    Ok((chunk, sent, found))
+}
+
+/// The requests `chunk` (indexes into `reqs`, in key order, with their rounded TTLs) decided
+/// by [`acquire_on`] in one transaction on `conn`.
+async fn acquire_chunk(
+    conn: &mut MySqlConnection,
+    sql: &Statements,
+    reqs: &[AcquireRequest],
+    chunk: &[(usize, RoundedTtl)],
+) -> std::result::Result<Vec<Acquired>, MyError> {
+    use sqlx::Connection;
+    let mut tx = conn.begin().await?;
+    let mut found = Vec::with_capacity(chunk.len());
+    for &(i, ttl) in chunk {
+        found.push(acquire_on(&mut tx, sql, &reqs[i], ttl).await?);
+    }
+    tx.commit().await?;
+    Ok(found)
+}
+
 /// The session's `LAST_INSERT_ID()`: the value of the last `LAST_INSERT_ID(expr)` this
 /// connection evaluated.
 async fn last_insert_id(conn: &mut MySqlConnection) -> std::result::Result<u64, MyError> {
@@ -521,6 +573,66 @@ impl LeaseStore for MysqlLeaseStore {
                 Ok(AcquireOutcome::Held(holder))
             }
         }
+    }
+
+    /// One transaction per [`ACQUIRE_MANY_CHUNK`] requests, [`ACQUIRE_MANY_TXNS`] at once, in key
+    /// order (so that two batches over overlapping keys lock rows in one order), each request decided by acquire's
+    /// statements on the transaction's connection: one commit per chunk instead of one per key.
+    /// The session's `READ COMMITTED` lets acquire's holder read see rows committed during the
+    /// transaction, as it does outside one. A conflict (deadlock, lock wait timeout) rolls the
+    /// chunk back and runs it again, as for a single acquire. Requests with an invalid TTL get
+    /// their error in their slot and are not sent.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        leasehold_core::store::validate_acquire_many(reqs)?;
+        let mut slots: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
+        let mut batch = Vec::with_capacity(reqs.len());
+        for (i, req) in reqs.iter().enumerate() {
+            match validate_ttl(req.ttl, MIN_TTL).and_then(|()| ttl_millis(req.ttl)) {
+                Ok(ttl) => {
+                    batch.push((i, ttl));
+                    slots.push(None);
+                }
+                Err(e) => slots.push(Some(Err(e))),
+            }
+        }
+        batch.sort_unstable_by(|a, b| reqs[a.0].key.cmp(&reqs[b.0].key));
+        let c = &self.client;
+        // Chunks are disjoint and each locks its keys in ascending order, so the transactions
+        // in flight at once cannot deadlock each other.
+        let mut chunks = batch.chunks(ACQUIRE_MANY_CHUNK);
+        let mut in_flight = futures::stream::FuturesOrdered::new();
+        loop {
+            while in_flight.len() < ACQUIRE_MANY_TXNS {
+                match chunks.next() {
+                    Some(chunk) => in_flight.push_back(decide_chunk(c, reqs, chunk)),
+                    None => break,
+                }
+            }
+            let Some(done) = futures::StreamExt::next(&mut in_flight).await else {
+                break;
+            };
+            let (chunk, sent, found) = done?;
+            for (&(i, ttl), found) in chunk.iter().zip(found) {
+                let req = &reqs[i];
+                slots[i] = Some(match found {
+                    Acquired::Granted(id) => granted_token(&req.key, id).map(|token| {
+                        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
+                        AcquireOutcome::Acquired(granted_lease(
+                            req.key.clone(),
+                            req.owner.clone(),
+                            token,
+                            ttl.granted(),
+                            req.drift_margin(),
+                            sent,
+                        ))
+                    }),
+                    Acquired::Held(row) => {
+                        holder_from(&req.key, &row, c.cx("acquire")).map(AcquireOutcome::Held)
+                    }
+                });
+            }
+        }
+        Ok(slots.into_iter().flatten().collect())
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
