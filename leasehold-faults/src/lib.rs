@@ -5,8 +5,8 @@
 //! and a holder stops acting before the store can grant its lease to anyone else. This crate
 //! tries hard to break that claim, and proves that it can:
 //!
-//! - [`scenarios`]: each scenario runs unchanged against PostgreSQL, Redis, etcd, Kubernetes
-//!   (through a loopback [`FaultProxy`](proxy::FaultProxy)) and SQLite (through an
+//! - [`scenarios`]: each scenario runs unchanged against PostgreSQL, MySQL/MariaDB, Redis, etcd,
+//!   Kubernetes (through a loopback [`FaultProxy`](proxy::FaultProxy)) and SQLite (through an
 //!   in-process fault wrapper, [`link`]), with holders running as real child processes
 //!   (`lease-fault-holder`) that the test SIGSTOPs, SIGCONTs and SIGKILLs;
 //! - [`storm`]: the randomized storm, the same code for every backend: holders keep the lease
@@ -17,6 +17,9 @@
 //!   reached through a switchable [`front::Front`]): PostgreSQL restart and standby promotion,
 //!   Redis restart and replica promotion, etcd leader kill, kube-apiserver restart, and SQLite
 //!   holder processes killed and paused ([`procstorm`]); `tests/failover.rs` runs each once;
+//! - [`record`] and [`tail`]: the resource's own record of the writes it accepted (triggers on
+//!   PostgreSQL, MySQL and SQLite; Redis's replication stream, etcd's revisions and the Kubernetes
+//!   watch), checked against the grants after every process storm;
 //! - [`controls`]: negative controls, deliberately broken stores, resources and configurations
 //!   that the same storms must catch, each with the violation kind it must produce;
 //! - [`report`]: the per-backend tables, counted from the typed verdicts;
@@ -43,4 +46,5 @@ pub mod scenarios;
 pub mod servers;
 pub mod stall;
 pub mod storm;
+pub mod tail;
 pub mod target;

@@ -218,9 +218,10 @@ pub async fn process_storm_skewed(
         .await
         .map_err(|e| e.to_string())?;
     let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
-    if let Some(r) = record {
-        r.install().await?;
-    }
+    let mut recording = match record {
+        Some(r) => Some(r.start(key.as_str()).await?),
+        None => None,
+    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut holders: HashMap<String, Holder> = HashMap::new();
     let spawned = std::sync::atomic::AtomicU64::new(0);
@@ -457,7 +458,7 @@ pub async fn process_storm_skewed(
         .map_err(|e| format!("reading the resource: {e}"))?;
     violations.extend(history.check_counter(&key, state.counter));
     violations.extend(history.check_high_water(&key, state.high_water));
-    if let Some(r) = record {
+    if let Some(r) = recording.as_mut() {
         let log = r.read(&key).await?;
         violations.extend(check_record(&history, &key, &log));
     }

@@ -3,10 +3,13 @@
 //! The history of a storm is kept by the harness: what each holder says it was granted and what
 //! each write returned. The counter and high-water checks compare it with the resource's final
 //! state only. Here the resource itself keeps a record of every write it accepted: triggers on the
-//! table the fenced writes land in (PostgreSQL's `<table>_fence`, SQLite's `lease_fenced`) append
-//! a row (key, token) for every rise of the row's `accepted` count, in the order the database
-//! applied the writes (each key's row is locked by the write, so the log's ids follow the
-//! writes). After the storm the record is read back and checked:
+//! table the fenced writes land in (PostgreSQL's and MySQL's `<table>_fence`, SQLite's
+//! `lease_fenced`) append a row (key, token) for every rise of the row's `accepted` count, in the
+//! order the database applied the writes (each key's row is locked by the write, so the log's ids
+//! follow the writes). Stores without triggers keep an ordered log of their own, followed from
+//! before the storm ([`crate::tail`]): Redis's replication stream, etcd's revisions of the state
+//! key, the Kubernetes watch of the fence ConfigMap. After the storm the record is read back and
+//! checked:
 //!
 //! - no accepted write carries a token below one accepted before it (a stale write accepted);
 //! - each accepted write's token was granted, to a holder that attempted at least as many writes
@@ -21,6 +24,8 @@ use std::collections::HashMap;
 use leasehold_core::{FencingToken, LeaseKey};
 use leasehold_testkit::history::{Attempt, History, Op, Violation, ViolationKind};
 use tokio::process::Command;
+
+use crate::tail::{Source, Tail};
 
 /// Where the resource keeps its record.
 #[derive(Debug, Clone)]
@@ -38,6 +43,55 @@ pub enum Record {
         /// The file.
         path: String,
     },
+    /// A store without triggers whose own ordered log of applied changes is followed
+    /// ([`crate::tail`]): Redis's replication stream, etcd's revisions, the Kubernetes watch.
+    Log(Source),
+    /// A MySQL/MariaDB database (read with the `mariadb` or `mysql` client) whose
+    /// `<table>_fence` table the writes land in.
+    Mysql {
+        /// How the client reaches the server.
+        login: MysqlLogin,
+        /// The lease table (its fence table is `<table>_fence`).
+        table: String,
+    },
+}
+
+/// A MySQL/MariaDB login, from a `mysql://user:password@host:port/database` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MysqlLogin {
+    /// The server's host.
+    pub host: String,
+    /// The server's port.
+    pub port: u16,
+    /// The user.
+    pub user: String,
+    /// The password (empty: none).
+    pub password: String,
+    /// The database.
+    pub database: String,
+}
+
+impl MysqlLogin {
+    /// The login in a `mysql://` or `mariadb://` URL (query parameters ignored), `None` if the
+    /// URL has no database or an unreadable port.
+    pub fn from_url(url: &str) -> Option<MysqlLogin> {
+        let rest = url
+            .strip_prefix("mysql://")
+            .or_else(|| url.strip_prefix("mariadb://"))?;
+        let rest = rest.split('?').next().unwrap_or(rest);
+        let (auth, rest) = rest.rsplit_once('@').unwrap_or(("root", rest));
+        let (user, password) = auth.split_once(':').unwrap_or((auth, ""));
+        let (host_port, database) = rest.split_once('/')?;
+        let (host, port) = host_port.rsplit_once(':').unwrap_or((host_port, "3306"));
+        Some(MysqlLogin {
+            host: host.to_string(),
+            port: port.parse().ok()?,
+            user: user.to_string(),
+            password: password.to_string(),
+            database: database.to_string(),
+        })
+        .filter(|l| !l.database.is_empty())
+    }
 }
 
 /// One write the resource accepted: its position in the resource's log and its token.
@@ -51,10 +105,16 @@ pub struct Accepted {
 
 const PG_LOG: &str = "leasehold_faults_accepted";
 
+/// The lease table of the fault suite's own on MySQL/MariaDB (the triggers sit on its fence
+/// table, `<table>_fence`).
+const MY_TABLE: &str = "leasehold_faults_record";
+
 impl Record {
-    /// The record of the resource at `url`, if its backend keeps one here (PostgreSQL, SQLite).
-    /// A PostgreSQL URL gets `table=<schema>.leases` added so that the triggers sit on a table
-    /// of the fault suite's own; use the returned URL for the store and the resource.
+    /// The record of the resource at `url`, if its backend keeps one here (PostgreSQL, SQLite,
+    /// MySQL/MariaDB through triggers; Redis, etcd and Kubernetes (with `KUBECONFIG` set) through
+    /// their own logs). A PostgreSQL URL gets `table=<schema>.leases` added, a MySQL URL
+    /// `table=leasehold_faults_record`, so that the triggers sit on a table of the fault suite's
+    /// own; use the returned URL for the store and the resource.
     pub fn for_url(url: &str) -> Option<(Record, String)> {
         if let Some(path) = url.strip_prefix("sqlite://") {
             return Some((
@@ -63,6 +123,39 @@ impl Record {
                 },
                 url.to_string(),
             ));
+        }
+        if url.starts_with("redis://") {
+            let source = Source::Redis {
+                url: url.to_string(),
+            };
+            return Some((Record::Log(source), url.to_string()));
+        }
+        if let Some(endpoint) = url.strip_prefix("etcd://") {
+            let source = Source::Etcd {
+                endpoint: endpoint
+                    .split(['/', '?'])
+                    .next()
+                    .unwrap_or(endpoint)
+                    .to_string(),
+            };
+            return Some((Record::Log(source), url.to_string()));
+        }
+        if let Some(namespace) = url.strip_prefix("k8s://") {
+            let source = Source::Kube {
+                kubeconfig: std::env::var("KUBECONFIG").ok()?,
+                namespace: namespace
+                    .split(['/', '?'])
+                    .next()
+                    .unwrap_or(namespace)
+                    .to_string(),
+            };
+            return Some((Record::Log(source), url.to_string()));
+        }
+        if let Some(login) = MysqlLogin::from_url(url) {
+            let table = MY_TABLE.to_string();
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let with_table = format!("{url}{sep}table={table}");
+            return Some((Record::Mysql { login, table }, with_table));
         }
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let base = url.split('?').next().unwrap_or(url).to_string();
@@ -74,16 +167,30 @@ impl Record {
         None
     }
 
-    /// Creates the log table and the triggers that append to it (idempotent). Call it after the
-    /// store and resource created their tables.
+    /// Starts recording the writes to keys that start with `ns`: creates the log table and the
+    /// triggers that append to it (idempotent), or starts following the store's log. Call it
+    /// after the store and resource created their tables, before the writes.
     ///
     /// # Errors
-    /// If the database's client cannot be run or refuses the statements.
+    /// If the database's client cannot be run or refuses the statements, or the store's log
+    /// cannot be followed.
     ///
     /// # Cancellation safety
-    /// Cancel safe: every statement is idempotent.
-    pub async fn install(&self) -> Result<(), String> {
+    /// Cancel safe: every statement is idempotent, and a cancelled tail stops.
+    pub async fn start(&self, ns: &str) -> Result<Recording<'_>, String> {
+        let tail = match self {
+            Record::Log(source) => Some(Tail::start(source, ns).await?),
+            _ => {
+                self.install().await?;
+                None
+            }
+        };
+        Ok(Recording { record: self, tail })
+    }
+
+    async fn install(&self) -> Result<(), String> {
         match self {
+            Record::Log(_) => Ok(()),
             Record::Postgres { url, schema } => {
                 let fence = format!("\"{schema}\".\"leases_fence\"");
                 let sql = format!(
@@ -120,19 +227,34 @@ impl Record {
                          VALUES (NEW.key, NEW.high_water, NEW.accepted); END;";
                 sqlite(path, sql).await.map(drop)
             }
+            Record::Mysql { login, table } => {
+                // One statement per trigger body, so no client delimiter is needed; the
+                // `INSERT .. ON DUPLICATE KEY UPDATE` of a write fires the insert trigger for a
+                // new row and the update trigger for an existing one.
+                let fence = format!("`{table}_fence`");
+                let log = format!("`{table}_accepted`");
+                let sql = format!(
+                    "CREATE TABLE IF NOT EXISTS {log} (
+                       id BIGINT AUTO_INCREMENT PRIMARY KEY, resource_key VARBINARY(255) NOT NULL,
+                       token BIGINT NOT NULL, accepted BIGINT NOT NULL) ENGINE=InnoDB;
+                     CREATE TRIGGER IF NOT EXISTS `{table}_accepted_ins` AFTER INSERT ON {fence}
+                       FOR EACH ROW INSERT INTO {log} (resource_key, token, accepted)
+                       SELECT NEW.resource_key, NEW.last_fencing_token, NEW.accepted
+                       FROM DUAL WHERE NEW.accepted > 0;
+                     CREATE TRIGGER IF NOT EXISTS `{table}_accepted_upd` AFTER UPDATE ON {fence}
+                       FOR EACH ROW INSERT INTO {log} (resource_key, token, accepted)
+                       SELECT NEW.resource_key, NEW.last_fencing_token, NEW.accepted
+                       FROM DUAL WHERE NEW.accepted > OLD.accepted;"
+                );
+                mysql(login, &sql).await.map(drop)
+            }
         }
     }
 
-    /// The writes the resource accepted for `key`, in the order it applied them.
-    ///
-    /// # Errors
-    /// If the log cannot be read or holds a token that is not a fencing token.
-    ///
-    /// # Cancellation safety
-    /// Cancel safe (read only).
-    pub async fn read(&self, key: &LeaseKey) -> Result<Vec<Accepted>, String> {
+    async fn read(&self, key: &LeaseKey) -> Result<Vec<Accepted>, String> {
         let k = key.as_str().replace('\'', "''");
         let out = match self {
+            Record::Log(_) => return Err("a log is read through its recording".to_string()),
             Record::Postgres { url, schema } => {
                 psql(
                     url,
@@ -153,8 +275,48 @@ impl Record {
                 )
                 .await?
             }
+            Record::Mysql { login, table } => {
+                mysql(
+                    login,
+                    &format!(
+                        "SELECT CONCAT_WS('|', id, token, accepted) FROM `{table}_accepted` \
+                         WHERE resource_key = '{k}' ORDER BY id;"
+                    ),
+                )
+                .await?
+            }
         };
         parse_log(&out)
+    }
+}
+
+/// A record being kept (see [`Record::start`]).
+#[derive(Debug)]
+pub struct Recording<'a> {
+    record: &'a Record,
+    tail: Option<Tail>,
+}
+
+impl Recording<'_> {
+    /// The writes the resource accepted for `key` so far, in the order it applied them.
+    ///
+    /// # Errors
+    /// If the log cannot be read or holds a token that is not a fencing token.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe for the databases (read only); a cancelled read of a followed log may leave
+    /// its marker unread, which the next read skips.
+    pub async fn read(&mut self, key: &LeaseKey) -> Result<Vec<Accepted>, String> {
+        match &mut self.tail {
+            Some(t) => Ok(t
+                .read(key)
+                .await?
+                .into_iter()
+                .zip(1..)
+                .map(|(token, id)| Accepted { id, token })
+                .collect()),
+            None => self.record.read(key).await,
+        }
     }
 }
 
@@ -200,6 +362,35 @@ async fn sqlite(path: &str, sql: &str) -> Result<String, String> {
         .args(["-batch", "-cmd", ".timeout 10000", path])
         .arg(sql))
     .await
+}
+
+async fn mysql(login: &MysqlLogin, sql: &str) -> Result<String, String> {
+    let bin = if which("mariadb") { "mariadb" } else { "mysql" };
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "--protocol=tcp",
+        "-h",
+        &login.host,
+        "-P",
+        &login.port.to_string(),
+        "-u",
+        &login.user,
+        "-N",
+        "-B",
+        &login.database,
+        "-e",
+        sql,
+    ]);
+    if !login.password.is_empty() {
+        // The client reads it from the environment, so it is not on a command line.
+        cmd.env("MYSQL_PWD", &login.password);
+    }
+    run(&mut cmd).await
+}
+
+fn which(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(bin).is_file()))
 }
 
 async fn run(cmd: &mut Command) -> Result<String, String> {
@@ -303,7 +494,8 @@ pub fn check_record(history: &History, key: &LeaseKey, log: &[Accepted]) -> Vec<
 
 /// A negative control on a real backend: a write by a holder the history knows (token 5) and a
 /// write with a token nobody was granted (token 6), both accepted by the resource at `url`; the
-/// resource's record must hold both, and [`check_record`] must name the second.
+/// resource's record (its triggers' table or its followed log) must hold both, and
+/// [`check_record`] must name the second.
 ///
 /// # Errors
 /// If the backend cannot be reached, its record was not kept, or the ungranted write was not
@@ -318,8 +510,8 @@ pub async fn live_control(record: &Record, url: &str) -> Result<String, String> 
         .await
         .map_err(|e| e.to_string())?;
     let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
-    record.install().await?;
     let key = crate::scenarios::fresh_key("recordctl");
+    let mut recording = record.start(key.as_str()).await?;
     let tk = |n| FencingToken::new(n).map_err(|e| e.to_string());
     let history = History::new();
     let now = tokio::time::Instant::now();
@@ -360,7 +552,7 @@ pub async fn live_control(record: &Record, url: &str) -> Result<String, String> 
             "the fence refused a control write: {w:?}, {rogue:?}"
         ));
     }
-    let log = record.read(&key).await?;
+    let log = recording.read(&key).await?;
     let tokens: Vec<u64> = log.iter().map(|a| a.token.get()).collect();
     if tokens != [5, 6] {
         return Err(format!(
@@ -490,6 +682,32 @@ mod tests {
         assert_eq!(kinds(&v), [ViolationKind::WriteCountMismatch], "{v:?}");
         let v = check_record(&history(&key), &key, &log(&[1, 2]));
         assert_eq!(kinds(&v), [ViolationKind::WriteCountMismatch], "{v:?}");
+    }
+
+    #[test]
+    fn mysql_logins_come_from_urls() {
+        let l = MysqlLogin::from_url("mysql://lease:lease-pw@127.0.0.1:3307/test?table=x").unwrap();
+        assert_eq!(
+            (
+                l.host.as_str(),
+                l.port,
+                l.user.as_str(),
+                l.password.as_str()
+            ),
+            ("127.0.0.1", 3307, "lease", "lease-pw")
+        );
+        assert_eq!(l.database, "test");
+        let l = MysqlLogin::from_url("mariadb://root@db/test").unwrap();
+        assert_eq!((l.port, l.password.as_str()), (3306, ""));
+        assert!(MysqlLogin::from_url("mysql://root@db:3306/").is_none());
+        assert!(MysqlLogin::from_url("mysql://root@db:x/test").is_none());
+        assert!(MysqlLogin::from_url("postgres://root@db/test").is_none());
+        let (r, url) = Record::for_url("mysql://u@127.0.0.1:3306/test").unwrap();
+        assert!(matches!(r, Record::Mysql { .. }));
+        assert_eq!(
+            url,
+            "mysql://u@127.0.0.1:3306/test?table=leasehold_faults_record"
+        );
     }
 
     #[test]

@@ -104,8 +104,8 @@ impl Target {
     }
 
     /// A new client of the backend's fenced resource through `addr` (the real server or a proxy
-    /// in front of it): the PostgreSQL high-water table, the Redis script resource, the etcd and
-    /// Kubernetes resources, the SQLite `lease_fenced` table.
+    /// in front of it): the PostgreSQL and MySQL high-water tables, the Redis script resource, the
+    /// etcd and Kubernetes resources, the SQLite `lease_fenced` table.
     ///
     /// # Errors
     /// As `leasehold::connect_resource`.
@@ -265,6 +265,13 @@ pub fn targets_from_env() -> Vec<std::result::Result<Target, (&'static str, Stri
     ));
     out.push(kube_target());
     out.push(sqlite_target());
+    let mysql = env("LEASE_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    out.push(url_target(
+        "mysql",
+        &mysql,
+        Duration::from_millis(1000),
+        Duration::from_millis(500),
+    ));
     out
 }
 

@@ -95,7 +95,7 @@ const WALL_SKEW_S: [i64; 3] = [0, -45, 90];
 /// --process-storm`) that are SIGSTOPped for 0.8 to 1.6 TTLs and SIGCONTed, or SIGKILLed and
 /// replaced, while they acquire, renew and write through the backend's fenced resource, their
 /// wall clocks apart by [`WALL_SKEW_S`]; their late writes must be rejected and the recorded
-/// history (and, on PostgreSQL and SQLite, the resource's own record) must check clean.
+/// history and the resource's own record (every backend: [`Record::for_url`]) must check clean.
 async fn process_storm_of(t: &Target) -> Result<String, String> {
     let (record, url) = match Record::for_url(&t.direct_url()) {
         Some((r, url)) => (Some(r), url),
