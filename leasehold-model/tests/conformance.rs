@@ -232,7 +232,7 @@ impl Hook for Recorder {
 
 fn store_kind(target: &str) -> StoreKind {
     match target {
-        "postgres" | "redis" => StoreKind::Row { clock_floor: true },
+        "postgres" | "redis" | "mysql" => StoreKind::Row { clock_floor: true },
         "sqlite" => StoreKind::Row { clock_floor: false },
         "etcd" => StoreKind::EtcdLockKey,
         "k8s" => StoreKind::Kubernetes {
