@@ -206,6 +206,31 @@ pub const DRIVER_URL_PARAMETERS: &[&str] = &[
     "statement-cache-capacity",
 ];
 
+/// The driver's name of a TLS mode given as `ssl-mode=` (or `sslmode=`): MySQL's names
+/// (`DISABLED`, `PREFERRED`, `REQUIRED`, `VERIFY_CA`, `VERIFY_IDENTITY`) in any case, with `-`
+/// or `_` (`verify-identity` as the other backends' URLs spell their modes).
+fn ssl_mode(value: &str) -> Result<&'static str> {
+    let mode = match value.to_ascii_lowercase().replace('-', "_").as_str() {
+        "disabled" => "disabled",
+        "preferred" => "preferred",
+        "required" => "required",
+        "verify_ca" => "verify_ca",
+        "verify_identity" => "verify_identity",
+        _ => {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "invalid ssl-mode {:?}: one of disabled, preferred, required, verify-ca, \
+                     verify-identity",
+                    value.chars().take(40).collect::<String>()
+                ),
+                None,
+            ));
+        }
+    };
+    Ok(mode)
+}
+
 impl Default for MysqlOptions {
     fn default() -> Self {
         MysqlOptions::new(TableName::default())
@@ -228,7 +253,9 @@ impl MysqlOptions {
     }
 
     /// Applies the [`URL_OPTIONS`] in `url`'s query on top of `self`, and gives back the URL for
-    /// the driver: its base with only the [`DRIVER_URL_PARAMETERS`].
+    /// the driver: its base with only the [`DRIVER_URL_PARAMETERS`]. A TLS mode
+    /// (`ssl-mode=verify-identity`, `verify_identity`, `VERIFY_CA`, ...) is checked here and handed
+    /// on in the driver's spelling.
     ///
     /// ```
     /// use std::time::Duration;
@@ -240,6 +267,10 @@ impl MysqlOptions {
     /// assert_eq!(opts.table().table(), "locks");
     /// assert_eq!(opts.op_timeout(), Duration::from_secs(2));
     /// assert!(MysqlOptions::default().with_url("mysql://db/app?ssl-cq=/ca.pem").is_err());
+    /// let (url, _) = MysqlOptions::default()
+    ///     .with_url("mysql://u@db/app?ssl-mode=verify-identity&ssl-ca=/etc/ca.pem")?;
+    /// assert_eq!(url, "mysql://u@db/app?ssl-mode=verify_identity&ssl-ca=/etc/ca.pem");
+    /// assert!(MysqlOptions::default().with_url("mysql://db/app?ssl-mode=verify-full").is_err());
     /// # Ok::<(), leasehold_core::Error>(())
     /// ```
     ///
@@ -269,8 +300,20 @@ impl MysqlOptions {
         if let Some(d) = p.take_duration("tx_deadline")? {
             o.tx.deadline = d;
         }
-        let url = p.finish_for_driver(URL_OPTIONS, DRIVER_URL_PARAMETERS)?;
-        Ok((url, o))
+        let mut driver = p.take_all(DRIVER_URL_PARAMETERS);
+        for (name, value) in &mut driver {
+            if name == "ssl-mode" || name == "sslmode" {
+                *value = ssl_mode(value)?.to_string();
+            }
+        }
+        let base = p.base().to_string();
+        let known: Vec<&str> = URL_OPTIONS
+            .iter()
+            .chain(DRIVER_URL_PARAMETERS)
+            .copied()
+            .collect();
+        p.finish(&known)?;
+        Ok((UrlParams::join(&base, &driver), o))
     }
 
     /// Whether [`connect_with`](crate::MysqlLeaseStore::connect_with) creates the tables and
@@ -387,5 +430,34 @@ mod tests {
         assert_eq!(o.max_connections(), 3);
         assert!(!o.migrate());
         assert_eq!(o.tx_timeouts().lock_timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn tls_modes_are_checked_and_given_in_the_drivers_spelling() {
+        for (given, driver) in [
+            ("verify-identity", "verify_identity"),
+            ("VERIFY_IDENTITY", "verify_identity"),
+            ("verify-ca", "verify_ca"),
+            ("Verify_Ca", "verify_ca"),
+            ("required", "required"),
+            ("PREFERRED", "preferred"),
+            ("disabled", "disabled"),
+        ] {
+            for name in ["ssl-mode", "sslmode"] {
+                let (url, _) = MysqlOptions::default()
+                    .with_url(&format!("mysql://h/db?{name}={given}&table=t"))
+                    .unwrap();
+                assert_eq!(url, format!("mysql://h/db?{name}={driver}"), "{given}");
+            }
+        }
+        for bad in ["verify-full", "", "on", "verify identity"] {
+            let err = MysqlOptions::default()
+                .with_url(&format!("mysql://h/db?ssl-mode={bad}"))
+                .unwrap_err();
+            assert!(
+                matches!(err, Error::Config { .. }) && err.to_string().contains("ssl-mode"),
+                "{bad}: {err}"
+            );
+        }
     }
 }
