@@ -22,7 +22,8 @@
 //!
 //! Backends come from the environment: `LEASE_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/test`), `LEASE_REDIS_URL` (default
-//! `redis://127.0.0.1:6379`), `LEASE_ETCD_ENDPOINTS` (default `http://127.0.0.1:23790`),
+//! `redis://127.0.0.1:6379`), `LEASE_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`),
+//! `LEASE_ETCD_ENDPOINTS` (default `http://127.0.0.1:23790`),
 //! `KUBECONFIG` plus `LEASE_K8S_NAMESPACE` (default `default`; Kubernetes is skipped without
 //! `KUBECONFIG`), and SQLite on a temporary file. `--backends a,b` limits the run;
 //! `LEASE_BENCH_SMOKE=1` equals `--smoke`; `LEASE_BENCH_RENEWAL_INTERVALS=N` changes how many
@@ -55,7 +56,7 @@ use crate::report::{BackendRun, Report, ThroughputRow};
 /// Every backend, in run and report order: the in-process SQLite before etcd and Kubernetes,
 /// whose servers keep working for a while after their phase (expiring and deleting the renewal
 /// load's 10,000 keys, tearing down watches) on the same two cores.
-const BACKENDS: [&str; 5] = ["postgres", "redis", "sqlite", "etcd", "k8s"];
+const BACKENDS: [&str; 6] = ["postgres", "mysql", "redis", "sqlite", "etcd", "k8s"];
 
 /// How much to measure.
 #[derive(Debug, Clone, Copy)]
@@ -223,6 +224,7 @@ struct Target {
 enum Cleanup {
     None,
     Postgres(leasehold_postgres::PostgresLeaseStore),
+    Mysql(leasehold_mysql::MysqlLeaseStore),
     Redis(leasehold_redis::RedisLeaseStore),
     Files(Vec<PathBuf>),
     Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
@@ -297,6 +299,42 @@ async fn connect(name: &str) -> Result<Target, String> {
                 file: None,
                 version,
                 cleanup: Cleanup::Postgres(pg),
+            })
+        }
+        "mysql" => {
+            let url = env_or("LEASE_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+            // Lazily, then migrate: a fresh database has no lease table yet.
+            let store = leasehold_mysql::MysqlLeaseStore::connect_lazy(
+                &url,
+                leasehold_mysql::MysqlOptions::default(),
+            )
+            .map_err(e)?;
+            store.migrate().await.map_err(e)?;
+            let raw = raw::MysqlRaw::new(&store);
+            let version = raw.version().await?;
+            let minimal = minimal::MysqlMinimal::new(store.pool().clone()).await?;
+            let port = url_addr(&url).rsplit_once(':').map(|(_, p)| p.to_string());
+            let daemon = if version.contains("MariaDB") {
+                "mariadbd"
+            } else {
+                "mysqld"
+            };
+            let my = store.clone();
+            let store: Arc<dyn LeaseStore> = Arc::new(store);
+            Ok(Target {
+                renewal_stores: vec![("default", store.clone())],
+                store,
+                raw: Arc::new(raw),
+                minimal: Arc::new(minimal),
+                ablations: Vec::new(),
+                configs: Vec::new(),
+                // The server of that port.
+                server: Some(sys::ServerProcs {
+                    matches: vec![(daemon, port)],
+                }),
+                file: None,
+                version,
+                cleanup: Cleanup::Mysql(my),
             })
         }
         "redis" => {
@@ -508,6 +546,12 @@ async fn cleanup(c: Cleanup, ns: &str) {
             // baseline's table by hand.
             let _ = store.delete_prefix(ns).await;
             minimal::PgMinimal::floor(store.pool().clone())
+                .cleanup(ns)
+                .await;
+        }
+        Cleanup::Mysql(store) => {
+            let _ = store.delete_prefix(ns).await;
+            minimal::MysqlMinimal::floor(store.pool().clone())
                 .cleanup(ns)
                 .await;
         }
@@ -1085,7 +1129,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 println!(
-                    "usage: leasehold-bench [--smoke] [--out PATH] [--backends postgres,redis,etcd,k8s,sqlite] [--sections {}]",
+                    "usage: leasehold-bench [--smoke] [--out PATH] [--backends postgres,mysql,redis,etcd,k8s,sqlite] [--sections {}]",
                     Sections::NAMES.join(",")
                 );
                 std::process::exit(0);

@@ -16,6 +16,9 @@
 //! - Kubernetes: a GET, then a resourceVersion-guarded REPLACE (or a CREATE); release is a
 //!   REPLACE with an empty holder. The token is the written object's resourceVersion. The
 //!   ablation [`KubeMinimal::annotated`] adds the library's token annotations.
+//! - MySQL / MariaDB: one `INSERT .. ON DUPLICATE KEY UPDATE` on a plain InnoDB table without
+//!   trigger, the token handed back in the OK packet through `LAST_INSERT_ID(expr)` (no second
+//!   statement to read it); release is one guarded `UPDATE`.
 //! - SQLite: one upsert in autocommit (a single statement is its own transaction, and SQLite's
 //!   busy handler retries its write lock); release is one guarded `UPDATE`; the pool does not
 //!   ping a connection before handing it out.
@@ -682,6 +685,132 @@ impl Raw for KubeMinimal {
             .await
             .map_err(s)?;
         Ok(())
+    }
+    async fn version(&self) -> R<String> {
+        Ok(String::new())
+    }
+}
+
+// ---- MySQL / MariaDB ---------------------------------------------------------------------------
+
+const MYSQL_TABLE: &str = "CREATE TABLE IF NOT EXISTS lease_bench_minimal (\
+     lease_key VARBINARY(255) NOT NULL PRIMARY KEY, owner_id VARBINARY(255) NOT NULL, \
+     lease_until DATETIME(6) NOT NULL, fencing_token BIGINT NOT NULL) ENGINE=InnoDB";
+
+/// One upsert, one round trip. A new key's row is inserted with token 1; an existing row is
+/// taken when expired or already the owner's. `ON DUPLICATE KEY UPDATE` assigns left to right,
+/// each assignment seeing the ones before it: the token first (judged on the old owner and
+/// expiry), then the owner (judged on the same), then the expiry (the owner is the caller's now
+/// exactly when the row was granted). The token comes back in the OK packet through
+/// `LAST_INSERT_ID(expr)`, the last call of the statement: 1 for an insert, the new token for a
+/// grant, 0 for a refusal (`LAST_INSERT_ID(0)` adds nothing to the old token).
+const MYSQL_ACQUIRE: &str = "INSERT INTO lease_bench_minimal \
+       (lease_key, owner_id, lease_until, fencing_token) \
+     VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, LAST_INSERT_ID(1)) \
+     ON DUPLICATE KEY UPDATE \
+       fencing_token = IF(lease_until <= UTC_TIMESTAMP(6) OR owner_id = VALUES(owner_id), \
+         LAST_INSERT_ID(fencing_token + 1), fencing_token + LAST_INSERT_ID(0)), \
+       owner_id = IF(lease_until <= UTC_TIMESTAMP(6) OR owner_id = VALUES(owner_id), \
+         VALUES(owner_id), owner_id), \
+       lease_until = IF(owner_id = VALUES(owner_id), VALUES(lease_until), lease_until)";
+
+/// Renewal by the same statement: the owner's own row is granted again with the next token.
+const MYSQL_RELEASE: &str = "UPDATE lease_bench_minimal SET lease_until = '1970-01-01 00:00:00' \
+     WHERE lease_key = ? AND owner_id = ? AND fencing_token = ?";
+
+/// The MySQL / MariaDB floor, on the library store's pool: one statement per acquire (or
+/// renewal) and per release, each one round trip (a prepared statement, cached per connection,
+/// executed in one `COM_STMT_EXECUTE`).
+pub(crate) struct MysqlMinimal {
+    pool: sqlx::MySqlPool,
+}
+
+impl MysqlMinimal {
+    /// The floor; creates its table if needed, and checks on a probe key that the server hands
+    /// the token back in the OK packet as the statement expects (a grant, a refusal, a grant
+    /// after release): without that, refusals would read as grants or the reverse. The pool
+    /// must not ping a connection before each checkout (see [`PgMinimal::new`]).
+    pub(crate) async fn new(pool: sqlx::MySqlPool) -> R<Self> {
+        if pool.options().get_test_before_acquire() {
+            return Err("the pool pings each connection before a checkout \
+                        (test_before_acquire): the floor would pay a round trip per statement"
+                .into());
+        }
+        sqlx::query(MYSQL_TABLE).execute(&pool).await.map_err(s)?;
+        let m = Self::floor(pool);
+        let probe = LeaseKey::new(format!(
+            "bench-probe-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ))
+        .map_err(s)?;
+        let ttl = Duration::from_secs(30);
+        let first = m.acquire(&probe, "a", ttl).await?.ok_or("probe: refused")?;
+        let refused = m.acquire(&probe, "b", ttl).await?;
+        m.release(&first).await?;
+        let again = m.acquire(&probe, "b", ttl).await?;
+        sqlx::query("DELETE FROM lease_bench_minimal WHERE lease_key = ?")
+            .bind(probe.as_str())
+            .execute(&m.pool)
+            .await
+            .map_err(s)?;
+        match (first.token, refused, again) {
+            (1, None, Some(g)) if g.token == 2 => Ok(m),
+            (t, r, a) => Err(format!(
+                "the server does not report the statement's LAST_INSERT_ID as expected: \
+                 grant {t}, refusal {:?}, grant after release {:?} (want 1, none, 2)",
+                r.map(|g| g.token),
+                a.map(|g| g.token)
+            )),
+        }
+    }
+
+    /// The floor on a pool, for [`cleanup`](Self::cleanup) (no DDL).
+    pub(crate) fn floor(pool: sqlx::MySqlPool) -> Self {
+        MysqlMinimal { pool }
+    }
+
+    /// Deletes the rows of `ns`.
+    pub(crate) async fn cleanup(&self, ns: &str) {
+        let _ = sqlx::query("DELETE FROM lease_bench_minimal WHERE LEFT(lease_key, LENGTH(?)) = ?")
+            .bind(ns)
+            .bind(ns)
+            .execute(&self.pool)
+            .await;
+    }
+}
+
+#[async_trait]
+impl Raw for MysqlMinimal {
+    fn ping_name(&self) -> &'static str {
+        "COM_PING"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let r = sqlx::query(MYSQL_ACQUIRE)
+            .bind(key.as_str())
+            .bind(owner)
+            .bind(ttl_ms(ttl)?.saturating_mul(1000))
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
+        Ok(match r.last_insert_id() {
+            0 => None,
+            t => Some(grant(key, owner, i64::try_from(t).map_err(s)?)),
+        })
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        sqlx::query(MYSQL_RELEASE)
+            .bind(g.key.as_str())
+            .bind(g.owner.as_str())
+            .bind(g.token)
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        use sqlx::Connection;
+        let mut conn = self.pool.acquire().await.map_err(s)?;
+        conn.ping().await.map_err(s)
     }
     async fn version(&self) -> R<String> {
         Ok(String::new())

@@ -11,6 +11,8 @@
 //!   release compares with the stored record) and the store's `KeyLayout`; the commands its
 //!   scripts run (for the request count) are read off those scripts;
 //! - SQLite: the statements of `leasehold_sqlite::protocol`;
+//! - MySQL / MariaDB: the statements of `leasehold_mysql::protocol::Statements` for the store's
+//!   table;
 //! - etcd: the key names, range, watch and transactions of `leasehold_etcd::protocol`
 //!   (`LeaseSharing::PerGrant`: one etcd lease per grant);
 //! - every backend: the TTL rounding of `leasehold_core::backend`.
@@ -837,6 +839,139 @@ impl Raw for SqliteRaw {
             .await
             .map(|v| format!("SQLite {v}"))
             .map_err(s)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MySQL / MariaDB: the statements of leasehold_mysql::protocol for the store's table, on the
+// store's pool, in the store's order: the guarded grant of a key's row; when it matched nothing,
+// the holder's row, and the insert when the key has no row. A grant's token comes back in the OK
+// packet (LAST_INSERT_ID(expr)) or, where the server leaves it out (the insert), from the
+// session. Release is the library's guarded UPDATE.
+
+/// MySQL over the library store's own pool and statements.
+pub(crate) struct MysqlRaw {
+    pool: sqlx::MySqlPool,
+    sql: leasehold_mysql::protocol::Statements,
+    /// Readings of the server's statement counter so far (each is a statement itself).
+    questions_read: std::sync::atomic::AtomicU64,
+}
+
+impl MysqlRaw {
+    pub(crate) fn new(store: &leasehold_mysql::MysqlLeaseStore) -> Self {
+        MysqlRaw {
+            pool: store.pool().clone(),
+            sql: store.statements().clone(),
+            questions_read: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+/// The session's `LAST_INSERT_ID()`: the token of the grant this connection just made.
+async fn mysql_session_id(conn: &mut sqlx::MySqlConnection) -> R<u64> {
+    sqlx::query_scalar(leasehold_mysql::protocol::LAST_INSERT_ID)
+        .fetch_one(conn)
+        .await
+        .map_err(s)
+}
+
+#[async_trait]
+impl Raw for MysqlRaw {
+    fn ping_name(&self) -> &'static str {
+        "COM_PING (sqlx's ping) on a pooled connection"
+    }
+    async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
+        let ms = ttl_ms(ttl)?;
+        let us = ms.saturating_mul(1000);
+        let mut conn = self.pool.acquire().await.map_err(s)?;
+        let grant = |token: u64| -> R<Option<RawGrant>> {
+            Ok(Some(RawGrant {
+                key: key.clone(),
+                owner: owner.to_string(),
+                token: i64::try_from(token).map_err(s)?,
+                lock: None,
+                object: None,
+            }))
+        };
+        loop {
+            let r = sqlx::query(AssertSqlSafe(self.sql.acquire_free.as_str()))
+                .bind(owner)
+                .bind(us)
+                .bind(ms)
+                .bind(key.as_str())
+                .bind(owner)
+                .execute(&mut *conn)
+                .await
+                .map_err(s)?;
+            if r.rows_affected() == 1 {
+                return match r.last_insert_id() {
+                    0 => grant(mysql_session_id(&mut conn).await?),
+                    id => grant(id),
+                };
+            }
+            let held: Option<bool> = sqlx::query(AssertSqlSafe(self.sql.holder.as_str()))
+                .bind(key.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(s)?
+                .map(|row| row.try_get("held"))
+                .transpose()
+                .map_err(s)?;
+            match held {
+                Some(true) => return Ok(None),
+                // Freed between the two statements: the grant again.
+                Some(false) => {}
+                None => {
+                    sqlx::query(AssertSqlSafe(self.sql.acquire_insert.as_str()))
+                        .bind(key.as_str())
+                        .bind(owner)
+                        .bind(us)
+                        .bind(key.as_str())
+                        .bind(ms)
+                        .execute(&mut *conn)
+                        .await
+                        .map_err(s)?;
+                    return grant(mysql_session_id(&mut conn).await?);
+                }
+            }
+        }
+    }
+    async fn release(&self, g: &RawGrant) -> R<()> {
+        sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+            .bind(g.key.as_str())
+            .bind(g.owner.as_str())
+            .bind(g.token)
+            .execute(&self.pool)
+            .await
+            .map_err(s)?;
+        Ok(())
+    }
+    async fn ping(&self) -> R<()> {
+        use sqlx::Connection;
+        let mut conn = self.pool.acquire().await.map_err(s)?;
+        conn.ping().await.map_err(s)
+    }
+    async fn version(&self) -> R<String> {
+        sqlx::query_scalar::<_, String>("SELECT VERSION()")
+            .fetch_one(&self.pool)
+            .await
+            .map(|v| format!("MySQL/MariaDB {v}"))
+            .map_err(s)
+    }
+    async fn server_requests(&self) -> R<Option<u64>> {
+        // Statements the server counted from every client (`Questions`: each statement a client
+        // sends, prepared ones included; not pings, not statements inside triggers). Our own
+        // readings are statements too: the ones before this are left out. Global, so the server
+        // must not be serving anyone else meanwhile.
+        let before = self
+            .questions_read
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (_, n): (String, String) = sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Questions'")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(s)?;
+        let n: u64 = n.trim().parse().map_err(s)?;
+        Ok(Some(n.saturating_sub(before)))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-const BACKENDS: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
+const BACKENDS: [&str; 6] = ["postgres", "mysql", "redis", "etcd", "k8s", "sqlite"];
 const SECTIONS: [&str; 7] = [
     "## 0. Goals against the minimal floor",
     "## 1. Acquire+release throughput",

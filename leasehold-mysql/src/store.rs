@@ -453,6 +453,11 @@ fn pool_config(
     let pool = MySqlPoolOptions::new()
         .max_connections(options.max_connections())
         .acquire_timeout(options.acquire_timeout().min(LONGEST_POOL_WAIT))
+        // No ping before each checkout: it is a whole round trip on every operation's path. The
+        // driver already pings a connection when it returns to the pool (off the caller's path)
+        // and drops it if that fails; a connection that dies idle fails its next statement, which
+        // the caller sees as a failed operation and retries like any other backend error.
+        .test_before_acquire(false)
         .after_connect(move |conn, _| {
             let lock_wait = lock_wait.clone();
             Box::pin(async move {

@@ -20,7 +20,12 @@ impl Report {
              lock key under its slot name or reads the holder; release: lease revoke of the \
              tagged per-grant etcd lease) on its client. SQLite: the store's acquire upsert `RETURNING token` \
              (when refused, a read of the holder) on one write connection and its release \
-             `UPDATE`, with the store's settings; the library adds its in-process write queue. Kubernetes: the store's requests with the same client (acquire: GET of \
+             `UPDATE`, with the store's settings; the library adds its in-process write queue. \
+             MySQL / MariaDB: the store's acquire (the guarded `UPDATE` of an existing row that \
+             computes the token and hands it back in the OK packet through `LAST_INSERT_ID(expr)`; \
+             when it matches nothing, a read of the holder, and only when the key has no row, \
+             the `INSERT .. SELECT` and a read of the session's `LAST_INSERT_ID()`) and its \
+             release `UPDATE`, on its own pool, against the library's table and triggers. Kubernetes: the store's requests with the same client (acquire: GET of \
              the Lease, then a resourceVersion-guarded REPLACE with the holder and token \
              annotations, or a CREATE; release: REPLACE of the granted object with an empty \
              holder); the library adds its observation bookkeeping."
@@ -41,11 +46,18 @@ impl Report {
              grant: three writes. \
              Kubernetes: a GET and a resourceVersion-guarded REPLACE (or a CREATE), the token \
              being the written resourceVersion, and a REPLACE with an empty holder to release. \
+             MySQL / MariaDB: one `INSERT .. ON DUPLICATE KEY UPDATE` on a plain InnoDB table \
+             without trigger (the token first, then the owner, then the expiry, each assignment \
+             judged on the old row), whose token comes back in the OK packet through \
+             `LAST_INSERT_ID(expr)` (1 for a new key, the next token for a grant, 0 for a \
+             refusal), and one guarded `UPDATE` to release; each one prepared statement, one \
+             round trip; the benchmark checks on a probe key at start that the server reports the \
+             token so. \
              SQLite: one upsert in autocommit (no explicit transaction: one statement \
              is its own), on a file of its own, and a guarded `UPDATE` to release, on a pool \
              that does not ping a connection before handing it out (as the library's). Each \
-             runs on the library's own driver and pool (PostgreSQL: the library's, which does \
-             not ping before each checkout either), connection manager or client. It keeps the per-key fencing counter but none of the library's \
+             runs on the library's own driver and pool (PostgreSQL and MySQL: the library's, \
+             which does not ping before each checkout either), connection manager or client. It keeps the per-key fencing counter but none of the library's \
              other promises (no token floor surviving a key's deletion or a Redis restart, no \
              release notification, no watch)."
         );
