@@ -16,6 +16,10 @@ pub fn cases() -> Vec<Case> {
             renew_with_wrong_owner_or_token_changes_nothing
         ),
         crate::case!("conformance", renew_many_matches_renew),
+        crate::case!(
+            "conformance",
+            renew_after_expiry_is_lost_and_revives_nothing
+        ),
     ]
 }
 
@@ -145,6 +149,44 @@ pub async fn renew_many_matches_renew(ctx: Ctx) -> CaseResult {
         ctx.store().inspect(&k1).await?.holder.map(|h| h.token),
         Some(l1.token()),
         "batched renewal did not extend"
+    );
+    Ok(())
+}
+
+/// 4c. A renewal sent after the store has judged the lease expired is [`RenewOutcome::Lost`],
+/// even though nobody took the key over meanwhile, and it revives nothing: the key stays free
+/// and another owner acquires it at once with a greater token. (The contract: an expired lease
+/// is never revived. A store that renewed it would hand the old holder a new deadline for a
+/// lease that every other client has already seen end.)
+pub async fn renew_after_expiry_is_lost_and_revives_nothing(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("renew-expired");
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let ttl = ctx.short_ttl();
+    let lease = ctx.must_acquire(&key, &a, ttl).await?;
+    // Deadline-bounded: the store itself says the key is free (expired, not taken over).
+    ctx.wait_free(&key, ctx.expiry_deadline(ttl)).await?;
+    assert_eq!(
+        ctx.store().renew(&lease).await?,
+        RenewOutcome::Lost,
+        "a lease renewed after the store judged it expired was revived"
+    );
+    let batch = ctx.store().renew_many(std::slice::from_ref(&lease)).await?;
+    assert!(
+        matches!(batch.as_slice(), [Ok(RenewOutcome::Lost)]),
+        "renew_many revived an expired lease: {batch:?}"
+    );
+    let state = ctx.store().inspect(&key).await?;
+    assert!(
+        state.holder.is_none(),
+        "the refused renewals left a holder: {:?}",
+        state.holder
+    );
+    let next = ctx.must_acquire(&key, &b, ttl).await?;
+    assert!(
+        next.token() > lease.token(),
+        "takeover token {} !> {}",
+        next.token(),
+        lease.token()
     );
     Ok(())
 }
