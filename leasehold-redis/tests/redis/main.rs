@@ -6,6 +6,7 @@ mod cases;
 mod clock;
 mod eviction;
 mod failover;
+mod fence;
 mod input;
 mod many;
 mod options;
@@ -71,6 +72,7 @@ fn main() {
         options::cases(),
         watch::cases(),
         protocol::cases(),
+        fence::cases(),
     ]
     .concat();
     leasehold_testkit::run_with(Redis { url: url() }, extra);
