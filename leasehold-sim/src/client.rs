@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,6 +31,12 @@ pub enum ClientFault {
     /// Starts the local deadline of a grant or renewal when the *reply arrives* instead of when
     /// the request was sent: a slow reply makes the client outlive the store's lease.
     StampAtReceipt,
+    /// Takes a *refused* renewal for a confirmed one: the local deadline is extended although the
+    /// store kept (or already ended) the old lease.
+    RefusedRenewalAsRenewed,
+    /// Never reconnects: after its first failed call (a timeout or a broken connection) every
+    /// call waits out the timeout unanswered, as on a dead connection that is never replaced.
+    NeverReconnects,
     /// A test hook for the per-seed time limit ([`Scenario::seed_timeout`](crate::Scenario)):
     /// the first call blocks its host's thread for good, so the run can never finish, as a
     /// deadlocked or endlessly looping build would not.
@@ -49,6 +55,8 @@ pub struct NetClient {
     fault: ClientFault,
     next_id: AtomicU64,
     conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Set on the first failure under [`ClientFault::NeverReconnects`].
+    dead: AtomicBool,
 }
 
 impl fmt::Debug for NetClient {
@@ -70,6 +78,7 @@ impl NetClient {
             fault,
             next_id: AtomicU64::new(1),
             conn: tokio::sync::Mutex::new(None),
+            dead: AtomicBool::new(false),
         }
     }
 
@@ -85,6 +94,14 @@ impl NetClient {
             loop {
                 std::thread::park();
             }
+        }
+        if self.dead.load(Ordering::Relaxed) {
+            tokio::time::sleep(self.timeout).await;
+            return Err(Error::Timeout {
+                backend: BACKEND,
+                operation,
+                after: self.timeout,
+            });
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let exchange = async {
@@ -133,7 +150,11 @@ impl NetClient {
             }
             result
         };
-        match timeout(self.timeout, exchange).await {
+        let result = timeout(self.timeout, exchange).await;
+        if self.fault == ClientFault::NeverReconnects && !matches!(result, Ok(Ok(_))) {
+            self.dead.store(true, Ordering::Relaxed);
+        }
+        match result {
             Ok(r) => r,
             Err(_) => {
                 // The exchange was dropped mid-way: the connection may carry a late reply or a
@@ -252,6 +273,9 @@ impl LeaseStore for NetStore {
             Response::Renewed => Ok(RenewOutcome::Renewed(
                 lease.renewed(lease.ttl(), self.stamp(sent)),
             )),
+            Response::Lost if self.client.fault == ClientFault::RefusedRenewalAsRenewed => Ok(
+                RenewOutcome::Renewed(lease.renewed(lease.ttl(), self.stamp(sent))),
+            ),
             Response::Lost => Ok(RenewOutcome::Lost),
             other => Err(unexpected("renew", &other)),
         }

@@ -9,12 +9,13 @@
 //! - [`trace`]: the event trace compared by the determinism test.
 
 pub mod client;
+mod clock;
 pub mod protocol;
 pub mod run;
 pub mod server;
 pub mod trace;
 
 pub use client::{ClientFault, NetClient, NetFence, NetStore};
-pub use run::{BeliefRule, RunReport, Scenario, run_seed, run_seeds};
-pub use server::Server;
+pub use run::{BeliefRule, Coverage, RunReport, Scenario, Search, find_seed, run_seed, run_seeds};
+pub use server::{Server, ServerFault};
 pub use trace::{Event, EventKind, Trace};

@@ -17,6 +17,26 @@ pub enum EventKind {
         /// The token.
         token: u64,
     },
+    /// The store granted the key to the owner that held it (the contract's same-owner re-grant: a
+    /// new, greater token); recorded just before that grant's [`EventKind::Granted`].
+    SameOwnerRegrant {
+        /// The key.
+        key: String,
+        /// The owner.
+        owner: String,
+        /// The token it held.
+        old: u64,
+        /// The new token.
+        new: u64,
+    },
+    /// The store refused a renewal of a lease it still held (a nemesis: the lease keeps its old
+    /// expiry).
+    LiveRenewalRefused {
+        /// The key.
+        key: String,
+        /// The token.
+        token: u64,
+    },
     /// The store answered a renewal.
     RenewAnswered {
         /// The key.
@@ -67,6 +87,11 @@ pub enum EventKind {
         first: Duration,
         /// Last instant observed.
         last: Duration,
+    },
+    /// The host's clock stepped forward by `by` (every timer due in between fired at once).
+    ClockStepped {
+        /// The size of the step.
+        by: Duration,
     },
     /// A client-side outcome worth keeping (acquired, lost, elected, stepped down, ...).
     Client(String),
