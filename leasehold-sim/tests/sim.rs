@@ -113,6 +113,7 @@ fn replay() {
 #[test]
 fn determinism() {
     let sc = Scenario::default();
+    let mut reached = Coverage::default();
     for seed in [1, 7, 42] {
         let a = run_seed(seed, &sc);
         let b = run_seed(seed, &sc);
@@ -122,7 +123,15 @@ fn determinism() {
             b.trace_text(),
             "seed {seed} replayed differently"
         );
+        reached.clock_steps += a.coverage.clock_steps;
+        reached.store_restarts += a.coverage.store_restarts;
+        reached.live_refusals += a.coverage.live_refusals;
     }
+    // The seeds compared go through the nemeses that drive host clocks and the store.
+    assert!(
+        reached.clock_steps > 0 && reached.store_restarts > 0 && reached.live_refusals > 0,
+        "{reached:?}"
+    );
 }
 
 /// Searches the first `limit` seeds for one that breaks `property` (a text its violation
