@@ -203,6 +203,7 @@
 //! (`fenced.rs`) comes from [`EtcdLeaseStore::fenced_resource`]; [`protocol`] holds every key
 //! layout, value format and transaction shape this backend sends.
 
+mod batch;
 mod config;
 mod error;
 mod fenced;

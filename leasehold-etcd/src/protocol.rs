@@ -226,6 +226,38 @@ pub fn acquire_txn(
         .or_else(vec![TxnOp::get(mutex_prefix, Some(holder_query()))])
 }
 
+/// The most keys one transaction of a batched acquire ([`acquire_many_txn`]) creates: etcd's
+/// default `--max-txn-ops` (128), which bounds the comparisons, the success operations and the
+/// failure operations of a transaction each.
+pub const MAX_TXN_KEYS: usize = 128;
+
+/// The batched acquire transaction: for each `(mutex_prefix, lock_key, owner, lease_id)`, the
+/// free-lock comparison of [`acquire_txn`] and its put; all puts happen only if every lock is
+/// free. If any comparison fails, the transaction reads every lock's holder instead
+/// ([`holder_query`]), one range per entry in order, so that the caller learns which keys are
+/// held and tries the free ones again. At most [`MAX_TXN_KEYS`] entries.
+pub fn acquire_many_txn(entries: &[(&str, &str, &OwnerId, i64)]) -> Txn {
+    let compares = entries
+        .iter()
+        .map(|(prefix, ..)| Compare::create_revision(*prefix, CompareOp::Equal, 0).with_prefix())
+        .collect::<Vec<_>>();
+    let puts = entries
+        .iter()
+        .map(|(_, lock_key, owner, lease_id)| {
+            TxnOp::put(
+                *lock_key,
+                encode_owner(owner),
+                Some(PutOptions::new().with_lease(*lease_id)),
+            )
+        })
+        .collect::<Vec<_>>();
+    let reads = entries
+        .iter()
+        .map(|(prefix, ..)| TxnOp::get(*prefix, Some(holder_query())))
+        .collect::<Vec<_>>();
+    Txn::new().when(compares).and_then(puts).or_else(reads)
+}
+
 /// The release transaction of a lock key: delete `lock_key` if it still has `token` as its
 /// create revision, `owner`'s value and an etcd lease, returning the deleted key (whose etcd
 /// lease the caller then revokes if the key was alone on it, see [`alone_on_its_lease`]).

@@ -34,7 +34,7 @@ const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(10);
 
 /// How often acquire re-reads the key when a transaction lost a race, before giving up with a
 /// retryable error.
-const MAX_ATTEMPTS: usize = 8;
+pub(crate) const MAX_ATTEMPTS: usize = 8;
 
 /// A [`LeaseStore`] on etcd, compatible with etcd's own lock protocol.
 ///
@@ -246,7 +246,7 @@ impl EtcdLeaseStore {
     }
 
     /// The holder as reported to callers, with the remaining TTL of its etcd lease.
-    async fn holder_of(&self, kv: &KeyValue) -> Result<Holder> {
+    pub(crate) async fn holder_of(&self, kv: &KeyValue) -> Result<Holder> {
         let ttl = if kv.lease() == 0 {
             None
         } else {
@@ -614,6 +614,23 @@ impl LeaseStore for EtcdLeaseStore {
             ),
             None,
         ))
+    }
+
+    /// With one etcd lease per grant ([`LeaseSharing::PerGrant`], the default): each key's
+    /// etcd lease is granted first (at most 64 grants in flight), then the lock keys are created
+    /// by transactions of up to 128 keys ([`protocol::acquire_many_txn`]: every lock free, or
+    /// nothing is created and every holder is read). A transaction that found some locks held
+    /// refuses those keys (reporting their holders) and tries the free ones again in the next
+    /// transaction. Keys held by their own owner alone (a same-owner re-acquire replaces the
+    /// key), keys that changed hands in every attempt, and every key with
+    /// [`LeaseSharing::PerTtl`] are acquired by [`acquire`](LeaseStore::acquire), 64 at once.
+    ///
+    /// # Cancellation safety
+    /// Not cancel safe, as [`acquire`](LeaseStore::acquire): a dropped batch may have created
+    /// keys, which expire with their etcd leases after their TTL.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        leasehold_core::store::validate_acquire_many(reqs)?;
+        self.acquire_batch(reqs).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
