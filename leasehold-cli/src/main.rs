@@ -16,6 +16,7 @@ mod events;
 mod exit;
 mod generate;
 mod hold;
+mod limit;
 mod run;
 mod shards;
 mod shim;
@@ -176,6 +177,18 @@ struct RunArgs {
     stop_leftovers: bool,
     #[command(flatten)]
     failover: FailoverArg,
+    /// Run as one of at most N holders of KEY at a time (a fenced semaphore, like `consul lock
+    /// -n`), 1 to 1024. The command holds one of N slots, KEY.lease--permit.0 to
+    /// KEY.lease--permit.{N-1}: LEASE_KEY and LEASE_FENCING_TOKEN are that slot's (fence writes
+    /// by the slot key: tokens increase per slot), LEASE_SLOT is its number, LEASE_LIMIT is N
+    /// and LEASE_SEMAPHORE is KEY. Runs with different N share slots: at most the largest N run
+    /// at once.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::semaphore::MAX_PERMITS))
+    )]
+    limit: Option<u32>,
     /// A readable label for the owner id (default: HOSTNAME.PID); a random suffix is added.
     #[arg(long)]
     label: Option<String>,
@@ -251,6 +264,14 @@ struct StatusArgs {
     /// One JSON object per key and line.
     #[arg(long)]
     json: bool,
+    /// Show the N slots of each KEY run with `lease run --limit N` (KEY.lease--permit.0 to
+    /// KEY.lease--permit.{N-1}, one line each) instead of KEY itself.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(leasehold::semaphore::MAX_PERMITS))
+    )]
+    limit: Option<u32>,
     /// The keys to show.
     #[arg(required = true, value_name = "KEY")]
     keys: Vec<String>,

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::duration::human;
 use crate::tree::{self, Scope};
-use crate::{RunArgs, exit, owner_label, shim, store};
+use crate::{RunArgs, exit, limit, owner_label, shim, store};
 
 /// The signals `lease run` and `lease elect -- CMD` forward to the command: SIGINT, SIGTERM,
 /// SIGHUP and SIGQUIT (which also cancel a wait for the lease), and SIGUSR1, SIGUSR2 and
@@ -128,24 +128,30 @@ pub(crate) async fn main(args: RunArgs) -> ExitCode {
     };
     let wait = args.wait.wait();
     store::warn_redis_failover(&url, &key, args.failover.accept_redis_failover);
-    let owner = store::owner_for(&url, &owner_label(args.label.as_deref()));
+    let label = owner_label(args.label.as_deref());
+    let owner = match args.limit {
+        // Each permit is held by an instance of the owner (17 more bytes): keep the label short.
+        Some(_) => store::owner_for(&url, &label.chars().take(64).collect::<String>()),
+        None => store::owner_for(&url, &label),
+    };
     let config = config.with_acquire_wait(wait);
     let sup = Supervisor::from_arc(store.clone(), config).with_owner(owner);
 
-    let guard = match acquire(
-        &sup,
-        &store,
-        &key,
-        wait,
-        args.wait.conflict_exit_code,
-        &mut signals,
-    )
-    .await
-    {
-        Ok(guard) => guard,
-        Err(code) => return code,
+    let conflict = args.wait.conflict_exit_code;
+    let (guard, extra) = match args.limit {
+        Some(limit) => match limit::acquire(sup, &key, limit, wait, conflict, &mut signals).await {
+            Ok(permit) => {
+                let env = limit::env(&key, &permit, limit);
+                (permit.into_guard(), env)
+            }
+            Err(code) => return code,
+        },
+        None => match acquire(&sup, &store, &key, wait, conflict, &mut signals).await {
+            Ok(guard) => (guard, Vec::new()),
+            Err(code) => return code,
+        },
     };
-    let status = supervise(guard, &args, grace, &url, &mut signals).await;
+    let status = supervise(guard, &args, grace, &url, &extra, &mut signals).await;
     ExitCode::from(status)
 }
 
@@ -278,6 +284,7 @@ async fn supervise(
     args: &RunArgs,
     grace: Duration,
     url: &str,
+    extra_env: &[(&'static str, String)],
     signals: &mut Signals,
 ) -> u8 {
     let key = guard.key().clone();
@@ -307,6 +314,7 @@ async fn supervise(
         .env("LEASE_OWNER", guard.owner().as_str())
         .env("LEASE_FENCING_TOKEN", token.to_string())
         .env("LEASE_TTL_MS", guard.lease().ttl().as_millis().to_string())
+        .envs(extra_env.iter().map(|(k, v)| (k, v)))
         .process_group(0);
     if std::env::var_os(store::STORE_ENV).is_none() && args.store.store.is_none() {
         // Children that call `lease status` see the same (default) store.

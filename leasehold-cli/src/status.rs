@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use leasehold::semaphore::Semaphore;
 use leasehold::{KeyState, LeaseKey};
 use serde_json::json;
 
@@ -11,9 +12,21 @@ use crate::{StatusArgs, exit, print_line, store};
 pub(crate) async fn main(args: StatusArgs) -> ExitCode {
     let mut keys = Vec::with_capacity(args.keys.len());
     for k in &args.keys {
-        match LeaseKey::new(k) {
-            Ok(k) => keys.push(k),
+        let key = match LeaseKey::new(k) {
+            Ok(k) => k,
             Err(e) => return exit::from_error("bad key", &e),
+        };
+        match args.limit {
+            // The slots of the semaphore KEY (`lease run --limit N`), slot 0 first.
+            Some(n) => {
+                for slot in 0..n {
+                    match Semaphore::slot_key(&key, slot) {
+                        Ok(k) => keys.push(k),
+                        Err(e) => return exit::from_error("bad key for --limit", &e),
+                    }
+                }
+            }
+            None => keys.push(key),
         }
     }
     let (_, store) = match store::open(args.store.store.as_deref()).await {
