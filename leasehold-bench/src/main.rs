@@ -313,6 +313,16 @@ async fn connect(name: &str) -> Result<Target, String> {
             let raw = raw::MysqlRaw::new(&store);
             let version = raw.version().await?;
             let minimal = minimal::MysqlMinimal::new(store.pool().clone()).await?;
+            let ablations: Vec<(&'static str, Arc<dyn Raw>)> = vec![
+                (
+                    "minimal + the clock-floored token",
+                    Arc::new(minimal::MysqlMinimal::token_floor(store.pool().clone()).await?),
+                ),
+                (
+                    report::LIBRARY_ACQUIRE,
+                    Arc::new(raw::MysqlRaw::with_minimal_release(&store)),
+                ),
+            ];
             let port = url_addr(&url).rsplit_once(':').map(|(_, p)| p.to_string());
             let daemon = if version.contains("MariaDB") {
                 "mariadbd"
@@ -326,7 +336,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 store,
                 raw: Arc::new(raw),
                 minimal: Arc::new(minimal),
-                ablations: Vec::new(),
+                ablations,
                 configs: Vec::new(),
                 // The server of that port.
                 server: Some(sys::ServerProcs {

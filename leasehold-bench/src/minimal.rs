@@ -718,11 +718,28 @@ const MYSQL_ACQUIRE: &str = "INSERT INTO lease_bench_minimal \
 const MYSQL_RELEASE: &str = "UPDATE lease_bench_minimal SET lease_until = '1970-01-01 00:00:00' \
      WHERE lease_key = ? AND owner_id = ? AND fencing_token = ?";
 
-/// The MySQL / MariaDB floor, on the library store's pool: one statement per acquire (or
-/// renewal) and per release, each one round trip (a prepared statement, cached per connection,
-/// executed in one `COM_STMT_EXECUTE`).
+/// The ablation [`MysqlMinimal::token_floor`]: the minimal upsert whose token is the library's,
+/// `GREATEST(old + 1, the server's clock in microseconds)` (a new key's: the clock), so that a
+/// token does not repeat after the row's deletion or a failover.
+static MYSQL_FLOOR_ACQUIRE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let clock = leasehold_mysql::protocol::CLOCK_US;
+    MYSQL_ACQUIRE
+        .replace(
+            "LAST_INSERT_ID(1)",
+            &format!("LAST_INSERT_ID(GREATEST(1, {clock}))"),
+        )
+        .replace(
+            "LAST_INSERT_ID(fencing_token + 1)",
+            &format!("LAST_INSERT_ID(GREATEST(fencing_token + 1, {clock}))"),
+        )
+});
+
+/// The MySQL / MariaDB floor (or its ablation), on the library store's pool: one statement per
+/// acquire (or renewal) and per release, each one round trip (a prepared statement, cached per
+/// connection, executed in one `COM_STMT_EXECUTE`).
 pub(crate) struct MysqlMinimal {
     pool: sqlx::MySqlPool,
+    acquire: &'static str,
 }
 
 impl MysqlMinimal {
@@ -736,8 +753,23 @@ impl MysqlMinimal {
                         (test_before_acquire): the floor would pay a round trip per statement"
                 .into());
         }
-        sqlx::query(MYSQL_TABLE).execute(&pool).await.map_err(s)?;
-        let m = Self::floor(pool);
+        Self::checked(Self::floor(pool)).await
+    }
+
+    /// The floor with the library's clock-floored token (an ablation, not a floor); creates its
+    /// table and checks it as [`new`](Self::new) does.
+    pub(crate) async fn token_floor(pool: sqlx::MySqlPool) -> R<Self> {
+        Self::checked(MysqlMinimal {
+            pool,
+            acquire: MYSQL_FLOOR_ACQUIRE.as_str(),
+        })
+        .await
+    }
+
+    /// Creates the table if needed and checks `m` on a probe key: a grant, a refusal to
+    /// another owner, and after the release a grant with a greater token.
+    async fn checked(m: Self) -> R<Self> {
+        sqlx::query(MYSQL_TABLE).execute(&m.pool).await.map_err(s)?;
         let probe = LeaseKey::new(format!(
             "bench-probe-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -754,10 +786,11 @@ impl MysqlMinimal {
             .await
             .map_err(s)?;
         match (first.token, refused, again) {
-            (1, None, Some(g)) if g.token == 2 => Ok(m),
+            (t, None, Some(g)) if t >= 1 && g.token > t => Ok(m),
             (t, r, a) => Err(format!(
                 "the server does not report the statement's LAST_INSERT_ID as expected: \
-                 grant {t}, refusal {:?}, grant after release {:?} (want 1, none, 2)",
+                 grant {t}, refusal {:?}, grant after release {:?} (want a token, none, a \
+                 greater token)",
                 r.map(|g| g.token),
                 a.map(|g| g.token)
             )),
@@ -766,7 +799,10 @@ impl MysqlMinimal {
 
     /// The floor on a pool, for [`cleanup`](Self::cleanup) (no DDL).
     pub(crate) fn floor(pool: sqlx::MySqlPool) -> Self {
-        MysqlMinimal { pool }
+        MysqlMinimal {
+            pool,
+            acquire: MYSQL_ACQUIRE,
+        }
     }
 
     /// Deletes the rows of `ns`.
@@ -785,7 +821,7 @@ impl Raw for MysqlMinimal {
         "COM_PING"
     }
     async fn acquire(&self, key: &LeaseKey, owner: &str, ttl: Duration) -> R<Option<RawGrant>> {
-        let r = sqlx::query(MYSQL_ACQUIRE)
+        let r = sqlx::query(sqlx::AssertSqlSafe(self.acquire))
             .bind(key.as_str())
             .bind(owner)
             .bind(ttl_ms(ttl)?.saturating_mul(1000))

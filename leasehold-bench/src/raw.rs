@@ -853,18 +853,42 @@ impl Raw for SqliteRaw {
 pub(crate) struct MysqlRaw {
     pool: sqlx::MySqlPool,
     sql: leasehold_mysql::protocol::Statements,
+    /// The release statement: the library's, or (the ablation
+    /// [`MysqlRaw::with_minimal_release`]) the minimal one.
+    release: String,
     /// Readings of the server's statement counter so far (each is a statement itself).
     questions_read: std::sync::atomic::AtomicU64,
 }
 
 impl MysqlRaw {
     pub(crate) fn new(store: &leasehold_mysql::MysqlLeaseStore) -> Self {
+        let sql = store.statements().clone();
         MysqlRaw {
             pool: store.pool().clone(),
-            sql: store.statements().clone(),
+            release: sql.release.clone(),
+            sql,
             questions_read: std::sync::atomic::AtomicU64::new(0),
         }
     }
+
+    /// An ablation (not a floor): the library's acquire on the library's own table (its
+    /// triggers included), and the minimal release (see [`mysql_minimal_release`]). Over the
+    /// minimal, it prices the library's grant; the library's own protocol over it prices the
+    /// library's release.
+    pub(crate) fn with_minimal_release(store: &leasehold_mysql::MysqlLeaseStore) -> Self {
+        let raw = Self::new(store);
+        MysqlRaw {
+            release: mysql_minimal_release(&raw.sql),
+            ..raw
+        }
+    }
+}
+
+/// The library's release (a guarded `UPDATE` by key, owner and token) without its expiry check,
+/// as the minimal releases.
+fn mysql_minimal_release(sql: &leasehold_mysql::protocol::Statements) -> String {
+    sql.release
+        .replace(" AND lease_until > UTC_TIMESTAMP(6)", "")
 }
 
 /// The session's `LAST_INSERT_ID()`: the token of the grant this connection just made.
@@ -937,7 +961,7 @@ impl Raw for MysqlRaw {
         }
     }
     async fn release(&self, g: &RawGrant) -> R<()> {
-        sqlx::query(AssertSqlSafe(self.sql.release.as_str()))
+        sqlx::query(AssertSqlSafe(self.release.as_str()))
             .bind(g.key.as_str())
             .bind(g.owner.as_str())
             .bind(g.token)
@@ -1141,6 +1165,14 @@ mod tests {
             "{pg}"
         );
         assert!(pg.ends_with("AND fencing_token = $3"), "{pg}");
+        let my = leasehold_mysql::protocol::Statements::new(&leasehold_mysql::TableName::default());
+        let mysql = mysql_minimal_release(&my);
+        assert_ne!(mysql, my.release);
+        assert!(
+            mysql.starts_with("UPDATE ") && !mysql.contains("UTC_TIMESTAMP"),
+            "{mysql}"
+        );
+        assert!(mysql.ends_with("AND fencing_token = ?"), "{mysql}");
         let lua = REDIS_MINIMAL_RELEASE.as_str();
         assert!(!lua.contains("PUBLISH") && lua.contains("'DEL'"), "{lua}");
     }

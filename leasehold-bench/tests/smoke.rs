@@ -139,7 +139,7 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
         );
     }
     // The ablations ran too (table 1c; the backends that have them), each with a figure.
-    let ablated = ["postgres", "redis", "k8s"];
+    let ablated = ["postgres", "mysql", "redis", "k8s"];
     if measured.iter().any(|b| ablated.contains(b)) {
         let steps = section(&report, "## 1c. Where a throughput gap goes");
         for b in measured.iter().filter(|b| ablated.contains(b)) {

@@ -82,7 +82,10 @@ impl Report {
              with the minimal release (no expiry check, no wake-up mark, no `RETURNING`). The \
              last row of each backend splits its protocol cost in two: its rate over the \
              minimal's prices the library's acquire, and the library's own protocol over it \
-             prices the library's release. Kubernetes: the minimal requests \
+             prices the library's release. MySQL / MariaDB: the minimal upsert whose token is \
+             the library's, `GREATEST(old + 1, the server's clock in microseconds)` (a new key's: \
+             the clock); and the library's acquire on the library's own table, triggers \
+             included, with the minimal release (no expiry check). Kubernetes: the minimal requests \
              with the library's two token annotations written on every grant (the token is the \
              old annotation + 1, a counter that survives the object's deletion, which the \
              resourceVersion is not)."
