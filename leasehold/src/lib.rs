@@ -124,14 +124,17 @@
 //!
 //! ## The command line
 //! The `lease` binary (crate `leasehold-cli`) runs a command under a lease (`lease run --key K --
-//! CMD`), shows who holds keys (`lease status K`) and joins elections (`lease elect --name N`),
-//! with the same URLs in `--store` or `LEASE_STORE` and an embedded SQLite file by default.
+//! CMD`, or as one of at most `N` runners with `--limit N`), shows who holds keys (`lease status
+//! K`) and joins elections (`lease elect --name N`), with the same URLs in `--store` or
+//! `LEASE_STORE` and an embedded SQLite file by default.
 //!
 //! ## Modules
 //! - [`store`]: the [`LeaseStore`] contract; [`memory`]: the reference implementation.
 //! - [`fencing`]: [`FencingToken`], [`FencedResource`], [`MemoryFencedResource`].
 //! - [`supervisor`]: bounded acquisition, renewal, health, guarded work.
 //! - [`election`]: leader election whose term is the fencing token.
+//! - [`semaphore`]: fenced semaphores, at most `N` holders of one name, each permit a supervised
+//!   lease on one of `N` slot keys whose token the guarded resource fences by.
 //! - [`capability`]: what each backend promises.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
