@@ -13,6 +13,7 @@ mod abandoned;
 mod batch;
 mod cluster;
 mod failover;
+mod guards;
 mod input;
 mod interop;
 mod options;

@@ -7,6 +7,7 @@ mod abandoned;
 mod batch;
 mod cluster;
 mod failover;
+mod guards;
 mod input;
 mod interop;
 mod options;

@@ -103,6 +103,7 @@ pub(crate) fn run(sharing: LeaseSharing) -> ! {
         crate::abandoned::cases,
         crate::batch::cases,
         crate::failover::cases,
+        crate::guards::cases,
         crate::input::cases,
         crate::interop::cases,
         crate::options::cases,
