@@ -1058,3 +1058,95 @@ proptest::proptest! {
         }
     }
 }
+
+/// Counts the shard keys asked for through `acquire` and through `acquire_many`.
+#[derive(Debug)]
+struct TakeCount {
+    inner: Arc<dyn LeaseStore>,
+    single: Arc<std::sync::atomic::AtomicUsize>,
+    batched: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn shard_keys<'a>(keys: impl IntoIterator<Item = &'a LeaseKey>) -> usize {
+    keys.into_iter()
+        .filter(|k| k.as_str().contains("--s."))
+        .count()
+}
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl LeaseStore for TakeCount {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> leasehold_core::Result<AcquireOutcome> {
+        let n = shard_keys([&req.key]);
+        self.single
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+        self.inner.acquire(req).await
+    }
+    async fn acquire_many(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<AcquireOutcome>>> {
+        let n = shard_keys(reqs.iter().map(|r| &r.key));
+        self.batched
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+        self.inner.acquire_many(reqs).await
+    }
+    async fn renew(&self, lease: &Lease) -> leasehold_core::Result<RenewOutcome> {
+        self.inner.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> leasehold_core::Result<ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> leasehold_core::Result<KeyState> {
+        self.inner.inspect(key).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[Lease],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<RenewOutcome>>> {
+        self.inner.renew_many(leases).await
+    }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
+        self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
+        self.inner.holders_many(keys).await
+    }
+    async fn watch(&self, key: &LeaseKey) -> leasehold_core::Result<Option<KeyWatch>> {
+        self.inner.watch(key).await
+    }
+}
+
+/// A worker that finds many shards free takes them with batched acquires (one store call per
+/// batch of free shards), not one acquire per shard.
+#[tokio::test(start_paused = true)]
+async fn free_shards_are_taken_with_batched_acquires() {
+    const K: usize = 300;
+    let rec = Recorder::new("batch");
+    let count = TakeCount {
+        inner: Arc::new(MemoryLeaseStore::new()),
+        single: Arc::default(),
+        batched: Arc::default(),
+    };
+    let (single, batched) = (count.single.clone(), count.batched.clone());
+    let set = set_on(Arc::new(count), &rec, K);
+    let _w = set.join("w1").unwrap();
+    wait_for(&set, TTL * 10, POLL, |s| all_owned_by(s, &["w1"]))
+        .await
+        .expect("w1 owns every shard");
+    let (single, batched) = (
+        single.load(std::sync::atomic::Ordering::SeqCst),
+        batched.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    eprintln!("{K} shards: {batched} asked for in batches, {single} one by one");
+    assert!(
+        batched >= K && single < K / 10,
+        "{batched} shard keys asked for in batches and {single} one by one, for {K} shards"
+    );
+}

@@ -198,6 +198,106 @@ impl Supervisor {
             .await
     }
 
+    /// Tries once to acquire each of `keys`, all in one [`LeaseStore::acquire_many`] call (as
+    /// [`try_acquire`](Self::try_acquire) would for each, without waiting): outcomes in input
+    /// order, a guard for each granted key (each renewed as any other), `NotAcquired` naming the
+    /// holder for each refused one, or the key's own error. Bad batches are refused as
+    /// [`validate_acquire_many`](crate::store::validate_acquire_many) says, before anything is
+    /// sent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::{LeaseKey, MemoryLeaseStore};
+    /// use leasehold_core::supervisor::{Acquisition, Supervisor, SupervisorConfig};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let sup = Supervisor::new(MemoryLeaseStore::new(), SupervisorConfig::new(Duration::from_secs(10)));
+    /// let keys = [LeaseKey::new("shard-0")?, LeaseKey::new("shard-1")?];
+    /// let out = sup.try_acquire_many(&keys).await?;
+    /// assert!(out.iter().all(|o| matches!(o, Ok(Acquisition::Acquired(_)))));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// Invalid input for the batch or the configuration; the store's error for the call, or
+    /// [`Error::Timeout`] when it did not answer within the op timeout.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: the store call runs in a task of its own (bounded by the op timeout), which
+    /// releases the grants of a call whose answer nobody is waiting for; a grant not yet handed
+    /// out as a guard when the future is dropped is released in the background.
+    pub async fn try_acquire_many(&self, keys: &[LeaseKey]) -> Result<Vec<Result<Acquisition>>> {
+        self.config.validate()?;
+        let started = Instant::now();
+        let reqs: Vec<AcquireRequest> = keys
+            .iter()
+            .map(|k| {
+                AcquireRequest::new(k.clone(), self.owner.clone(), self.config.ttl())
+                    .with_drift_margin(self.config.drift_margin())
+            })
+            .collect();
+        crate::store::validate_acquire_many(&reqs)?;
+        let op = self.config.op_timeout();
+        let suspended = self.config.clock().suspended();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            let Ok(out) = timeout(op, store.acquire_many(&reqs)).await else {
+                return;
+            };
+            if let Err(Ok(out)) = tx.send(out) {
+                // The caller gave up on the call: nobody will hold its grants.
+                for outcome in out.into_iter().flatten() {
+                    if let AcquireOutcome::Acquired(lease) = outcome {
+                        let _ = timeout(op, store.release(&lease)).await;
+                    }
+                }
+            }
+        });
+        let outcomes = match timeout(op, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) | Err(_) => {
+                return Err(Error::Timeout {
+                    backend: self.store.backend(),
+                    operation: "acquire_many",
+                    after: op,
+                });
+            }
+        };
+        // Every grant is owned at once, so that a drop from here releases those not handed out.
+        let owned: Vec<Result<std::result::Result<Ungiven, Holder>>> = outcomes
+            .into_iter()
+            .map(|o| {
+                o.map(|o| match o {
+                    AcquireOutcome::Acquired(lease) => {
+                        Ok(Ungiven::new(self.store.clone(), lease, op))
+                    }
+                    AcquireOutcome::Held(h) => Err(h),
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(owned.len());
+        for (key, o) in keys.iter().zip(owned) {
+            out.push(match o {
+                Err(e) => Err(e),
+                Ok(Err(holder)) => {
+                    let waited = started.elapsed();
+                    self.hook.not_acquired(key, waited);
+                    Ok(Acquisition::NotAcquired {
+                        holder: Some(holder),
+                        waited,
+                    })
+                }
+                Ok(Ok(mut lease)) => {
+                    lease.report_acquired(self.hook.clone(), started.elapsed());
+                    self.start(lease, suspended)
+                        .await
+                        .map(Acquisition::Acquired)
+                }
+            });
+        }
+        Ok(out)
+    }
+
     /// Opens a watch on `key`, bounded like any store call: a watch that does not open in time
     /// (a subscription on a black-holed connection) leaves the caller polling.
     async fn open_watch(&self, key: &LeaseKey, wait: Duration) -> Option<KeyWatch> {
