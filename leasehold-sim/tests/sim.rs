@@ -37,10 +37,18 @@ fn sim_profile() -> bool {
     })
 }
 
+/// The command that replays `seed` in the build this binary came from. A build with `--cfg
+/// tokio_unstable` seeds tokio's `select!` choices from the run's seed, so only the same flag
+/// replays such a run exactly.
 fn replay_command(seed: u64) -> String {
     let profile = if sim_profile() { " --profile sim" } else { "" };
+    let flags = if cfg!(tokio_unstable) {
+        "RUSTFLAGS=\"--cfg tokio_unstable\" "
+    } else {
+        ""
+    };
     format!(
-        "LEASE_SIM_SEED={seed} cargo test{profile} -p leasehold-sim --test sim -- replay --nocapture"
+        "{flags}LEASE_SIM_SEED={seed} cargo test{profile} -p leasehold-sim --test sim -- replay --nocapture"
     )
 }
 
