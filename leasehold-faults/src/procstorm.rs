@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use leasehold_core::{FencingToken, OwnerId};
+use leasehold_core::{FencingToken, LeaseKey, OwnerId};
 use leasehold_testkit::history::{Attempt, Event, History, Op, Stamp};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -68,8 +68,8 @@ struct Holder {
     name: String,
     owner: OwnerId,
     child: Option<Child>,
-    /// The operation begun and not yet ended: (op, token, invoked).
-    pending: Option<(String, Option<FencingToken>, u64)>,
+    /// The operation begun and not yet ended: (op, token, invoked, key).
+    pending: Option<(String, Option<FencingToken>, u64, LeaseKey)>,
     /// Start of the current grant's acquisition.
     grant_started: u64,
     /// Pauses, as (SIGSTOP, SIGCONT) monotonic nanoseconds (`u64::MAX`: not resumed yet).
@@ -88,15 +88,17 @@ impl Holder {
 fn spawn(
     name: &str,
     args: &[String],
-    skew_s: i64,
+    wall_clock: Option<&std::path::Path>,
     tx: mpsc::UnboundedSender<(String, Option<Value>)>,
 ) -> Result<Child, String> {
     let mut cmd = Command::new(holder_bin());
-    if skew_s != 0 {
+    if let Some(file) = wall_clock {
         // libfaketime shifts the process's wall clock only: `CLOCK_MONOTONIC` (the stamps of the
-        // history and every deadline) stays the host's.
+        // history and every deadline) stays the host's. It reads the offset from the file at
+        // every call, so writing the file steps the clock.
         cmd.env("LD_PRELOAD", LIBFAKETIME)
-            .env("FAKETIME", format!("{skew_s:+}s"))
+            .env("FAKETIME_TIMESTAMP_FILE", file)
+            .env("FAKETIME_NO_CACHE", "1")
             .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
     }
     let mut child = cmd
@@ -119,6 +121,13 @@ fn spawn(
         let _ = tx.send((name, None));
     });
     Ok(child)
+}
+
+/// The host's wall clock, ms since the epoch.
+fn host_wall_ms() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i128::try_from(d.as_millis()).unwrap_or(0))
 }
 
 fn signal(child: &Child, sig: nix::sys::signal::Signal) -> Result<(), String> {
@@ -196,7 +205,86 @@ pub async fn process_storm_skewed(
     record: Option<&Record>,
     wall_skew_s: &[i64],
 ) -> Result<Measured, String> {
-    if wall_skew_s.iter().any(|&s| s != 0) && !std::path::Path::new(LIBFAKETIME).exists() {
+    let plan = Plan {
+        wall_skew_s: wall_skew_s.to_vec(),
+        ..Plan::default()
+    };
+    // A `dyn` future: the storm's future type is deep enough that proving it `Send` inside the
+    // soak's task pool overflows the compiler's recursion limit.
+    let storm: std::pin::Pin<Box<dyn Future<Output = Result<Measured, String>> + Send + '_>> =
+        Box::pin(async move {
+            process_storm_planned(url, resource_url, ttl, seed, record, &plan).await
+        });
+    storm.await
+}
+
+/// The shape of a process storm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// Holder `n`'s wall clock starts shifted by `wall_skew_s[n % len]` seconds (libfaketime; 0
+    /// or an empty list: no shift).
+    pub wall_skew_s: Vec<i64>,
+    /// Whether some faults step a live holder's wall clock (libfaketime re-reading its
+    /// timestamp file), forward and back in turn, by 10 to 120 s.
+    pub clock_steps: bool,
+    /// Holders running at a time (each killed one replaced, up to `2 * holders + 2` in all).
+    pub holders: usize,
+    /// Keys the holders contend for; each round a holder picks one at random.
+    pub keys: usize,
+}
+
+impl Default for Plan {
+    /// Three holders on one key, wall clocks neither shifted nor stepped.
+    fn default() -> Self {
+        Plan {
+            wall_skew_s: Vec::new(),
+            clock_steps: false,
+            holders: 3,
+            keys: 1,
+        }
+    }
+}
+
+/// A holder's wall clock as libfaketime reads it from the holder's timestamp file, re-read at
+/// every call (`FAKETIME_NO_CACHE=1`), so that a new offset written to the file steps the clock.
+#[derive(Debug)]
+struct WallClock {
+    file: std::path::PathBuf,
+    /// The offset asked for, seconds.
+    skew_s: i64,
+    /// A step written and not yet seen in the holder's reported wall clock: (offset, written at).
+    unseen: Option<(i64, Instant)>,
+}
+
+impl WallClock {
+    fn set(&mut self, skew_s: i64) -> Result<(), String> {
+        let tmp = self.file.with_extension("tmp");
+        std::fs::write(&tmp, format!("{skew_s:+}s\n")).map_err(|e| format!("{tmp:?}: {e}"))?;
+        // A rename, so the holder never reads a half-written file.
+        std::fs::rename(&tmp, &self.file).map_err(|e| format!("{:?}: {e}", self.file))?;
+        self.skew_s = skew_s;
+        Ok(())
+    }
+}
+
+/// As [`process_storm_recorded`], shaped by `plan`: skews and steps of the holders' wall
+/// clocks, the number of holders at a time and of keys.
+///
+/// # Errors
+/// As [`process_storm_recorded`], if a skew or step is asked for and libfaketime is not
+/// installed, or if a skew or step did not take effect (the holder's reported wall clock is not
+/// within 5 s of the asked offset).
+pub async fn process_storm_planned(
+    url: &str,
+    resource_url: &str,
+    ttl: Duration,
+    seed: u64,
+    record: Option<&Record>,
+    plan: &Plan,
+) -> Result<Measured, String> {
+    let wall_skew_s = &plan.wall_skew_s[..];
+    let faked = plan.clock_steps || wall_skew_s.iter().any(|&s| s != 0);
+    if faked && !std::path::Path::new(LIBFAKETIME).exists() {
         return Err(format!(
             "{LIBFAKETIME} is missing (Debian package faketime)"
         ));
@@ -208,7 +296,24 @@ pub async fn process_storm_skewed(
             .copied()
             .unwrap_or(0)
     };
-    let key = fresh_key("procstorm");
+    let base = fresh_key("procstorm");
+    let keys: Vec<LeaseKey> = if plan.keys <= 1 {
+        vec![base.clone()]
+    } else {
+        (0..plan.keys)
+            .map(|i| LeaseKey::new(format!("{base}-{i}")).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?
+    };
+    let key_list = keys
+        .iter()
+        .map(LeaseKey::as_str)
+        .collect::<Vec<_>>()
+        .join(",");
+    let clock_dir = std::env::temp_dir().join(format!("leasehold-faults-clocks-{base}"));
+    if faked {
+        std::fs::create_dir_all(&clock_dir).map_err(|e| format!("{clock_dir:?}: {e}"))?;
+    }
+    let mut clocks: HashMap<String, WallClock> = HashMap::new();
     let clock = Clock::new();
     let history = History::new();
     let mut seq = 0u64;
@@ -219,7 +324,7 @@ pub async fn process_storm_skewed(
         .map_err(|e| e.to_string())?;
     let _store = leasehold::connect(url).await.map_err(|e| e.to_string())?;
     let mut recording = match record {
-        Some(r) => Some(r.start(key.as_str()).await?),
+        Some(r) => Some(r.start(base.as_str()).await?),
         None => None,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -232,8 +337,8 @@ pub async fn process_storm_skewed(
             url,
             "--resource-url",
             resource_url,
-            "--key",
-            key.as_str(),
+            "--keys",
+            key_list.as_str(),
         ]
         .iter()
         .map(ToString::to_string)
@@ -247,10 +352,32 @@ pub async fn process_storm_skewed(
         ])
         .collect()
     };
-    let add = |holders: &mut HashMap<String, Holder>, rounds: u32| -> Result<(), String> {
+    let add = |holders: &mut HashMap<String, Holder>,
+               clocks: &mut HashMap<String, WallClock>,
+               rounds: u32|
+     -> Result<(), String> {
         let n = spawned.load(std::sync::atomic::Ordering::Relaxed);
         let name = format!("p{n}");
-        let child = spawn(&name, &args(n, rounds), skew_of(n), tx.clone())?;
+        let wall = if faked {
+            let mut w = WallClock {
+                file: clock_dir.join(&name),
+                skew_s: 0,
+                unseen: None,
+            };
+            w.set(skew_of(n))?;
+            Some(w)
+        } else {
+            None
+        };
+        let child = spawn(
+            &name,
+            &args(n, rounds),
+            wall.as_ref().map(|w| w.file.as_path()),
+            tx.clone(),
+        )?;
+        if let Some(w) = wall {
+            clocks.insert(name.clone(), w);
+        }
         spawned.store(n + 1, std::sync::atomic::Ordering::Relaxed);
         holders.insert(
             name.clone(),
@@ -268,10 +395,12 @@ pub async fn process_storm_skewed(
         );
         Ok(())
     };
-    for _ in 0..3 {
-        add(&mut holders, 3)?;
+    for _ in 0..plan.holders.max(1) {
+        add(&mut holders, &mut clocks, 3)?;
     }
-    let (mut kills, mut pauses) = (0u64, 0u64);
+    let most = u64::try_from(plan.holders.max(1) * 2 + 2).unwrap_or(u64::MAX);
+    let (mut kills, mut pauses, mut steps, mut steps_seen) = (0u64, 0u64, 0u64, 0u64);
+    let mut forward = true;
     let mut unskewed: Vec<String> = Vec::new();
     let started = Instant::now();
     let give_up = started + Duration::from_secs(90);
@@ -295,10 +424,17 @@ pub async fn process_storm_skewed(
             msg = rx.recv() => {
                 let Some((name, v)) = msg else { break };
                 let Some(h) = holders.get_mut(&name) else { continue };
+                let key_of = |v: &Value| {
+                    v["key"]
+                        .as_str()
+                        .and_then(|k| keys.iter().find(|key| key.as_str() == k))
+                        .unwrap_or(&keys[0])
+                        .clone()
+                };
                 let Some(v) = v else {
                     // End of output: the process exited (or was killed).
                     h.finished = true;
-                    if let (Some((op, token, t)), Some(k)) = (h.pending.take(), h.killed_at) {
+                    if let (Some((op, token, t, key)), Some(k)) = (h.pending.take(), h.killed_at) {
                         let op = match (op.as_str(), token) {
                             ("write", Some(tk)) if h.paused_within(t, k) => {
                                 Op::Unknown(Attempt::LateWrite(tk))
@@ -315,14 +451,27 @@ pub async fn process_storm_skewed(
                 let tok = v["token"].as_u64().and_then(|t| FencingToken::new(t).ok());
                 let n = |f: &str| v[f].as_u64().unwrap_or(0);
                 let ev = v["event"].as_str().unwrap_or_default();
+                let key = key_of(&v);
+                // A step of this holder's wall clock must show in the next wall clock it reports.
+                if let (Some(w), Some(wall)) = (clocks.get_mut(&name), v["wall_ms"].as_u64())
+                    && let Some((want, at)) = w.unseen
+                {
+                    let off = i128::from(wall) - host_wall_ms();
+                    if (off - i128::from(want) * 1000).abs() <= 5000 {
+                        w.unseen = None;
+                        steps_seen += 1;
+                    } else if Instant::now() > at + Duration::from_secs(1) {
+                        unskewed.push(format!(
+                            "{name}: wall clock off by {off} ms more than 1 s after a step to {want} s"
+                        ));
+                        w.unseen = None;
+                    }
+                }
                 let op = match (ev, tok) {
                     ("ready", _) => {
                         // A skewed holder's wall clock must be off by its skew (within 5 s).
                         let idx: u64 = name.trim_start_matches('p').parse().unwrap_or(0);
-                        let mine = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| i128::try_from(d.as_millis()).unwrap_or(0));
-                        let off = i128::from(n("wall_ms")) - mine;
+                        let off = i128::from(n("wall_ms")) - host_wall_ms();
                         let want = i128::from(skew_of(idx)) * 1000;
                         if (off - want).abs() > 5000 {
                             unskewed.push(format!("{name}: wall clock off by {off} ms, asked {want} ms"));
@@ -334,7 +483,7 @@ pub async fn process_storm_skewed(
                         if op == "acquire" {
                             h.grant_started = n("t");
                         }
-                        h.pending = Some((op, tok, n("t")));
+                        h.pending = Some((op, tok, n("t"), key.clone()));
                         None
                     }
                     ("granted", Some(token)) => Some(Op::Granted {
@@ -378,7 +527,7 @@ pub async fn process_storm_skewed(
                         h.pending = None;
                     }
                     let (invoked, completed) = (stamp(n("t0")), stamp(n("t1")));
-                    history.push(Event { client: h.name.clone(), key: key.clone(), invoked, completed, op });
+                    history.push(Event { client: h.name.clone(), key, invoked, completed, op });
                 }
             }
             () = sleep_until(wake) => {
@@ -428,8 +577,8 @@ pub async fn process_storm_skewed(
                             c.kill().await.map_err(|e| e.to_string())?;
                             kills += 1;
                         }
-                        if spawned.load(std::sync::atomic::Ordering::Relaxed) < 8 {
-                            add(&mut holders, 2)?;
+                        if spawned.load(std::sync::atomic::Ordering::Relaxed) < most {
+                            add(&mut holders, &mut clocks, 2)?;
                         }
                     }
                     2 | 3 => {
@@ -441,26 +590,48 @@ pub async fn process_storm_skewed(
                             pauses += 1;
                         }
                     }
-                    _ => {}
+                    _ => {
+                        // A step of the holder's wall clock, forward and back in turn.
+                        if let Some(w) = clocks.get_mut(&pick).filter(|_| plan.clock_steps) {
+                            let by = rng.i64(10..=120);
+                            let to = w.skew_s + if forward { by } else { -by };
+                            forward = !forward;
+                            w.set(to)?;
+                            w.unseen = Some((to, Instant::now()));
+                            steps += 1;
+                        }
+                    }
                 }
             }
         }
+    }
+    if faked {
+        let _ = std::fs::remove_dir_all(&clock_dir);
     }
     if !unskewed.is_empty() {
         return Err(format!(
             "a wall-clock skew did not take effect: {unskewed:?}"
         ));
     }
+    if plan.clock_steps && steps > 0 && steps_seen == 0 {
+        return Err(format!(
+            "{steps} wall-clock step(s) asked for, none seen by a holder"
+        ));
+    }
     let mut violations = history.check();
-    let state = tokio::time::timeout(Duration::from_secs(10), resource.read(&key))
-        .await
-        .map_err(|_| "reading the resource timed out".to_string())?
-        .map_err(|e| format!("reading the resource: {e}"))?;
-    violations.extend(history.check_counter(&key, state.counter));
-    violations.extend(history.check_high_water(&key, state.high_water));
-    if let Some(r) = recording.as_mut() {
-        let log = r.read(&key).await?;
-        violations.extend(check_record(&history, &key, &log));
+    let mut recorded = 0;
+    for key in &keys {
+        let state = tokio::time::timeout(Duration::from_secs(10), resource.read(key))
+            .await
+            .map_err(|_| "reading the resource timed out".to_string())?
+            .map_err(|e| format!("reading the resource: {e}"))?;
+        violations.extend(history.check_counter(key, state.counter));
+        violations.extend(history.check_high_water(key, state.high_water));
+        if let Some(r) = recording.as_mut() {
+            let log = r.read(key).await?;
+            recorded += log.len() as u64;
+            violations.extend(check_record(&history, key, &log));
+        }
     }
     let events = history.events();
     let renewals = events
@@ -468,10 +639,13 @@ pub async fn process_storm_skewed(
         .filter(|e| matches!(e.op, Op::Renewed { .. }))
         .count() as u64;
     if !events.iter().any(|e| matches!(e.op, Op::Granted { .. })) {
-        return Err(format!("no holder was ever granted {key}"));
+        return Err(format!("no holder was ever granted any of {key_list}"));
     }
     Ok(Measured {
-        faults: kills + pauses,
+        faults: kills + pauses + steps,
+        clock_steps: steps,
+        clock_steps_seen: steps_seen,
+        recorded,
         renewals,
         unknown: history.unknown_outcomes(),
         history: (!violations.is_empty()).then(|| history.dump()),

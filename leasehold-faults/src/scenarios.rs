@@ -46,6 +46,13 @@ pub struct Measured {
     /// could not be carried out: an error, a timeout or a panicked probe task. Each is a check
     /// that did not happen.
     pub failed_probes: u64,
+    /// In process storms: steps of a holder's wall clock, and how many of them the holder's
+    /// reported wall clock showed.
+    pub clock_steps: u64,
+    /// See [`clock_steps`](Self::clock_steps).
+    pub clock_steps_seen: u64,
+    /// In process storms with the resource's own record: the accepted writes it held.
+    pub recorded: u64,
 }
 
 impl Measured {

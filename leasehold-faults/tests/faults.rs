@@ -91,10 +91,15 @@ async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
 /// `n % 3`): one on the host's clock, one 45 s behind, one 90 s ahead.
 const WALL_SKEW_S: [i64; 3] = [0, -45, 90];
 
-/// One process storm on `t`: holders are child processes (`lease-fault-holder
-/// --process-storm`) that are SIGSTOPped for 0.8 to 1.6 TTLs and SIGCONTed, or SIGKILLed and
-/// replaced, while they acquire, renew and write through the backend's fenced resource, their
-/// wall clocks apart by [`WALL_SKEW_S`]; their late writes must be rejected and the recorded
+/// Holders at a time in the process storms, and the keys they contend for.
+const HOLDERS: usize = 4;
+const KEYS: usize = 3;
+
+/// One process storm on `t`: [`HOLDERS`] holders at a time over [`KEYS`] keys are child
+/// processes (`lease-fault-holder --process-storm`) that are SIGSTOPped for 0.8 to 1.6 TTLs and
+/// SIGCONTed, or SIGKILLed and replaced, while they acquire, renew and write through the
+/// backend's fenced resource, their wall clocks apart by [`WALL_SKEW_S`] and stepped forward and
+/// back by 10 to 120 s during the storm; their late writes must be rejected and the recorded
 /// history and the resource's own record (every backend: [`Record::for_url`]) must check clean.
 async fn process_storm_of(t: &Target) -> Result<String, String> {
     let (record, url) = match Record::for_url(&t.direct_url()) {
@@ -103,14 +108,21 @@ async fn process_storm_of(t: &Target) -> Result<String, String> {
     };
     let started = std::time::Instant::now();
     // SQLite's expiry is decided by its clients' wall clocks (`expires_ms`), which on its one host
-    // are one clock: skewing them apart per process breaks it (overlapping beliefs), outside what
-    // it promises. Every other backend decides expiry on the server or on monotonic clocks.
-    let skew: &[i64] = if t.name == "sqlite" {
-        &[]
-    } else {
-        &WALL_SKEW_S
+    // are one clock: skewing or stepping them apart per process breaks it (overlapping beliefs),
+    // outside what it promises. Every other backend decides expiry on the server or on monotonic
+    // clocks.
+    let sqlite = t.name == "sqlite";
+    let plan = procstorm::Plan {
+        wall_skew_s: if sqlite {
+            Vec::new()
+        } else {
+            WALL_SKEW_S.to_vec()
+        },
+        clock_steps: !sqlite,
+        holders: HOLDERS,
+        keys: KEYS,
     };
-    let m = procstorm::process_storm_skewed(&url, &url, t.ttl, 1, record.as_ref(), skew).await?;
+    let m = procstorm::process_storm_planned(&url, &url, t.ttl, 1, record.as_ref(), &plan).await?;
     if !m.violations.is_empty() {
         return Err(format!(
             "process storm: {} violation(s): {:#?}\n{}",
@@ -120,12 +132,16 @@ async fn process_storm_of(t: &Target) -> Result<String, String> {
         ));
     }
     Ok(format!(
-        "process storm: {} signals, {} confirmed renewals, {} unknown outcomes, no violation \
-         (resource's own record checked: {}), {:.1} s",
+        "process storm: {HOLDERS} holders over {KEYS} keys, {} faults ({} wall-clock steps, {} \
+         seen by their holder), {} confirmed renewals, {} unknown outcomes, no violation \
+         (resource's own record checked: {}, {} accepted writes), {:.1} s",
         m.faults,
+        m.clock_steps,
+        m.clock_steps_seen,
         m.renewals,
         m.unknown,
         record.is_some(),
+        m.recorded,
         started.elapsed().as_secs_f64()
     ))
 }

@@ -7,13 +7,14 @@
 //! `lease-fault-holder --url URL --key KEY --ttl-ms N --resource HOST:PORT [--rounds N]`
 //! With `--rounds N` it acquires, writes, releases N times (storm mode) instead.
 //!
-//! `lease-fault-holder --process-storm --url URL --resource-url URL --key KEY --ttl-ms N
+//! `lease-fault-holder --process-storm --url URL --resource-url URL --keys KEY[,KEY...] --ttl-ms N
 //! --rounds N --seed S`: the holder of a process storm (`leasehold_faults::procstorm`). Each round it
-//! acquires, holds for 0.5 to 2 TTLs writing `Add(1)` through the fenced resource at
+//! picks one of the keys at random, acquires it, holds for 0.5 to 2 TTLs writing `Add(1)` through the fenced resource at
 //! `--resource-url` while `may_act()` holds, and releases. Every operation is printed twice, when
 //! invoked (`begin`) and when it ended, with `CLOCK_MONOTONIC` nanoseconds (`t`, `t0`, `t1`,
 //! `deadline`), a clock shared with the parent process, so the parent can build one history of
-//! processes it kills and pauses.
+//! processes it kills and pauses, and with its key; each `begin` also carries the process's wall
+//! clock (`wall_ms`), so the parent can see a skew or step of it take effect.
 
 use std::time::Duration;
 
@@ -151,14 +152,17 @@ impl leasehold_core::supervisor::Hook for Printer {
             let t1 = mono();
             let t0 = t1.saturating_sub(u64::try_from(latency.as_nanos()).unwrap_or(0));
             emit(
-                json!({"event": "renewed", "token": lease.token().get(), "t0": t0, "t1": t1,
-                "deadline": mono_of(lease.deadline())}),
+                json!({"event": "renewed", "key": lease.key().as_str(), "token": lease.token().get(),
+                "t0": t0, "t1": t1, "deadline": mono_of(lease.deadline())}),
             );
         }
     }
     fn health_changed(&self, lease: &leasehold_core::Lease, _from: Health, to: Health) {
         if matches!(to, Health::Lost(_)) {
-            emit(json!({"event": "lost", "token": lease.token().get(), "t": mono()}));
+            emit(
+                json!({"event": "lost", "key": lease.key().as_str(), "token": lease.token().get(),
+                "t": mono()}),
+            );
         }
     }
 }
@@ -167,7 +171,12 @@ async fn process_storm() -> Result<(), String> {
     use leasehold_core::WriteOp;
     let url = arg("--url").ok_or("--url is required")?;
     let rurl = arg("--resource-url").ok_or("--resource-url is required")?;
-    let key = LeaseKey::new(arg("--key").ok_or("--key is required")?).map_err(|e| e.to_string())?;
+    let keys = arg("--keys")
+        .or_else(|| arg("--key"))
+        .ok_or("--keys is required")?
+        .split(',')
+        .map(|k| LeaseKey::new(k).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
     let ttl = Duration::from_millis(
         arg("--ttl-ms")
             .and_then(|v| v.parse().ok())
@@ -181,35 +190,43 @@ async fn process_storm() -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let sup = Supervisor::from_arc(store, SupervisorConfig::new(ttl).with_acquire_wait(ttl * 5))
         .with_hook(std::sync::Arc::new(Printer));
-    // The wall clock, so that the storm can see a skew it asked for (libfaketime) took effect.
-    let wall_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    emit(json!({"event": "ready", "wall_ms": wall_ms}));
+    // The wall clock (here and in every `begin`), so that the storm can see that a skew or a
+    // step it asked for (libfaketime) took effect.
+    let wall_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    emit(json!({"event": "ready", "wall_ms": wall_ms()}));
     for _ in 0..rounds {
+        let key = keys[rng.usize(0..keys.len())].clone();
+        let k = key.as_str();
         let t0 = mono();
-        emit(json!({"event": "begin", "op": "acquire", "t": t0}));
+        emit(json!({"event": "begin", "op": "acquire", "key": k, "t": t0, "wall_ms": wall_ms()}));
         let acq = tokio::time::timeout(ttl * 6, sup.acquire(&key)).await;
         let guard = match acq {
             Ok(Ok(Acquisition::Acquired(g))) => g,
             Ok(Ok(_)) => {
-                emit(json!({"event": "refused", "t0": t0, "t1": mono()}));
+                emit(json!({"event": "refused", "key": k, "t0": t0, "t1": mono()}));
                 continue;
             }
             _ => {
-                emit(json!({"event": "acquire_unknown", "t0": t0, "t1": mono()}));
+                emit(json!({"event": "acquire_unknown", "key": k, "t0": t0, "t1": mono()}));
                 continue;
             }
         };
         let token = guard.token();
         emit(
-            json!({"event": "granted", "token": token.get(), "t0": t0, "t1": mono(),
+            json!({"event": "granted", "key": k, "token": token.get(), "t0": t0, "t1": mono(),
             "deadline": mono_of(guard.lease().deadline())}),
         );
         let until = Instant::now() + ttl.mul_f64(0.5 + rng.f64() * 1.5);
         while Instant::now() < until && guard.may_act() {
             let t0 = mono();
-            emit(json!({"event": "begin", "op": "write", "token": token.get(), "t": t0}));
+            emit(
+                json!({"event": "begin", "op": "write", "key": k, "token": token.get(), "t": t0,
+                "wall_ms": wall_ms()}),
+            );
             let w = guard
                 .run(tokio::time::timeout(
                     ttl / 3,
@@ -217,22 +234,25 @@ async fn process_storm() -> Result<(), String> {
                 ))
                 .await;
             match w {
-                Ok(Ok(Ok(out))) => emit(json!({"event": "write", "token": token.get(),
+                Ok(Ok(Ok(out))) => emit(json!({"event": "write", "key": k, "token": token.get(),
                     "accepted": out.is_accepted(), "t0": t0, "t1": mono()})),
                 // An error that states nothing was sent or applied: not accepted.
                 Ok(Ok(Err(e))) if !e.outcome_unknown() => emit(json!({"event": "write",
-                    "token": token.get(), "accepted": false, "t0": t0, "t1": mono()})),
+                    "key": k, "token": token.get(), "accepted": false, "t0": t0, "t1": mono()})),
                 _ => emit(
-                    json!({"event": "write_unknown", "token": token.get(), "t0": t0,
+                    json!({"event": "write_unknown", "key": k, "token": token.get(), "t0": t0,
                     "t1": mono()}),
                 ),
             }
             tokio::time::sleep(Duration::from_millis(rng.u64(5..25))).await;
         }
         let t0 = mono();
-        emit(json!({"event": "begin", "op": "release", "token": token.get(), "t": t0}));
+        emit(
+            json!({"event": "begin", "op": "release", "key": k, "token": token.get(), "t": t0,
+            "wall_ms": wall_ms()}),
+        );
         let _ = tokio::time::timeout(ttl * 2, guard.release()).await;
-        emit(json!({"event": "released", "token": token.get(), "t0": t0, "t1": mono()}));
+        emit(json!({"event": "released", "key": k, "token": token.get(), "t0": t0, "t1": mono()}));
     }
     emit(json!({"event": "done"}));
     Ok(())
