@@ -474,6 +474,23 @@ fn rotation(owner: &OwnerId, n: usize) -> Vec<usize> {
 ///
 /// Dropping it without [`release`](Permit::release) stops renewal and releases in the
 /// background.
+///
+/// ```
+/// use std::time::Duration;
+/// use leasehold_core::{FencedResource, LeaseKey, MemoryFencedResource, MemoryLeaseStore, WriteOp};
+/// use leasehold_core::semaphore::Semaphore;
+/// use leasehold_core::supervisor::SupervisorConfig;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+/// let resource = MemoryFencedResource::new();
+/// let sem = Semaphore::new(MemoryLeaseStore::new(), &LeaseKey::new("uploads")?, 3, SupervisorConfig::new(Duration::from_secs(10)))?;
+/// let permit = sem.acquire().await?.permit().expect("a free permit");
+/// let (key, token) = (permit.key().clone(), permit.token());
+/// // The work is cancelled (dropped) if the permit is lost; it fences by the slot key.
+/// let out = permit.run(resource.write(&key, token, WriteOp::Add(1))).await.expect("held")?;
+/// assert!(out.is_accepted());
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Permit {
     name: LeaseKey,
