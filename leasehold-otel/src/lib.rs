@@ -56,7 +56,9 @@
 //! - DEBUG spans `lease.acquire`, `lease.renew`, `lease.release`, `lease.inspect`, `lease.watch`
 //!   (fields `backend`, `key`, `owner`, `token`, `outcome`), `lease.renew_many` (fields
 //!   `backend`, `count`, `renewed`, `lost`, `failed`, `outcome`; a TRACE event per lease with
-//!   `key`, `owner`, `token`) and `lease.fenced.write`, `lease.fenced.install`,
+//!   `key`, `owner`, `token`), `lease.acquire_many` (fields `backend`, `count`, `acquired`,
+//!   `held`, `failed`, `outcome`; a TRACE event per request with `key`, `owner`, `token`,
+//!   `outcome`) and `lease.fenced.write`, `lease.fenced.install`,
 //!   `lease.fenced.read` (fields `backend`, `key`, `token`, `outcome`).
 //! - Grants, releases, refusals and store errors: DEBUG events inside those spans; renewals:
 //!   TRACE.
@@ -74,7 +76,7 @@
 //! | Instrument | Kind | Unit | Attributes | Meaning |
 //! |---|---|---|---|---|
 //! | `lease.acquire.attempts` | Counter | `{attempt}` | `lease.backend`, `lease.outcome` (`acquired`/`held`/`error`), `error.type` (on `error`) | Acquire calls through [`InstrumentedStore`]; each retry of a waiting supervisor counts. |
-//! | `lease.operation.duration` | Histogram | `s` | `lease.backend`, `lease.operation` (`acquire`/`renew`/`renew_many`/`release`/`inspect`/`inspect_many`/`holders_many`/`watch`), `lease.outcome`, `error.type` (on `error`) | Latency of every store call through [`InstrumentedStore`]. Outcomes: acquire `acquired`/`held`, renew `renewed`/`lost`, renew_many `completed` (one point per batch, never with `lease.key`), release `released`/`not_held`, inspect `held`/`free`, inspect_many and holders_many `completed` (one point per batch, never with `lease.key`), watch `watching`/`unsupported`, any `error`. |
+//! | `lease.operation.duration` | Histogram | `s` | `lease.backend`, `lease.operation` (`acquire`/`acquire_many`/`renew`/`renew_many`/`release`/`inspect`/`inspect_many`/`holders_many`/`watch`), `lease.outcome`, `error.type` (on `error`) | Latency of every store call through [`InstrumentedStore`]. Outcomes: acquire `acquired`/`held`, renew `renewed`/`lost`, acquire_many and renew_many `completed` (one point per batch, never with `lease.key`), release `released`/`not_held`, inspect `held`/`free`, inspect_many and holders_many `completed` (one point per batch, never with `lease.key`), watch `watching`/`unsupported`, any `error`. |
 //! | `lease.acquire.wait` | Histogram | `s` | `lease.backend`, `lease.outcome` (`acquired`/`not_acquired`) | Time a supervised acquisition (each election round too) waited until it was granted or gave up. |
 //! | `lease.renewals` | Counter | `{renewal}` | `lease.backend`, `lease.outcome` (`confirmed`/`refused`/`failed`/`timed_out`) | Renewal attempts of the supervisor. |
 //! | `lease.renewal.duration` | Histogram | `s` | `lease.backend`, `lease.outcome` (as `lease.renewals`) | Latency of each supervisor renewal attempt (up to its bound when `timed_out`). |

@@ -39,8 +39,8 @@ pub const ATTR_BACKEND: &str = "lease.backend";
 pub const ATTR_KEY: &str = "lease.key";
 /// Attribute: how an operation ended (values depend on the instrument, see the table).
 pub const ATTR_OUTCOME: &str = "lease.outcome";
-/// Attribute: the store operation (`acquire`, `renew`, `renew_many`, `release`, `inspect`,
-/// `watch`).
+/// Attribute: the store operation (`acquire`, `acquire_many`, `renew`, `renew_many`, `release`,
+/// `inspect`, `watch`).
 pub const ATTR_OPERATION: &str = "lease.operation";
 /// Attribute: why a lease was lost.
 pub const ATTR_LOSS_REASON: &str = "lease.loss.reason";
