@@ -242,6 +242,20 @@ impl Semaphore {
     /// The holder of every slot as the store sees it now (`None` for a free slot), slot 0
     /// first, in one [`holders_many`](LeaseStore::holders_many) call.
     ///
+    /// ```
+    /// use std::time::Duration;
+    /// use leasehold_core::{LeaseKey, MemoryLeaseStore};
+    /// use leasehold_core::semaphore::Semaphore;
+    /// use leasehold_core::supervisor::SupervisorConfig;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let sem = Semaphore::new(MemoryLeaseStore::new(), &LeaseKey::new("jobs")?, 2, SupervisorConfig::new(Duration::from_secs(10)))?;
+    /// let permit = sem.acquire().await?.permit().expect("free");
+    /// let holders = sem.holders().await?;
+    /// assert_eq!(holders.iter().flatten().count(), 1);
+    /// assert_eq!(holders[permit.slot() as usize].as_ref().map(|h| h.token), Some(permit.token()));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// The store's error.
     ///
