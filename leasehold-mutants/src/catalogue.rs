@@ -344,10 +344,20 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         "etcd",
         "a same-owner re-acquire replaces its key although newer contenders queue",
     ),
-    code(
-        "etcd.acquire.replace_without_own_check",
-        "etcd",
-        "a same-owner re-acquire replaces its key without checking it is unchanged",
+    equivalent(
+        code(
+            "etcd.acquire.replace_without_own_check",
+            "etcd",
+            "a same-owner re-acquire replaces its key without checking it is unchanged",
+        ),
+        "the replacement is sent only after a holder read that found the owner's key alone under \
+         the lock prefix, and its other comparison requires every key under the prefix to be no \
+         newer than that key; any key created since (a successor, a waiter, the name created \
+         again) is newer, and a put keeps a key's create revision, so the own key can differ only \
+         by being gone with the prefix empty: the lock is free, and the unmutated acquire grants \
+         it in its next attempt (free-lock comparison) where the mutant grants it in this one, \
+         both with the transaction's revision as the token (differences: the other slot name, \
+         and a revoke of the gone key's etcd lease, which carried that key alone)",
     ),
     code(
         "etcd.acquire.no_lease",

@@ -1,6 +1,11 @@
 //! The mutation program: runs every protocol mutant of every backend against the real servers
 //! through the backend's test suite and the fault suite, and writes `docs/mutants.md`.
 //!
+//! A backend's suites are its test target, any further targets of it in `EXTRA_TARGETS`
+//! (PostgreSQL's `failover`: a throwaway primary and standby, about ten seconds), then the
+//! fault suite's cases of that backend. A prebuilt extra target is given as
+//! `--bin <backend>+<target>=PATH` (`--bin postgres+failover=PATH`).
+//!
 //! The backend crates pass the text and conditions that decide safety through the switch points
 //! of `leasehold_core::mutation`. This program builds the test binaries once with the
 //! `leasehold-core/mutants` feature, then runs them once with no mutant (they must pass, or the
@@ -44,6 +49,18 @@ const BACKENDS: &[(&str, &str)] = &[
     ("k8s", "k8s"),
     ("sqlite", "sqlite"),
 ];
+
+/// Further test targets of a backend, run after its test target and before the fault suite:
+/// (backend, package, target). PostgreSQL's failover target builds a throwaway primary and
+/// streaming standby (scripts/services/postgres-failover.sh) and is the only test that kills a
+/// trigger that forgets the clock floor (a promoted standby's sequence is behind the lost
+/// grants; only the server clock floor keeps the next token above them).
+const EXTRA_TARGETS: &[(&str, &str, &str)] = &[("postgres", "leasehold-postgres", "failover")];
+
+/// The key of an extra target's binary among the built binaries: `<backend>+<target>`.
+fn extra_key(backend: &str, target: &str) -> String {
+    format!("{backend}+{target}")
+}
 
 /// Storms per backend in the fault suite (`LEASE_FAULTS_STORMS`) under a mutant.
 const FAULT_STORMS: &str = "4";
@@ -587,6 +604,9 @@ fn build(
             .map(|(_, t)| *t)
             .unwrap_or(b);
         cmd.args(["-p", &format!("leasehold-{b}"), "--test", target]);
+        for (_, package, extra) in EXTRA_TARGETS.iter().filter(|(e, _, _)| e == b) {
+            cmd.args(["-p", package, "--test", extra]);
+        }
     }
     if faults {
         cmd.args(["-p", "leasehold-faults", "--test", "faults"]);
@@ -611,9 +631,25 @@ fn build(
         else {
             continue;
         };
-        let key = if name == "faults" {
+        // The package: the directory of its manifest.
+        let package = v["manifest_path"]
+            .as_str()
+            .map(Path::new)
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let key = if let Some((b, _, t)) = EXTRA_TARGETS
+            .iter()
+            .find(|(_, p, t)| *p == package && *t == name)
+        {
+            extra_key(b, t)
+        } else if name == "faults" && package == "leasehold-faults" {
             "faults".to_string()
-        } else if let Some((b, _)) = BACKENDS.iter().find(|(_, t)| *t == name) {
+        } else if let Some((b, _)) = BACKENDS
+            .iter()
+            .find(|(b, t)| *t == name && package == format!("leasehold-{b}"))
+        {
             (*b).to_string()
         } else {
             continue;
@@ -623,6 +659,11 @@ fn build(
     for b in backends {
         if !bins.contains_key(*b) {
             return Err(format!("no test binary for {b} in cargo's output"));
+        }
+        for (_, _, t) in EXTRA_TARGETS.iter().filter(|(e, _, _)| e == b) {
+            if !bins.contains_key(&extra_key(b, t)) {
+                return Err(format!("no {t} test binary of {b} in cargo's output"));
+            }
         }
     }
     if faults && !bins.contains_key("faults") {
@@ -660,6 +701,11 @@ fn prepare_env() -> Result<Vec<(String, String)>, String> {
 /// The suites of backend `b`: (label, binary, name filter).
 fn suites(bins: &BTreeMap<String, PathBuf>, b: &str) -> Vec<(String, PathBuf, Option<String>)> {
     let mut out = vec![(format!("{b} test target"), bins[b].clone(), None)];
+    for (_, _, t) in EXTRA_TARGETS.iter().filter(|(e, _, _)| *e == b) {
+        if let Some(bin) = bins.get(&extra_key(b, t)) {
+            out.push((format!("{b} {t} target"), bin.clone(), None));
+        }
+    }
     if let Some(f) = bins.get("faults") {
         out.push(("fault suite".to_string(), f.clone(), Some(format!("{b}::"))));
     }
@@ -799,6 +845,8 @@ fn crate_dir_of(bin: &Path) -> Option<PathBuf> {
     let root = workspace_root().ok()?;
     let crate_name = if stem == "faults" {
         "leasehold-faults".to_string()
+    } else if let Some((_, package, _)) = EXTRA_TARGETS.iter().find(|(_, _, t)| *t == stem) {
+        (*package).to_string()
     } else {
         format!("leasehold-{stem}")
     };
@@ -837,7 +885,7 @@ fn report(
          (an SQL statement or trigger, a Lua script, an etcd transaction, a Kubernetes request \
          or its condition), through a switch point of `leasehold_core::mutation` (compiled in \
          only with the `leasehold-core/mutants` feature). It runs against the real server \
-         through the backend's test target",
+         through the backend's test target (PostgreSQL's failover target too)",
     );
     s.push_str(if faults {
         " and then the fault suite's cases of that backend (`LEASE_FAULTS_STORMS=4`)"
