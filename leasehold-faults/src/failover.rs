@@ -266,6 +266,42 @@ async fn redis_promotion(seed: u64) -> Result<Measured, String> {
     Ok(m)
 }
 
+/// Redis replica promotion after a forced replication lag, counted rather than judged: between
+/// one and two TTLs into the storm the replica is cut off from its primary (`REPLICAOF` to a
+/// port where nothing listens: it keeps its data and applies nothing more) for `lag`, while the
+/// holders go on being granted, renewing and writing on the primary; then the primary is
+/// SIGKILLed and the lagging replica promoted, so every grant, renewal and fenced write of the
+/// lag window is lost. The kinds of [`Scenario::RedisPromotion`] are outside the guarantee
+/// ([`Run::outside`], to be counted); a token that goes back or repeats stays a violation,
+/// because Redis floors every token by its clock in microseconds.
+///
+/// # Errors
+/// As [`run`].
+pub async fn redis_lagged_promotion(seed: u64, lag: Duration) -> Result<Run, String> {
+    let mut primary = RedisNode::start(None).await?;
+    let replica = RedisNode::start(Some(primary.addr)).await?;
+    let front = Front::start(primary.addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ttl = Duration::from_millis(1000);
+    let t = url_target("redis", "redis://{addr}".into(), &front, ttl);
+    let disrupt = async {
+        sleep(strike(seed, ttl)).await;
+        let out = replica.cli(&["replicaof", "127.0.0.1", "1"]).await?;
+        if !out.contains("OK") {
+            return Err(format!("REPLICAOF 127.0.0.1 1 answered {out}"));
+        }
+        sleep(lag).await;
+        primary.kill().await?;
+        replica.promote().await?;
+        front.switch(replica.addr);
+        Ok(())
+    };
+    let mut m = storm_with(&t, shape(seed), Some(Box::pin(disrupt))).await?;
+    m.faults += 1;
+    Ok(split(Scenario::RedisPromotion, m))
+}
+
 async fn etcd_leader_kill(seed: u64) -> Result<Measured, String> {
     let mut cluster = EtcdCluster::start().await?;
     let first = cluster.clients[fastrand::Rng::with_seed(seed).usize(0..3)];
