@@ -60,9 +60,9 @@ need_pkgs build-essential pkg-config protobuf-compiler curl ca-certificates ipro
 # leasehold-cli/tests/generate.rs: each completion script is syntax-checked by its shell, each man
 # page rendered by groff.
 need_pkgs zsh fish groff-base
-# leasehold-faults: holders under libfaketime (skewed wall clocks), the resource record read back
-# with psql and sqlite3.
-need_pkgs faketime postgresql-client sqlite3
+# leasehold-faults: holders under libfaketime (skewed and stepped wall clocks), the resource's
+# record read back with psql, sqlite3, the mariadb client and redis-cli (Redis's replication stream).
+need_pkgs faketime postgresql-client sqlite3 redis-tools mariadb-client
 command -v cargo >/dev/null || die "cargo is not installed"
 for s in $SERVICES; do
   [ -f "scripts/services/$s.sh" ] || die "no service script scripts/services/$s.sh"
