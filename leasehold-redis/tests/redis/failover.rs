@@ -259,6 +259,92 @@ pub(crate) async fn wait_for_replicas_fails_and_releases_without_acks(ctx: Ctx) 
     Ok(())
 }
 
+/// `acquire_many` with `WAIT 1` (one script and one `WAIT` for the batch on a single server):
+/// with the replica connected every grant of the batch is on the replica when the call returns;
+/// with the replica frozen each granted slot carries the single acquire's `Unavailable` and its
+/// grant is released (the generation kept), while a key held by another owner stays `Held`.
+pub(crate) async fn wait_for_replicas_in_acquire_many(ctx: Ctx) -> CaseResult {
+    let (primary, replica) = pair().await?;
+    let store = RedisLeaseStore::connect_with(
+        &primary.url(),
+        RedisOptions::default()
+            .with_prefix("wait-many")
+            .with_response_timeout(Duration::from_secs(5))
+            .with_wait_for_replicas(1, Duration::from_secs(2)),
+    )
+    .await?;
+    let on_replica = store_at(&replica.url(), "wait-many").await?;
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let held = ctx.key("many-held");
+    let lb = acquire_on(&store, &held, &b, TTL).await?;
+    let batch = |tag: &str| -> Vec<AcquireRequest> {
+        (0..3)
+            .map(|i| ctx.key(&format!("{tag}-{i}")))
+            .chain([held.clone()])
+            .map(|k| AcquireRequest::new(k, a.clone(), TTL))
+            .collect()
+    };
+
+    let reqs = batch("many-ok");
+    let out = store.acquire_many(&reqs).await?;
+    assert_eq!(out.len(), reqs.len(), "one outcome per request");
+    for (req, outcome) in reqs.iter().zip(&out).take(3) {
+        let lease = match outcome {
+            Ok(AcquireOutcome::Acquired(l)) => l,
+            other => return Err(format!("{}: expected Acquired, got {other:?}", req.key).into()),
+        };
+        let seen = on_replica.inspect(&req.key).await?.holder.ok_or_else(|| {
+            format!(
+                "the acknowledged grant of {} is not on the replica",
+                req.key
+            )
+        })?;
+        assert_eq!((seen.owner, seen.token), (a.clone(), lease.token()));
+    }
+    assert!(
+        matches!(&out[3], Ok(AcquireOutcome::Held(h)) if h.owner == b && h.token == lb.token()),
+        "the key held by b: {:?}",
+        out[3]
+    );
+
+    replica.signal("STOP")?;
+    let reqs = batch("many-cut");
+    let out = store.acquire_many(&reqs).await?;
+    assert_eq!(out.len(), reqs.len(), "one outcome per request");
+    for (req, outcome) in reqs.iter().zip(&out).take(3) {
+        match outcome {
+            Err(e) if is_unavailable(e) && e.is_retryable() => {
+                assert!(
+                    e.to_string()
+                        .contains("only 0 of 1 replicas acknowledged the grant"),
+                    "{}: not the single acquire's error: {e}",
+                    req.key
+                );
+            }
+            other => {
+                return Err(format!(
+                    "{}: expected Unavailable without replica acks, got {other:?}",
+                    req.key
+                )
+                .into());
+            }
+        }
+        let state = store.inspect(&req.key).await?;
+        assert!(
+            state.holder.is_none(),
+            "the unacknowledged grant was not released: {state:?}"
+        );
+        assert!(state.last_token.is_some(), "the generation must be kept");
+    }
+    assert!(
+        matches!(&out[3], Ok(AcquireOutcome::Held(h)) if h.owner == b && h.token == lb.token()),
+        "the key held by b, with the replica frozen: {:?}",
+        out[3]
+    );
+    replica.signal("CONT")?;
+    Ok(())
+}
+
 /// The documented miss of a fenced resource kept in the *same* Redis as the lease store: it fails
 /// over with the store, so a write that never reached the replica is lost, and with it the
 /// high-water mark. A (token T1) writes and the write replicates; replication is cut; A's lease
@@ -375,5 +461,6 @@ pub(crate) fn cases() -> Vec<Case> {
             split_brain_lets_the_same_redis_accept_a_lower_token
         ),
         case!("redis", wait_for_replicas_fails_and_releases_without_acks),
+        case!("redis", wait_for_replicas_in_acquire_many),
     ]
 }
