@@ -227,13 +227,21 @@ async fn bad_credentials_are_typed_errors_naming_the_cause(_ctx: Ctx) -> CaseRes
         &["notvalidforname", "not valid for name"],
     )
     .await;
+    // verify-ca checks the chain alone: accepted through the same address, and encrypted.
     let verify_ca = with_param(&other_host, "ssl-mode", "verify-ca");
-    let accepted = MysqlLeaseStore::connect_with(&verify_ca, options("lease_my_tls_refused")).await;
+    let accepted: CaseResult = async {
+        let store = MysqlLeaseStore::connect_with(&verify_ca, options("lease_my_tls_refused"))
+            .await
+            .map_err(|e| format!("verify-ca through {addr}: {e}"))?;
+        let version = tls_version(&store).await?;
+        assert!(version.starts_with("TLS"), "not encrypted: {version:?}");
+        Ok(())
+    }
+    .await;
+    // The forwarder serves both checks above: stopped only after them.
     task.abort();
     result?;
-    let store = accepted.map_err(|e| format!("verify-ca through {addr}: {e}"))?;
-    assert!(tls_version(&store).await?.starts_with("TLS"));
-    drop(store);
+    accepted?;
 
     let no_cert = without_params(&cert, &["ssl-cert", "ssl-key"]);
     refused(&no_cert, "no client certificate", &["access denied"]).await?;
