@@ -502,6 +502,11 @@ pub const REACH_RELEASE_RACE: &str =
 pub const REACH_SAME_OWNER: &str = "reached: the store grants again to its record's holder";
 /// Coverage guard: a duplicated request delivered twice.
 pub const REACH_DUP_TWICE: &str = "reached: both copies of a duplicated request reach the store";
+/// Coverage guard (checks with three clients): each of three clients was granted the lease.
+pub const REACH_THREE_HOLDERS: &str = "reached: three clients were each granted the lease";
+/// Coverage guard (checks with three clients): writes of three clients were accepted.
+pub const REACH_THREE_WRITERS: &str =
+    "reached: the resource accepted writes of three clients' tokens";
 
 /// A step of the system.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -898,7 +903,8 @@ fn valid_tokens(grants: &[(u8, u16)]) -> bool {
 impl LeaseModel {
     /// The coverage guards: `sometimes` properties naming classes of state a check must reach,
     /// so that a bound too small to reach them fails instead of passing vacuously. Every store
-    /// variant has the common ones; the Kubernetes variants also the takeover path.
+    /// variant has the common ones; checks with three clients also that each of them held and wrote;
+    /// the Kubernetes variants also the takeover path.
     pub fn coverage_guards(&self) -> Vec<Property<Self>> {
         let mut g = vec![
             Property::sometimes(REACH_EXPIRY_TAKEOVER, |_: &LeaseModel, s: &State| {
@@ -928,6 +934,22 @@ impl LeaseModel {
                 s.seen & DUP_DELIVERED_TWICE != 0
             }),
         ];
+        if self.cfg.clients >= 3 {
+            g.push(Property::sometimes(
+                REACH_THREE_HOLDERS,
+                |_: &LeaseModel, s: &State| (0..3).all(|c| s.grants.iter().any(|g| g.0 == c)),
+            ));
+            g.push(Property::sometimes(
+                REACH_THREE_WRITERS,
+                |_: &LeaseModel, s: &State| {
+                    (0..3).all(|c| {
+                        s.grants
+                            .iter()
+                            .any(|g| g.0 == c && s.accepted.contains(&g.1))
+                    })
+                },
+            ));
+        }
         if matches!(self.cfg.store, StoreKind::Kubernetes { .. }) {
             g.push(Property::sometimes(
                 REACH_K8S_TAKEOVER,

@@ -158,6 +158,19 @@ fn duplicates(cfg: Config) -> Config {
     }
 }
 
+/// Bounds for three clients: one tick of time (the clients' clocks may lag by the variant's
+/// `max_lag` on top), releases, so the lease passes from hand to hand through all three clients and
+/// each of them writes with its token. No lease expires within one tick: the expiry takeover, AtRisk
+/// and the other timing guards stay with the two-client checks, whose bounds reach them.
+fn three_clients(cfg: Config) -> Config {
+    Config {
+        clients: 3,
+        horizon: 1,
+        release: true,
+        ..cfg
+    }
+}
+
 /// A duplicated acquire delivered after its first copy was answered re-grants the same owner a
 /// new token (the row stores' and etcd's same-owner rule): the client holds the first token while
 /// the store's record carries the second, so it believes it holds a grant the store superseded
@@ -170,6 +183,13 @@ fn kubernetes_token_from_the_grants_own_write_passes() {
     variant(vec![
         check("k8s fixed", ci(k())),
         check("k8s fixed, timing", timing(k())),
+        check(
+            "k8s fixed, three clients",
+            Config {
+                losses: 0,
+                ..three_clients(k())
+            },
+        ),
         // One client re-acquiring after its own lease expired: the same-owner re-grant, a
         // duplicate, a release racing a renewal.
         check(
@@ -217,6 +237,7 @@ fn cas_row_passes() {
     variant(vec![
         check("cas row", c()),
         check("cas row, timing", every_tick()),
+        check("cas row, three clients", three_clients(c())),
         check(
             "cas row, release",
             Config {
@@ -252,6 +273,14 @@ fn redis_clock_floored_counter_passes() {
             },
         ),
         check("redis, release", release(r())),
+        check(
+            "redis, three clients",
+            Config {
+                losses: 0,
+                promotions: 0,
+                ..three_clients(r())
+            },
+        ),
         Check {
             findings: SAME_OWNER_FINDING,
             ..check("redis, duplicates", duplicates(r()))
@@ -265,6 +294,7 @@ fn etcd_lock_keys_pass() {
     variant(vec![
         check("etcd", ci(e())),
         check("etcd, timing", timing(e())),
+        check("etcd, three clients", three_clients(e())),
         Check {
             findings: SAME_OWNER_FINDING,
             ..check("etcd, duplicates", duplicates(e()))
