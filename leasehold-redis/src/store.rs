@@ -466,9 +466,11 @@ impl LeaseStore for RedisLeaseStore {
     /// One script per hash slot (one group on a single server), cut into scripts of at most
     /// 1,000 keys so that no script holds the server for long, all sent at once: each key
     /// decided by acquire's script body ([`acquire_many_lua`](crate::protocol::acquire_many_lua)).
-    /// With replica acknowledgements on, each script is followed by `WAIT` on its connection,
-    /// and a script's grants are released again (their slots carry the error) when too few
-    /// replicas acknowledged them. Requests with an invalid TTL get their error in their slot
+    /// With replica acknowledgements on, a group's scripts are pipelined and followed by one
+    /// `WAIT` on its connection, and the group's grants are released again, best effort (their
+    /// slots carry the single acquire's [`Error::Unavailable`]), when too few replicas
+    /// acknowledged them. On a cluster each hash slot is a group, and `WAIT`s of slots on one
+    /// node run one after the other. Requests with an invalid TTL get their error in their slot
     /// and are not sent; with several scripts, a failed one's keys carry its error.
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
         leasehold_core::store::validate_acquire_many(reqs)?;
@@ -603,15 +605,27 @@ impl RedisLeaseStore {
                 Err(e) => out.push(Some(Err(e))),
             }
         }
-        let batches: Vec<&[(usize, RoundedTtl)]> = groups
-            .iter()
-            .flat_map(|g| g.chunks(ACQUIRE_BATCH))
-            .collect();
+        // With replica acknowledgements on, a group's scripts go in one pipeline with one `WAIT`
+        // after the last: `WAIT` blocks the connection, so a `WAIT` per script would make each
+        // script's reply wait for every earlier script's `WAIT` as well.
+        let units: Vec<Vec<&[(usize, RoundedTtl)]>> = if self.inner.replica_wait.is_some() {
+            groups
+                .iter()
+                .map(|g| g.chunks(ACQUIRE_BATCH).collect())
+                .collect()
+        } else {
+            groups
+                .iter()
+                .flat_map(|g| g.chunks(ACQUIRE_BATCH))
+                .map(|c| vec![c])
+                .collect()
+        };
+        let batches: Vec<Vec<(usize, RoundedTtl)>> = units.iter().map(|u| u.concat()).collect();
         let sent = Instant::now();
         let replies =
-            futures::future::join_all(batches.iter().map(|batch| self.acquire_script(reqs, batch)))
+            futures::future::join_all(units.iter().map(|unit| self.acquire_script(reqs, unit)))
                 .await;
-        let several = batches.len() > 1;
+        let several = units.iter().map(Vec::len).sum::<usize>() > 1;
         for (batch, reply) in batches.iter().zip(replies) {
             let outcomes = match reply {
                 Ok(outcomes) => outcomes,
@@ -641,16 +655,19 @@ impl RedisLeaseStore {
             .collect()
     }
 
-    /// One [`ACQUIRE_MANY`](protocol::ACQUIRE_MANY) script for `batch` (indexes into `reqs`
-    /// whose keys share a hash slot on a cluster), followed by `WAIT` when replica
-    /// acknowledgements are on: per request, its token or its holder, or its own error.
+    /// One [`ACQUIRE_MANY`](protocol::ACQUIRE_MANY) script for each of `scripts` (indexes into
+    /// `reqs` whose keys share a hash slot on a cluster; one script without replica
+    /// acknowledgements), pipelined and followed by one `WAIT` when replica acknowledgements are
+    /// on: per request, in the scripts' order, its token or its holder, or its own error.
     async fn acquire_script(
         &self,
         reqs: &[AcquireRequest],
-        batch: &[(usize, RoundedTtl)],
+        scripts: &[&[(usize, RoundedTtl)]],
     ) -> Result<Vec<Result<std::result::Result<FencingToken, Holder>>>> {
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
+        let batch: Vec<(usize, RoundedTtl)> = scripts.concat();
+        let batch = batch.as_slice();
         let (reply, acked): (Vec<redis::Value>, Option<i64>) = match self.inner.replica_wait {
             None => {
                 let mut invocation = protocol::ACQUIRE_MANY.prepare_invoke();
@@ -670,28 +687,39 @@ impl RedisLeaseStore {
             }
             Some(wait) => {
                 let mut pipe = redis::pipe();
-                let eval = pipe
-                    .cmd("EVAL")
-                    .arg(protocol::acquire_many_lua())
-                    .arg(batch.len() * 2);
-                for &(i, _) in batch {
-                    eval.arg(layout.lease(&reqs[i].key))
-                        .arg(layout.generation(&reqs[i].key));
+                for script in scripts {
+                    let eval = pipe
+                        .cmd("EVAL")
+                        .arg(protocol::acquire_many_lua())
+                        .arg(script.len() * 2);
+                    for &(i, _) in *script {
+                        eval.arg(layout.lease(&reqs[i].key))
+                            .arg(layout.generation(&reqs[i].key));
+                    }
+                    for &(i, ttl) in *script {
+                        eval.arg(reqs[i].owner.as_str()).arg(ttl.as_u64());
+                    }
                 }
-                for &(i, ttl) in batch {
-                    eval.arg(reqs[i].owner.as_str()).arg(ttl.as_u64());
-                }
-                let (reply, acked): (Vec<redis::Value>, i64) = pipe
-                    .cmd("WAIT")
-                    .arg(wait.replicas)
-                    .arg(
-                        u64::try_from(wait.timeout.as_millis())
-                            .unwrap_or(u64::MAX)
-                            .max(1),
-                    )
+                pipe.cmd("WAIT").arg(wait.replicas).arg(
+                    u64::try_from(wait.timeout.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                );
+                let mut replies: Vec<redis::Value> = pipe
                     .query_async(&mut con)
                     .await
                     .map_err(self.map("acquire_many"))?;
+                let acked = match replies.pop() {
+                    Some(redis::Value::Int(acked)) if replies.len() == scripts.len() => acked,
+                    other => return Err(unexpected("acquire_many", &other)),
+                };
+                let mut reply = Vec::with_capacity(batch.len());
+                for script in replies {
+                    match script {
+                        redis::Value::Array(values) => reply.extend(values),
+                        other => return Err(unexpected("acquire_many", &other)),
+                    }
+                }
                 (reply, Some(acked))
             }
         };

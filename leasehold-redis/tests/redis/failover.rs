@@ -345,6 +345,55 @@ pub(crate) async fn wait_for_replicas_in_acquire_many(ctx: Ctx) -> CaseResult {
     Ok(())
 }
 
+/// `acquire_many` with `WAIT` over more keys than one script carries (three scripts of at most
+/// 1,000 keys on one connection), the replica frozen: every slot carries the single acquire's
+/// `Unavailable` and no grant is left held. `WAIT` blocks the connection, so one `WAIT` per
+/// script would make the third script's reply wait for the first two `WAIT`s (6 s, past the
+/// 5 s response timeout): its key came back as a timeout and stayed held.
+pub(crate) async fn wait_for_replicas_in_acquire_many_over_several_scripts(ctx: Ctx) -> CaseResult {
+    let (primary, replica) = pair().await?;
+    let store = RedisLeaseStore::connect_with(
+        &primary.url(),
+        RedisOptions::default()
+            .with_prefix("wait-scripts")
+            .with_response_timeout(Duration::from_secs(5))
+            .with_wait_for_replicas(1, Duration::from_secs(2)),
+    )
+    .await?;
+    let a = OwnerId::with_label("a");
+    let reqs: Vec<AcquireRequest> = (0..2001)
+        .map(|i| AcquireRequest::new(ctx.key(&format!("scripts-{i}")), a.clone(), TTL))
+        .collect();
+    replica.signal("STOP")?;
+    let out = store.acquire_many(&reqs).await?;
+    assert_eq!(out.len(), reqs.len(), "one outcome per request");
+    for (req, outcome) in reqs.iter().zip(&out) {
+        match outcome {
+            Err(e)
+                if is_unavailable(e)
+                    && e.to_string()
+                        .contains("only 0 of 1 replicas acknowledged the grant") => {}
+            other => {
+                return Err(format!(
+                    "{}: expected Unavailable without replica acks, got {other:?}",
+                    req.key
+                )
+                .into());
+            }
+        }
+    }
+    let keys: Vec<_> = reqs.iter().map(|r| r.key.clone()).collect();
+    let states = store.inspect_many(&keys).await?;
+    let held: Vec<_> = states.iter().filter(|s| s.holder.is_some()).collect();
+    assert!(held.is_empty(), "unacknowledged grants left held: {held:?}");
+    assert!(
+        states.iter().all(|s| s.last_token.is_some()),
+        "the generations must be kept"
+    );
+    replica.signal("CONT")?;
+    Ok(())
+}
+
 /// The documented miss of a fenced resource kept in the *same* Redis as the lease store: it fails
 /// over with the store, so a write that never reached the replica is lost, and with it the
 /// high-water mark. A (token T1) writes and the write replicates; replication is cut; A's lease
@@ -462,5 +511,9 @@ pub(crate) fn cases() -> Vec<Case> {
         ),
         case!("redis", wait_for_replicas_fails_and_releases_without_acks),
         case!("redis", wait_for_replicas_in_acquire_many),
+        case!(
+            "redis",
+            wait_for_replicas_in_acquire_many_over_several_scripts
+        ),
     ]
 }
