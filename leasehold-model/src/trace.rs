@@ -27,6 +27,10 @@
 //! can sit in a network buffer), so they only ever make more behaviours possible: an unknown
 //! acquisition may explain a refusal, an unknown write a rejection.
 //!
+//! The model has one key. A trace of several keys (each step names its key) is checked as one
+//! model per key: every rule runs over one key's steps at a time, and a nonconformance names the
+//! step in the whole trace.
+//!
 //! A trace is a small text file ([`Trace::parse`], [`Trace::to_text`]) so that recorded traces
 //! can be kept as fixtures and mutated by hand.
 
@@ -107,6 +111,9 @@ pub enum Obs {
 pub struct Step {
     /// The client that made it.
     pub client: String,
+    /// The key it was made on: a short name for the trace's keys (`k0`, `k1`, ...), empty in a
+    /// trace of one key.
+    pub key: String,
     /// When it began, µs after the trace's start.
     pub invoked: u64,
     /// When it ended, µs after the trace's start.
@@ -115,7 +122,8 @@ pub struct Step {
     pub obs: Obs,
 }
 
-/// A recorded history of one key, with the parameters the clients used.
+/// A recorded history of one or more keys, with the parameters the clients used (the same for
+/// every key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Trace {
     /// Which model variant the backend follows.
@@ -224,6 +232,8 @@ pub struct Summary {
     pub unknown: usize,
     /// Refusals and losses checked.
     pub other: usize,
+    /// Keys checked (each as its own model).
+    pub keys: usize,
 }
 
 /// An error in a trace's text.
@@ -277,8 +287,21 @@ fn us(d: Duration) -> u64 {
 }
 
 impl Trace {
+    /// The keys of the steps, in order of first appearance (the empty name for a trace of one
+    /// key).
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = Vec::new();
+        for s in &self.steps {
+            if !keys.contains(&s.key) {
+                keys.push(s.key.clone());
+            }
+        }
+        keys
+    }
+
     /// The text form: a header of `name value` lines, then one line per step:
-    /// `<invoked µs> <completed µs> <client> <op> [args]`, where `op` is one of `granted <token>
+    /// `<invoked µs> <completed µs> <client> [@<key>] <op> [args]` (the key is left out in a trace
+    /// of one key), where `op` is one of `granted <token>
     /// <deadline µs>`, `refused`, `renewed <token> <deadline µs>`, `lost <token>`, `release
     /// <token>`, `write <token> accepted|rejected`, `late-write <token> accepted|rejected`,
     /// `unknown-acquire`, `unknown-renew <token>`, `unknown-release <token>`, `unknown-write
@@ -311,8 +334,13 @@ impl Trace {
                 Obs::UnknownRelease { token } => format!("unknown-release {token}"),
                 Obs::UnknownWrite { token } => format!("unknown-write {token}"),
             };
+            let key = if st.key.is_empty() {
+                String::new()
+            } else {
+                format!("@{} ", st.key)
+            };
             s.push_str(&format!(
-                "{} {} {} {op}\n",
+                "{} {} {} {key}{op}\n",
                 st.invoked, st.completed, st.client
             ));
         }
@@ -345,7 +373,17 @@ impl Trace {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let w: Vec<&str> = line.split_whitespace().collect();
+            let mut w: Vec<&str> = line.split_whitespace().collect();
+            let mut key = String::new();
+            if let Some(k) = w.get(3).and_then(|f| f.strip_prefix('@'))
+                && in_steps
+            {
+                if k.is_empty() {
+                    return Err(err("an empty key after @".into()));
+                }
+                key = k.to_string();
+                w.remove(3);
+            }
             let num = |k: usize| -> Result<u64, ParseError> {
                 w.get(k)
                     .ok_or_else(|| err(format!("missing field {k}")))?
@@ -411,6 +449,7 @@ impl Trace {
             }
             t.steps.push(Step {
                 client: w[2].to_string(),
+                key,
                 invoked,
                 completed,
                 obs,
@@ -474,10 +513,33 @@ pub fn check(trace: &Trace) -> Result<Summary, Nonconformance> {
 
 /// Every nonconformance in `trace`, ordered by step and rule (empty when it conforms), and what
 /// was checked.
+///
+/// The model has one key, so a trace of several keys is checked as one model per key: every rule
+/// runs over the steps of one key at a time (grants, renewals and writes of one key never explain
+/// or contradict another key's), and the nonconformances name steps of the whole trace.
 pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
     let mut found: Vec<Nonconformance> = Vec::new();
     let mut summary = Summary::default();
-    let steps = &trace.steps;
+    for k in trace.keys() {
+        let idx: Vec<usize> = (0..trace.steps.len())
+            .filter(|&i| trace.steps[i].key == k)
+            .collect();
+        let steps: Vec<Step> = idx.iter().map(|&i| trace.steps[i].clone()).collect();
+        check_key(trace, &steps, &idx, &mut summary, &mut found);
+        summary.keys += 1;
+    }
+    found.sort_by_key(|n| (n.step, n.rule));
+    (summary, found)
+}
+
+/// Checks the steps of one key (`steps`, whose indices in the whole trace are `idx`).
+fn check_key(
+    trace: &Trace,
+    steps: &[Step],
+    idx: &[usize],
+    summary: &mut Summary,
+    found: &mut Vec<Nonconformance>,
+) {
     let ttl = us(trace.ttl);
     let drift = us(trace.drift);
     let tol = us(DEADLINE_TOLERANCE);
@@ -504,7 +566,11 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
     // The send instant behind a deadline (its inverse).
     let sent_of = |deadline: u64| (deadline + drift).saturating_sub(ttl);
     let mut bad = |step: usize, rule: Rule, detail: String| {
-        found.push(Nonconformance { step, rule, detail });
+        found.push(Nonconformance {
+            step: idx[step],
+            rule,
+            detail,
+        });
     };
 
     // Pass 1: grants and their renewals, deadlines.
@@ -531,7 +597,10 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                         bad(
                             i,
                             Rule::DuplicateToken,
-                            format!("{} granted token {token}, as step {} was", s.client, g.step),
+                            format!(
+                                "{} granted token {token}, as step {} was",
+                                s.client, idx[g.step]
+                            ),
                         );
                     }
                     grants.push(Grant {
@@ -615,7 +684,7 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                     Rule::TokenNotAboveEarlier,
                     format!(
                         "{} granted token {} after step {} ({}) was granted {} (gap {gap})",
-                        s.client, g.token, h.step, hs.client, h.token
+                        s.client, g.token, idx[h.step], hs.client, h.token
                     ),
                 );
             }
@@ -644,7 +713,7 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                             s.invoked,
                             s.completed,
                             h.token,
-                            h.step,
+                            idx[h.step],
                             last + ttl
                         ),
                     );
@@ -656,7 +725,7 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                             Rule::RenewalAfterTakeover,
                             format!(
                                 "token {} renewed from {sent} µs, after token {} was granted (step {}, completed {} µs)",
-                                h.token, g.token, g.step, s.completed
+                                h.token, g.token, idx[g.step], s.completed
                             ),
                         );
                     }
@@ -804,10 +873,11 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
                     i,
                     Rule::StaleWriteAccepted,
                     format!(
-                        "{} had token {token} accepted after {} had token {:?} accepted (step {j})",
+                        "{} had token {token} accepted after {} had token {:?} accepted (step {})",
                         s.client,
                         o.client,
-                        written(o).map(|w| w.0)
+                        written(o).map(|w| w.0),
+                        idx[j]
                     ),
                 );
             }
@@ -829,7 +899,4 @@ pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
             }
         }
     }
-
-    found.sort_by_key(|n| (n.step, n.rule));
-    (summary, found)
 }

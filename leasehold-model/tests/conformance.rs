@@ -5,8 +5,13 @@
 //!   (no services needed);
 //! - `mutated_traces_are_rejected`: negative controls, each mutation of a fixture must be rejected
 //!   with its rule, naming the mutated step;
-//! - `real_backends_conform`: short storms against every backend configured in the environment
-//!   (`/tmp/lease-test/*.env`), each recorded and checked. A backend that cannot be reached fails
+//! - `keys_are_checked_as_separate_models`: a hand-written trace of two keys, checked per key;
+//! - `real_backends_conform`: against every backend configured in the environment
+//!   (`/tmp/lease-test/*.env`), two short storms (one key, two contenders) and one long storm
+//!   (three keys, three contenders, six rounds each), each recorded and checked; the long storm's
+//!   trace must reach two keys with two grants or more and a grant to every contender, and its
+//!   mutation (a token that goes back on one key other than the first) must be rejected on that
+//!   key's steps only. A backend that cannot be reached fails
 //!   the test under `LEASE_TEST_REQUIRE=1` (or `CI`), and is reported as skipped otherwise.
 //!   `LEASE_MODEL_RECORD=<dir>` writes every recorded trace there (how the fixtures were made).
 
@@ -126,6 +131,7 @@ fn mutated_traces_are_rejected() {
             wi + 1,
             Step {
                 client: "zombie".into(),
+                key: String::new(),
                 invoked: w.completed + 1,
                 completed: w.completed + 2,
                 obs: Obs::LateWrite {
@@ -160,6 +166,7 @@ fn mutated_traces_are_rejected() {
         let late = t.steps[second].completed + micros(t.ttl);
         let extra = Step {
             client: t.steps[first].client.clone(),
+            key: String::new(),
             invoked: late,
             completed: late + 1000,
             obs: Obs::Renewed {
@@ -188,11 +195,10 @@ fn mutated_traces_are_rejected() {
     }
 }
 
-/// Records what the supervisor reports (renewals, losses) into the history.
+/// Records what the supervisor reports (renewals, losses) into the history, under the lease's key.
 #[derive(Debug)]
 struct Recorder {
     name: String,
-    key: LeaseKey,
     history: History,
 }
 
@@ -212,7 +218,7 @@ impl Hook for Recorder {
             RenewalResult::Refused => return,
             _ => Op::Unknown(Attempt::Renew(lease.token())),
         };
-        self.history.end(&self.name, &self.key, invoked, op);
+        self.history.end(&self.name, lease.key(), invoked, op);
     }
 
     fn health_changed(&self, lease: &Lease, _from: Health, to: Health) {
@@ -220,7 +226,7 @@ impl Hook for Recorder {
             let s = self.history.begin();
             self.history.end(
                 &self.name,
-                &self.key,
+                lease.key(),
                 s,
                 Op::RenewLost {
                     token: lease.token(),
@@ -242,38 +248,47 @@ fn store_kind(target: &str) -> StoreKind {
     }
 }
 
-/// One contender's rounds: acquire, hold while writing (a fault strikes at a random moment),
-/// release, sometimes write once more as a zombie.
+/// One contender's rounds, each on a key drawn from `keys`: acquire, hold while writing (a fault
+/// strikes at a random moment), release, sometimes write once more as a zombie.
+///
+/// After a round whose store link was blackholed the contender takes fresh clients (as a restarted
+/// process would): the proxy's blackhole discards bytes inside the connection, which no real
+/// partition does (TCP retransmits them or resets), and a pipelined connection (Redis) stays out
+/// of step after it, every later request timing out.
 #[allow(clippy::too_many_arguments)]
 async fn contender(
-    c: Contender,
-    sup: Supervisor,
-    key: LeaseKey,
+    target: Target,
+    cfg: SupervisorConfig,
+    hook: Arc<Recorder>,
+    mut c: Contender,
+    keys: Vec<LeaseKey>,
     name: String,
     history: History,
     mut rng: fastrand::Rng,
     ttl: Duration,
     rounds: usize,
 ) {
+    let mut sup = Supervisor::from_arc(c.store.clone(), cfg.clone()).with_hook(hook.clone());
     for _ in 0..rounds {
+        let key = &keys[rng.usize(..keys.len())];
         let s = history.begin();
-        let guard = match timeout(ttl * 6, sup.acquire(&key)).await {
+        let guard = match timeout(ttl * 6, sup.acquire(key)).await {
             Ok(Ok(a)) => match a.guard() {
                 Some(g) => g,
                 None => {
-                    history.end(&name, &key, s, Op::Refused);
+                    history.end(&name, key, s, Op::Refused);
                     continue;
                 }
             },
             _ => {
-                history.end(&name, &key, s, Op::Unknown(Attempt::Acquire));
+                history.end(&name, key, s, Op::Unknown(Attempt::Acquire));
                 continue;
             }
         };
         let token = guard.token();
         history.end(
             &name,
-            &key,
+            key,
             s,
             Op::Granted {
                 owner: sup.owner().clone(),
@@ -307,7 +322,7 @@ async fn contender(
                 break;
             }
             let s = history.begin();
-            let write = timeout(ttl / 3, c.resource.write(&key, token, WriteOp::Add(1)));
+            let write = timeout(ttl / 3, c.resource.write(key, token, WriteOp::Add(1)));
             let op = match guard.run(write).await {
                 Ok(Ok(Ok(out))) => Op::Write {
                     token,
@@ -315,31 +330,40 @@ async fn contender(
                 },
                 _ => Op::Unknown(Attempt::Write(token)),
             };
-            history.end(&name, &key, s, op);
+            history.end(&name, key, s, op);
             sleep(Duration::from_millis(rng.u64(10..40))).await;
         }
         let s = history.begin();
         let _ = timeout(ttl * 2, guard.release()).await;
-        history.end(&name, &key, s, Op::Release { token });
+        history.end(&name, key, s, Op::Release { token });
         c.store_link.heal();
         c.resource_link.heal();
         if rng.bool() {
             sleep(ttl.mul_f64(rng.f64())).await;
             let s = history.begin();
-            let op = match timeout(ttl, c.resource.write(&key, token, WriteOp::Add(1))).await {
+            let op = match timeout(ttl, c.resource.write(key, token, WriteOp::Add(1))).await {
                 Ok(Ok(out)) => Op::LateWrite {
                     token,
                     accepted: out.is_accepted(),
                 },
                 _ => Op::Unknown(Attempt::LateWrite(token)),
             };
-            history.end(&name, &key, s, op);
+            history.end(&name, key, s, op);
+        }
+        if matches!(fault, Some((true, LinkFault::Blackhole)))
+            && let Ok(fresh) = target.contender().await
+        {
+            c = fresh;
+            sup = Supervisor::from_arc(c.store.clone(), cfg.clone()).with_hook(hook.clone());
         }
     }
 }
 
+/// The trace of `events`; with more than one key, each step names its key by its index in `keys`
+/// (`k0`, `k1`, ...).
 fn to_trace(
     events: &[Event],
+    keys: &[LeaseKey],
     store: StoreKind,
     cfg: &SupervisorConfig,
     anchor: (Instant, u64),
@@ -381,8 +405,13 @@ fn to_trace(
                     Obs::UnknownWrite { token: t.get() }
                 }
             };
+            let key = match keys.iter().position(|k| *k == e.key) {
+                Some(j) if keys.len() > 1 => format!("k{j}"),
+                _ => String::new(),
+            };
             Step {
                 client: e.client.clone(),
+                key,
                 invoked: us(e.invoked.at),
                 completed: us(e.completed.at),
                 obs,
@@ -400,14 +429,43 @@ fn to_trace(
     }
 }
 
-/// Records one storm on `target` (two contenders, two rounds each).
-async fn record(target: &Target, seed: u64) -> Result<Trace, String> {
-    let key = LeaseKey::new(format!(
-        "model-trace-{}-{seed}-{}",
-        std::process::id(),
-        fastrand::u32(..)
-    ))
-    .map_err(|e| e.to_string())?;
+/// The shape of a recorded storm.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    /// Keys the contenders draw from, one per round.
+    keys: usize,
+    /// Contenders (each with its own store and resource clients behind their own links).
+    contenders: u64,
+    /// Rounds per contender.
+    rounds: usize,
+}
+
+/// The short storms: one key, two contenders, two rounds each.
+const SHORT: Shape = Shape {
+    keys: 1,
+    contenders: 2,
+    rounds: 2,
+};
+
+/// The long storm: three keys, three contenders, six rounds each (18 rounds on 3 keys).
+const LONG: Shape = Shape {
+    keys: 3,
+    contenders: 3,
+    rounds: 6,
+};
+
+/// Records one storm of `shape` on `target`.
+async fn record(target: &Target, seed: u64, shape: Shape) -> Result<Trace, String> {
+    let run = fastrand::u32(..);
+    let keys = (0..shape.keys)
+        .map(|j| {
+            LeaseKey::new(format!(
+                "model-trace-{}-{seed}-{run}-{j}",
+                std::process::id()
+            ))
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let history = History::new();
     let ttl = target.ttl();
     let cfg = target.config().with_acquire_wait(ttl * 3);
@@ -416,25 +474,25 @@ async fn record(target: &Target, seed: u64) -> Result<Trace, String> {
         .map_err(|e| e.to_string())?;
     let anchor = (Instant::now(), u64::try_from(wall.as_micros()).unwrap_or(0));
     let mut tasks = Vec::new();
-    for i in 0..2u64 {
+    for i in 0..shape.contenders {
         let c = target.contender().await?;
         let name = format!("c{i}");
         let hook = Arc::new(Recorder {
             name: name.clone(),
-            key: key.clone(),
             history: history.clone(),
         });
-        let sup = Supervisor::from_arc(c.store.clone(), cfg.clone()).with_hook(hook);
         let rng = fastrand::Rng::with_seed(seed * 100 + i);
         tasks.push(tokio::spawn(contender(
+            target.clone(),
+            cfg.clone(),
+            hook,
             c,
-            sup,
-            key.clone(),
+            keys.clone(),
             name,
             history.clone(),
             rng,
             ttl,
-            2,
+            shape.rounds,
         )));
     }
     for t in tasks {
@@ -442,10 +500,79 @@ async fn record(target: &Target, seed: u64) -> Result<Trace, String> {
     }
     Ok(to_trace(
         &history.events(),
+        &keys,
         store_kind(target.name),
         &cfg,
         anchor,
     ))
+}
+
+/// The grant steps of `key`, in trace order.
+fn grants_on(t: &Trace, key: &str) -> Vec<usize> {
+    grant_steps(t)
+        .into_iter()
+        .filter(|&i| t.steps[i].key == key)
+        .collect()
+}
+
+/// The negative control of a trace of several keys: on one key other than the first, a grant
+/// begun after an earlier grant of that key ended carries the earlier grant's token minus one.
+/// It must be rejected as a token that goes back at that step, and every nonconformance found
+/// must be a step of that key (the other keys, untouched, still conform). Returns what was
+/// mutated, or that no key but the first had two grants one after the other.
+fn token_goes_back_on_one_key(name: &str, orig: &Trace) -> Result<String, String> {
+    let keys = orig.keys();
+    let (key, first, second) = keys
+        .iter()
+        .skip(1)
+        .find_map(|k| {
+            let g = grants_on(orig, k);
+            g.iter()
+                .flat_map(|&a| g.iter().map(move |&b| (a, b)))
+                .find(|&(a, b)| orig.steps[b].invoked > orig.steps[a].completed)
+                .map(|(a, b)| (k.clone(), a, b))
+        })
+        .ok_or("no key but the first has two grants one after the other")?;
+    let mut t = orig.clone();
+    let t1 = token_of(orig.steps[first].obs);
+    if let Obs::Granted { token, .. } = &mut t.steps[second].obs {
+        *token = t1.saturating_sub(1);
+    }
+    let what = format!("token goes back on key {key} only (step {second})");
+    assert_rejected(name, &what, &t, Rule::TokenNotAboveEarlier, second);
+    let (_, all) = check_all(&t);
+    let elsewhere: Vec<_> = all.iter().filter(|n| t.steps[n.step].key != key).collect();
+    assert!(
+        elsewhere.is_empty(),
+        "{name}: `{what}` also rejected steps of other keys: {elsewhere:#?}"
+    );
+    Ok(what)
+}
+
+/// What a storm of several keys must have contained to be worth its time: at least two keys with
+/// two grants or more, and every contender granted at least once.
+fn multi_key_coverage(t: &Trace, contenders: u64) -> Result<String, String> {
+    let per_key: Vec<(String, usize)> = t
+        .keys()
+        .into_iter()
+        .map(|k| {
+            let n = grants_on(t, &k).len();
+            (k, n)
+        })
+        .collect();
+    let mut holders: Vec<&str> = grant_steps(t)
+        .into_iter()
+        .map(|i| t.steps[i].client.as_str())
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    let text = format!("grants per key {per_key:?}, holders {holders:?}");
+    if per_key.iter().filter(|k| k.1 >= 2).count() < 2
+        || holders.len() < usize::try_from(contenders).unwrap_or(usize::MAX)
+    {
+        return Err(format!("too little reached: {text}"));
+    }
+    Ok(text)
 }
 
 #[test]
@@ -472,44 +599,82 @@ fn real_backends_conform() {
                     continue;
                 }
             };
-            for seed in 1..=2u64 {
+            for (seed, shape) in [(1u64, SHORT), (2, SHORT), (3, LONG)] {
                 let t = t.clone();
                 runs.push(tokio::spawn(async move {
-                    let r = timeout(Duration::from_secs(90), record(&t, seed)).await;
-                    (t.name, seed, r)
+                    let started = Instant::now();
+                    let r = timeout(Duration::from_secs(120), record(&t, seed, shape)).await;
+                    (t.name, seed, shape, r, started.elapsed())
                 }));
             }
         }
         for r in runs {
-            let (name, seed, r) = r.await.expect("storm task");
+            let (name, seed, shape, r, took) = r.await.expect("storm task");
+            let label = if shape.keys > 1 {
+                format!("{name} seed {seed} ({} keys, {} contenders)", shape.keys, shape.contenders)
+            } else {
+                format!("{name} seed {seed}")
+            };
             let trace = match r {
                 Ok(Ok(t)) => t,
                 Ok(Err(e)) if !require && e.contains("onnect") => {
-                    eprintln!("WARNING: {name} skipped: {e}");
+                    eprintln!("WARNING: {label} skipped: {e}");
                     continue;
                 }
                 Ok(Err(e)) => {
-                    failures.push(format!("{name} seed {seed}: {e}"));
+                    failures.push(format!("{label}: {e}"));
                     continue;
                 }
                 Err(_) => {
-                    failures.push(format!("{name} seed {seed}: storm timed out"));
+                    failures.push(format!("{label}: storm timed out"));
                     continue;
                 }
             };
             if let Some(dir) = &out_dir {
-                let path = format!("{dir}/{name}-{seed}.trace");
-                std::fs::write(&path, trace.to_text()).expect("writing a trace");
+                let file = if shape.keys > 1 {
+                    format!("{dir}/{name}-keys-{seed}.trace")
+                } else {
+                    format!("{dir}/{name}-{seed}.trace")
+                };
+                std::fs::write(&file, trace.to_text()).expect("writing a trace");
             }
             match check(&trace) {
                 Ok(s) => {
-                    println!("{name} seed {seed}: {} steps conform: {s:?}", trace.steps.len());
+                    println!(
+                        "{label}: {} steps conform ({:.1} s): {s:?}",
+                        trace.steps.len(),
+                        took.as_secs_f64()
+                    );
                     if s.grants < 2 {
-                        failures.push(format!("{name} seed {seed}: fewer than two grants: {s:?}"));
+                        failures.push(format!("{label}: fewer than two grants: {s:?}"));
+                    }
+                    if shape.keys > 1 {
+                        match multi_key_coverage(&trace, shape.contenders) {
+                            Ok(c) => println!("  {c}"),
+                            Err(e) => failures.push(format!("{label}: {e}")),
+                        }
+                        let (_, merged) = check_all(&Trace {
+                            steps: trace
+                                .steps
+                                .iter()
+                                .map(|s| Step {
+                                    key: String::new(),
+                                    ..s.clone()
+                                })
+                                .collect(),
+                            ..trace.clone()
+                        });
+                        match token_goes_back_on_one_key(&label, &trace) {
+                            Ok(what) => println!(
+                                "  `{what}` rejected; read as one key the trace breaks {} rules",
+                                merged.len()
+                            ),
+                            Err(e) => failures.push(format!("{label}: {e}")),
+                        }
                     }
                 }
                 Err(e) => failures.push(format!(
-                    "{name} seed {seed}: {e}\n{}",
+                    "{label}: {e}\n{}",
                     trace.to_text()
                 )),
             }
@@ -528,4 +693,62 @@ fn same_owner_regrant_while_live_conforms() {
     check(&same).unwrap_or_else(|e| panic!("a same-owner re-grant: {e}"));
     let other = Trace::parse(&format!("{head}1000 1200 b granted 2 980000\n")).unwrap();
     assert_eq!(check(&other).unwrap_err().rule, Rule::GrantWhileHeld);
+}
+
+/// The model has one key: a trace of several keys is one model per key. Two clients holding two
+/// keys at once, each key with its own tokens, conform; the same steps read as one key break three
+/// rules; a token that goes back on the second key alone is rejected on that key's steps only.
+#[test]
+fn keys_are_checked_as_separate_models() {
+    let head =
+        "store row\nttl_us 1000000\ndrift_us 21000\nrenew_us 333333\nlead_us 100000\nsteps\n";
+    let steps = "0 500 a @k0 granted 5 979000\n\
+                 1000 1200 b @k1 granted 3 980000\n\
+                 1300 1400 a @k0 write 5 accepted\n\
+                 1500 1600 b @k1 write 3 accepted\n";
+    let keyed = Trace::parse(&format!("{head}{steps}")).unwrap();
+    assert_eq!(keyed.keys(), ["k0", "k1"]);
+    assert_eq!(Trace::parse(&keyed.to_text()).unwrap(), keyed);
+    let s = check(&keyed).unwrap_or_else(|e| panic!("two keys held at once: {e}"));
+    assert_eq!((s.keys, s.grants, s.writes), (2, 2, 2));
+
+    let one_key = Trace::parse(&format!(
+        "{head}{}",
+        steps.replace(" @k0", "").replace(" @k1", "")
+    ))
+    .unwrap();
+    // Read as one key: two holders at once, a token below the earlier grant's, and the resource
+    // accepting the lower token after the greater one.
+    let (_, all) = check_all(&one_key);
+    assert_eq!(
+        all.iter().map(|n| (n.rule, n.step)).collect::<Vec<_>>(),
+        [
+            (Rule::GrantWhileHeld, 0),
+            (Rule::TokenNotAboveEarlier, 1),
+            (Rule::StaleWriteAccepted, 3)
+        ],
+        "read as one key: {all:#?}"
+    );
+
+    // On k1, a grant after the first one ended, with a lower token (and, to show it conforms, with
+    // a greater one); k0's token is greater than both and does not matter.
+    let back = Trace::parse(&format!(
+        "{head}{steps}2000000 2000400 a @k1 granted 2 2979000\n"
+    ))
+    .unwrap();
+    let (_, all) = check_all(&back);
+    assert!(
+        all.iter()
+            .any(|n| (n.rule, n.step) == (Rule::TokenNotAboveEarlier, 4)),
+        "{all:#?}"
+    );
+    assert!(
+        all.iter().all(|n| back.steps[n.step].key == "k1"),
+        "a step of k0 rejected: {all:#?}"
+    );
+    let fine = Trace::parse(&format!(
+        "{head}{steps}2000000 2000400 a @k1 granted 4 2979000\n"
+    ))
+    .unwrap();
+    check(&fine).unwrap_or_else(|e| panic!("a greater token on k1: {e}"));
 }
