@@ -53,9 +53,10 @@ pub fn run_with<B: Backend>(backend: B, extra: Vec<Case>) -> ! {
 /// Turns `cases` into one named trial each, for a backend whose availability probe gave
 /// `availability` (its capabilities, or why it could not be reached).
 ///
-/// - An unreachable backend gives a `service_available` trial that fails when `require` is set
-///   (CI or `LEASE_TEST_REQUIRE`), and every case ignored with the reason; otherwise every case
-///   ignored with the reason.
+/// - An unreachable backend, when `require` is set (CI or `LEASE_TEST_REQUIRE`), gives a
+///   `service_available` trial and every case as trials that fail with the reason, so that a run
+///   filtered to some cases by name fails too; without `require`, every case is ignored with the
+///   reason.
 /// - A reachable backend gives a passing `service_available` trial; a case whose needs its
 ///   capabilities lack is ignored with the reason (never passed); every other case runs.
 pub fn trials(
@@ -77,9 +78,15 @@ pub fn trials(
                     "backend {name} is required (CI or LEASE_TEST_REQUIRE) but unavailable: {reason}"
                 );
                 eprintln!("ERROR: {msg}");
-                trials.push(Trial::test("service_available", move || {
-                    Err(Failed::from(msg))
-                }));
+                let unavailable =
+                    |trial: String, msg: String| Trial::test(trial, move || Err(Failed::from(msg)));
+                trials.push(unavailable("service_available".into(), msg.clone()));
+                trials.extend(
+                    cases
+                        .into_iter()
+                        .map(|case| unavailable(case.full_name(), msg.clone())),
+                );
+                return trials;
             } else {
                 eprintln!(
                     "WARNING: backend {name} unavailable, every case is reported as ignored: {reason}\n\

@@ -144,3 +144,37 @@ fn a_backend_with_watch_runs_and_passes_the_watch_case() {
         "{c:?}"
     );
 }
+
+/// A required backend that cannot be reached fails every run of its target, also one filtered to
+/// a few cases by name (which filters out `service_available`): no filter can make it pass by
+/// reporting everything as ignored.
+#[test]
+fn a_required_unreachable_backend_fails_whatever_the_filter() {
+    let trials = || {
+        let backend: Arc<dyn Backend> = Arc::new(Memory::default());
+        leasehold_testkit::trials(
+            backend,
+            watch_cases(),
+            Err("connection refused".to_string()),
+            true,
+        )
+    };
+    let c = libtest_mimic::run(&args(), trials());
+    assert_eq!((c.num_passed, c.num_failed), (0, 3), "{c:?}");
+    let filtered = Arguments {
+        filter: Some("watch_wakes".to_string()),
+        ..args()
+    };
+    let c = libtest_mimic::run(&filtered, trials());
+    assert_eq!((c.num_passed, c.num_failed), (0, 1), "{c:?}");
+    // Not required (a developer's machine without the service): ignored, with the reason.
+    let backend: Arc<dyn Backend> = Arc::new(Memory::default());
+    let lax = leasehold_testkit::trials(
+        backend,
+        watch_cases(),
+        Err("connection refused".to_string()),
+        false,
+    );
+    let c = libtest_mimic::run(&filtered, lax);
+    assert_eq!((c.num_failed, c.num_ignored), (0, 1), "{c:?}");
+}
