@@ -130,6 +130,15 @@ impl RedisOptions {
     /// for, and `WAIT` blocks this store's multiplexed connection for up to `timeout`. Safety
     /// still comes from the fencing token (see the crate docs). `timeout` must be shorter than the
     /// response timeout.
+    ///
+    /// [`acquire_many`](leasehold_core::LeaseStore::acquire_many) waits the same way: one `WAIT`
+    /// after each group's scripts (on a single server, after the whole batch). When too few
+    /// replicas acknowledge, every key the group granted gets its own retryable
+    /// [`Error::Unavailable`] in its slot; the call itself returns `Ok`, and keys held by others
+    /// stay `Held`. Those grants are released again, best effort: assume such a key may still be
+    /// held in this owner's name on the primary until its TTL runs out, that it is not on enough
+    /// replicas to survive a failover, and that its token is spent (the key's next grant gets a
+    /// greater one). Retrying is safe; only an `Acquired` outcome is a lease.
     pub fn with_wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_wait = Some(ReplicaWait { replicas, timeout });
         self
