@@ -580,7 +580,7 @@ impl LeaseStore for MysqlLeaseStore {
         }
     }
 
-    /// One transaction per [`ACQUIRE_MANY_CHUNK`] requests, [`ACQUIRE_MANY_TXNS`] at once, in key
+    /// One transaction per 250 requests (`ACQUIRE_MANY_CHUNK`), 8 at once (`ACQUIRE_MANY_TXNS`), in key
     /// order (so that two batches over overlapping keys lock rows in one order), each request decided by acquire's
     /// statements on the transaction's connection: one commit per chunk instead of one per key.
     /// The session's `READ COMMITTED` lets acquire's holder read see rows committed during the
