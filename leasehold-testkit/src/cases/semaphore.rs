@@ -71,8 +71,9 @@ async fn must_acquire(sem: &Semaphore, who: &str) -> Result<Permit, String> {
 ///    The history, per slot, is legal (no overlapping belief, no token regression, no stale
 ///    write), at no instant do more than `3` holders believe they hold a permit (a sweep over
 ///    every belief interval, from the grant's answer to the release's invocation or the local
-///    deadline), at some instant more than one does (it is not a mutex), and each slot's counter
-///    equals the grants on that slot.
+///    deadline), and each slot's counter equals the grants on that slot. Then `3` contenders hold
+///    a permit each at once, on distinct slots, and a fourth is refused (it is not a mutex, and
+///    the limit holds without a race to win).
 pub async fn semaphore_never_more_than_n_believers(ctx: Ctx) -> CaseResult {
     let name = ctx.key("believers");
     let history = History::new();
@@ -133,12 +134,43 @@ pub async fn semaphore_never_more_than_n_believers(ctx: Ctx) -> CaseResult {
         )
         .into());
     }
-    if peak < 2 {
+    // Whether the churn above overlapped depends on scheduling; that the semaphore is not a
+    // mutex is shown deterministically: PERMITS contenders hold a permit each at the same time
+    // (each acquired while the earlier ones hold theirs, on distinct slots), and one more finds
+    // none free.
+    let mut held: Vec<Permit> = Vec::new();
+    for c in 0..PERMITS {
+        let sem = contender(&ctx, &name, PERMITS, config.clone()).await?;
+        match sem.try_acquire().await? {
+            PermitAcquisition::Acquired(p) => held.push(p),
+            other => {
+                return Err(format!(
+                    "permit {c} of {PERMITS} refused while only {} were held (the semaphore \
+                     acted as a mutex?): {other:?}",
+                    held.len()
+                )
+                .into());
+            }
+        }
+    }
+    let mut slots: Vec<u32> = held.iter().map(Permit::slot).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(
+        slots.len(),
+        PERMITS as usize,
+        "{PERMITS} permits on distinct slots"
+    );
+    let extra = contender(&ctx, &name, PERMITS, config.clone()).await?;
+    if let PermitAcquisition::Acquired(p) = extra.try_acquire().await? {
         return Err(format!(
-            "never more than {peak} holder at once with {CONTENDERS} contenders: the semaphore \
-             acted as a mutex"
+            "a permit beyond {PERMITS} was granted on slot {} while {PERMITS} were held",
+            p.slot()
         )
         .into());
+    }
+    for p in held {
+        p.release().await?;
     }
     let mut grants: BTreeMap<LeaseKey, i64> = BTreeMap::new();
     for e in history.events() {
