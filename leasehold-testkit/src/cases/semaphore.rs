@@ -170,7 +170,9 @@ pub async fn semaphore_never_more_than_n_believers(ctx: Ctx) -> CaseResult {
         .into());
     }
     for p in held {
-        p.release().await?;
+        let slot = p.slot();
+        let released = p.release().await?;
+        assert_eq!(released, ReleaseOutcome::Released, "release of slot {slot}");
     }
     let mut grants: BTreeMap<LeaseKey, i64> = BTreeMap::new();
     for e in history.events() {
