@@ -44,10 +44,17 @@ pub enum Scenario {
     PostgresSyncPromotion,
     /// PostgreSQL primary crashed, asynchronous standby promoted.
     PostgresAsyncPromotion,
+    /// PostgreSQL asynchronous standby cut off from its primary for a while (its WAL receiver
+    /// pointed at a port where nothing listens), then the primary crashed and the lagging
+    /// standby promoted: the grants of the lag window are lost.
+    PostgresLaggedPromotion,
     /// Redis (AOF always) killed and restarted.
     RedisRestart,
     /// Redis primary killed, replica promoted.
     RedisPromotion,
+    /// Redis replica cut off from its primary for a while, then the primary killed and the
+    /// lagging replica promoted ([`redis_lagged_promotion`]).
+    RedisLaggedPromotion,
     /// The etcd leader killed in a three-member cluster.
     EtcdLeaderKill,
     /// The kube-apiserver restarted.
@@ -58,12 +65,14 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::PostgresRestart,
         Scenario::PostgresSyncPromotion,
         Scenario::PostgresAsyncPromotion,
+        Scenario::PostgresLaggedPromotion,
         Scenario::RedisRestart,
         Scenario::RedisPromotion,
+        Scenario::RedisLaggedPromotion,
         Scenario::EtcdLeaderKill,
         Scenario::KubeRestart,
         Scenario::SqliteKillPause,
@@ -75,8 +84,10 @@ impl Scenario {
             Scenario::PostgresRestart => "postgres_restart",
             Scenario::PostgresSyncPromotion => "postgres_sync_promotion",
             Scenario::PostgresAsyncPromotion => "postgres_async_promotion",
+            Scenario::PostgresLaggedPromotion => "postgres_promotion_after_forced_lag",
             Scenario::RedisRestart => "redis_restart",
             Scenario::RedisPromotion => "redis_promotion",
+            Scenario::RedisLaggedPromotion => "redis_promotion_after_forced_lag",
             Scenario::EtcdLeaderKill => "etcd_leader_kill",
             Scenario::KubeRestart => "k8s_apiserver_restart",
             Scenario::SqliteKillPause => "sqlite_holders_killed_and_paused",
@@ -88,8 +99,11 @@ impl Scenario {
         match self {
             Scenario::PostgresRestart
             | Scenario::PostgresSyncPromotion
-            | Scenario::PostgresAsyncPromotion => "postgres",
-            Scenario::RedisRestart | Scenario::RedisPromotion => "redis",
+            | Scenario::PostgresAsyncPromotion
+            | Scenario::PostgresLaggedPromotion => "postgres",
+            Scenario::RedisRestart | Scenario::RedisPromotion | Scenario::RedisLaggedPromotion => {
+                "redis"
+            }
             Scenario::EtcdLeaderKill => "etcd",
             Scenario::KubeRestart => "k8s",
             Scenario::SqliteKillPause => "sqlite",
@@ -99,7 +113,10 @@ impl Scenario {
     /// The violation kinds the backend does not promise to avoid in this scenario.
     pub fn outside_kinds(self) -> &'static [ViolationKind] {
         match self {
-            Scenario::PostgresAsyncPromotion | Scenario::RedisPromotion => &[
+            Scenario::PostgresAsyncPromotion
+            | Scenario::PostgresLaggedPromotion
+            | Scenario::RedisPromotion
+            | Scenario::RedisLaggedPromotion => &[
                 ViolationKind::OverlappingBelief,
                 ViolationKind::LateLoss,
                 ViolationKind::StaleWriteAccepted,
@@ -165,8 +182,10 @@ pub async fn run(scenario: Scenario, seed: u64) -> Result<Run, String> {
         Scenario::PostgresRestart => postgres(seed, Pg::Restart).await?,
         Scenario::PostgresSyncPromotion => postgres(seed, Pg::Promote { sync: true }).await?,
         Scenario::PostgresAsyncPromotion => postgres(seed, Pg::Promote { sync: false }).await?,
+        Scenario::PostgresLaggedPromotion => postgres(seed, Pg::LaggedPromote).await?,
         Scenario::RedisRestart => redis_restart(seed).await?,
         Scenario::RedisPromotion => redis_promotion(seed).await?,
+        Scenario::RedisLaggedPromotion => return redis_lagged_promotion(seed, FORCED_LAG).await,
         Scenario::EtcdLeaderKill => etcd_leader_kill(seed).await?,
         Scenario::KubeRestart => kube_restart(seed).await?,
         Scenario::SqliteKillPause => crate::procstorm::sqlite_kill_pause(seed).await?,
@@ -187,10 +206,17 @@ fn split(scenario: Scenario, mut m: Measured) -> Run {
     }
 }
 
+/// How long a lagged promotion's standby or replica is cut off before the promotion.
+pub const FORCED_LAG: Duration = Duration::from_millis(1500);
+
 #[derive(Debug, Clone, Copy)]
 enum Pg {
     Restart,
-    Promote { sync: bool },
+    Promote {
+        sync: bool,
+    },
+    /// Cut the asynchronous standby off for [`FORCED_LAG`], then promote it.
+    LaggedPromote,
 }
 
 async fn postgres(seed: u64, how: Pg) -> Result<Measured, String> {
@@ -202,10 +228,21 @@ async fn postgres(seed: u64, how: Pg) -> Result<Measured, String> {
     let t = url_target("postgres", PgPair::template(), &front, ttl);
     let disrupt = async {
         sleep(strike(seed, ttl)).await;
+        if let Pg::LaggedPromote = how {
+            // primary_conninfo is reloadable: the WAL receiver restarts towards a port where
+            // nothing listens, and the standby applies nothing more (as REPLICAOF does on Redis).
+            pair.psql(
+                pair.standby,
+                "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port=1'",
+            )
+            .await?;
+            pair.psql(pair.standby, "SELECT pg_reload_conf()").await?;
+            sleep(FORCED_LAG).await;
+        }
         pair.crash_primary().await?;
         match how {
             Pg::Restart => pair.start_primary().await,
-            Pg::Promote { .. } => {
+            Pg::Promote { .. } | Pg::LaggedPromote => {
                 pair.promote().await?;
                 front.switch(pair.standby);
                 Ok(())
@@ -299,7 +336,7 @@ pub async fn redis_lagged_promotion(seed: u64, lag: Duration) -> Result<Run, Str
     };
     let mut m = storm_with(&t, shape(seed), Some(Box::pin(disrupt))).await?;
     m.faults += 1;
-    Ok(split(Scenario::RedisPromotion, m))
+    Ok(split(Scenario::RedisLaggedPromotion, m))
 }
 
 async fn etcd_leader_kill(seed: u64) -> Result<Measured, String> {

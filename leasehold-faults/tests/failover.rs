@@ -5,9 +5,10 @@
 //! scenario that could not run is a failed scenario. Violations outside the guarantee
 //! (asynchronous promotions) are printed with their kind, and do not fail the test.
 //!
-//! `redis::promotion_after_forced_replication_lag` promotes a Redis replica that was cut off from
-//! its primary for 1.5 s of the storm: what the promotion lost is printed by kind (outside the
-//! guarantee), and only a token that goes back or repeats fails it.
+//! `*_promotion_after_forced_lag` promote a Redis replica or a PostgreSQL standby that was cut off
+//! from its primary for 1.5 s of the storm: what the promotion lost is printed by kind (outside
+//! the guarantee), and only a token that goes back or repeats fails it (both floor every token by
+//! the server clock).
 //!
 //! `LEASE_FAULTS_FAILOVER_SEED` picks the storm seed (default 1).
 
@@ -90,50 +91,6 @@ fn main() {
             let r = r.map_err(Failed::from)?;
             eprintln!("{r}");
             Ok(())
-        },
-    ));
-    trials.push(Trial::test(
-        "redis::promotion_after_forced_replication_lag",
-        move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            let r = rt.block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(300),
-                    leasehold_faults::failover::redis_lagged_promotion(
-                        seed,
-                        Duration::from_millis(1500),
-                    ),
-                )
-                .await
-            });
-            rt.shutdown_timeout(Duration::from_secs(5));
-            let r = r.map_err(|_| Failed::from("scenario did not finish within 300 s"))?;
-            let r = r.map_err(Failed::from)?;
-            let m = &r.measured;
-            eprintln!(
-                "promotion after a 1.5 s replication lag: {} faults, {} confirmed renewals, {} unknown outcomes; outside the guarantee: {:?}",
-                m.faults,
-                m.renewals,
-                m.unknown,
-                leasehold_testkit::history::Verdict::of(&r.outside)
-            );
-            for v in &r.outside {
-                eprintln!("  outside the guarantee: {v:?}");
-            }
-            if m.violations.is_empty() {
-                Ok(())
-            } else {
-                Err(Failed::from(format!(
-                    "{} violation(s): {:#?}\n{}",
-                    m.violations.len(),
-                    m.violations,
-                    m.history.as_deref().unwrap_or_default()
-                )))
-            }
         },
     ));
     libtest_mimic::run(&args, trials).exit()
