@@ -1,7 +1,8 @@
 //! The driver: the renewal task. A thin loop that asks the pure [`Machine`] what to do next,
 //! does it (sleep, renew, release) against the store, steps the machine with what happened and
 //! publishes the result to the guard, the hook and the log. It decides nothing itself: health,
-//! the renewal schedule and the loss deadline are the machine's.
+//! the renewal schedule and the loss deadline are the machine's; the grid, the bounds of each
+//! call and the meaning of each answer are the [plan](super::plan)'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +12,11 @@ use tokio::time::{Instant, sleep, timeout};
 use super::batch;
 use super::config::SupervisorConfig;
 use super::guard::Shared;
+use super::plan::{self, Due};
 use super::state::{Event, Health, LossReason, Machine, Next};
-use crate::clock::{Clock, saturating_add};
-use crate::hook::{Hook, RenewalResult};
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::hook::Hook;
 use crate::lease::{Lease, ReleaseOutcome, RenewOutcome};
 use crate::store::LeaseStore;
 
@@ -60,7 +63,17 @@ struct Publisher<'a> {
     last: Health,
 }
 
-impl Publisher<'_> {
+impl<'a> Publisher<'a> {
+    /// A publisher for a guard born `Held` (the first [`publish`](Self::publish) tells otherwise).
+    fn new(shared: &'a Shared, hook: &'a dyn Hook, backend: &'static str) -> Self {
+        Publisher {
+            shared,
+            hook,
+            backend,
+            last: Health::Held,
+        }
+    }
+
     /// Publishes the machine `m` to the guard, and its health for `l` (the lease as the store
     /// issued it) to everyone.
     fn publish(&mut self, m: &Machine, l: &Lease) {
@@ -103,7 +116,8 @@ impl Publisher<'_> {
 
 /// The renewal task. `m` runs on the validity clock (its lease's deadline shifted by the
 /// suspended time at sending); `issued` is the same lease as the store issued it, which is what
-/// the store, the hook and the guard's [`lease`](LeaseGuard::lease) see.
+/// the store, the hook and the guard's [`lease`](super::LeaseGuard::lease) see. What to do at each
+/// step is decided by the machine and the pure [plan](super::plan); this carries it out.
 pub(super) async fn drive(
     store: Arc<dyn LeaseStore>,
     config: SupervisorConfig,
@@ -114,91 +128,45 @@ pub(super) async fn drive(
     renewer: batch::Renewer,
 ) -> ReleaseOutcome {
     let _end = TaskEnd(shared.clone());
-    let backend = store.backend();
-    let clock = shared.clock.clone();
+    let (backend, clock, nap) = (store.backend(), shared.clock.clone(), shared.nap);
     let clock = &*clock;
-    let nap = shared.nap;
     let started = Instant::now();
-    let mut out = Publisher {
-        shared: &shared,
-        hook: &*hook,
-        backend,
-        last: Health::Held,
-    };
+    let mut out = Publisher::new(&shared, &*hook, backend);
     out.publish(&m, &issued);
     loop {
-        let now = clock.now();
-        let Next::RenewAt { at, loss_deadline } = m.next(now) else {
+        let Next::RenewAt { at, loss_deadline } = m.next(clock.now()) else {
             hook.ended(&issued, started.elapsed(), None);
             return ReleaseOutcome::NotHeld;
         };
-        // Batched guards renew on the supervisor's shared grid (earlier, never later); retries
-        // after a failure keep their own timing. The grid runs on tokio's clock.
-        let at = if m.health() == Health::Held {
-            let s = clock.suspended();
-            match at.checked_sub(s) {
-                Some(mono) => saturating_add(renewer.align(mono, Instant::now()), s),
-                None => at,
-            }
-        } else {
-            at
-        };
-        // Wait for the renewal time or the loss deadline (looking at the clock on the way), or a
-        // stop request.
+        let at = plan::renew_time(at, m.health(), clock.suspended(), |mono| {
+            renewer.align(mono, Instant::now())
+        });
+        // Wait for the renewal time or the loss deadline (looking at the clock), or a stop.
         tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
             _ = sleep_until_valid(clock, at.min(loss_deadline), nap) => {}
         }
-        if clock.now() >= loss_deadline {
+        if plan::due(clock.now(), loss_deadline) == Due::LossDeadline {
             m.step(Event::Tick, clock.now());
             out.publish(&m, &issued);
             continue;
         }
-        let suspended = clock.suspended();
-        let sent = Instant::now();
-        let bound =
-            saturating_add(saturating_add(sent, suspended), config.op_timeout()).min(loss_deadline);
+        let (suspended, sent) = (clock.suspended(), Instant::now());
+        let bound = plan::renewal_bound(sent, suspended, config.op_timeout(), loss_deadline);
         let current = issued.clone();
-        let (event, result) = tokio::select! {
+        let answer = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => break,
-            r = renewer.renew(&current) => match r {
-                Ok(RenewOutcome::Renewed(l)) => (
-                    Event::RenewConfirmed(l),
-                    RenewalResult::Confirmed {
-                        remaining_before: m.lease().deadline().saturating_duration_since(clock.now()),
-                    },
-                ),
-                Ok(RenewOutcome::Lost) => (Event::RenewRefused, RenewalResult::Refused),
-                Err(e) if e.is_retryable() => {
-                    tracing::debug!(backend, key = %current.key(), error = %e, "renewal failed");
-                    (Event::RenewFailed, RenewalResult::Failed)
-                }
-                Err(e) => {
-                    tracing::warn!(backend, key = %current.key(), error = %e, "renewal failed with a non-retryable error");
-                    (Event::RenewFatal, RenewalResult::Failed)
-                }
-            },
-            _ = sleep_until_valid(clock, bound, nap) => (Event::RenewFailed, RenewalResult::TimedOut),
+            r = renewer.renew(&current) => Some(r),
+            _ = sleep_until_valid(clock, bound, nap) => None,
         };
-        let renewed = match event {
-            Event::RenewConfirmed(l) => {
-                hook.renewal(&l, result, sent.elapsed());
-                let valid = l.shifted(suspended);
-                m.step(Event::RenewConfirmed(valid.clone()), clock.now());
-                Some((l, valid))
-            }
-            other => {
-                hook.renewal(&current, result, sent.elapsed());
-                m.step(other, clock.now());
-                None
-            }
-        };
-        if let Some((l, valid)) = renewed
-            && m.health() == Health::Held
-            && *m.lease() == valid
-        {
+        log_renewal_error(backend, &current, answer.as_ref());
+        let remaining = || m.lease().deadline().saturating_duration_since(clock.now());
+        let (event, result) = plan::judge_renewal(answer, remaining);
+        let subject = plan::renewal_subject(&event, &current);
+        hook.renewal(subject, result, sent.elapsed());
+        if let Some(l) = plan::apply_renewal(&mut m, event, suspended, clock.now()) {
             issued = l;
             shared.lease.send_replace(issued.clone());
         }
@@ -214,24 +182,44 @@ pub(super) async fn drive(
         return ReleaseOutcome::NotHeld;
     }
     let left = m.lease().deadline().saturating_duration_since(clock.now());
-    let bound = config.op_timeout().min(left.max(Duration::from_millis(1)));
-    let outcome = match timeout(bound, store.release(&issued)).await {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => {
-            tracing::warn!(backend, key = %issued.key(), error = %e, "release failed; the lease will expire");
-            ReleaseOutcome::NotHeld
-        }
-        Err(_) => {
-            tracing::warn!(backend, key = %issued.key(), "release timed out; the lease will expire");
-            ReleaseOutcome::NotHeld
-        }
-    };
-    let ev = match outcome {
-        ReleaseOutcome::Released => Event::Released,
-        ReleaseOutcome::NotHeld => Event::ReleaseNotHeld,
-    };
-    m.step(ev, clock.now());
+    let bound = plan::release_bound(config.op_timeout(), left);
+    let (outcome, event) = plan::judge_release(release(&*store, &issued, bound).await);
+    m.step(event, clock.now());
     out.publish(&m, &issued);
     hook.ended(&issued, started.elapsed(), Some(outcome));
     outcome
+}
+
+/// Logs a renewal that failed with an error: at debug level when it is retryable (the machine
+/// turns `AtRisk` and retries), as a warning when it is not (the lease is lost).
+fn log_renewal_error(backend: &'static str, lease: &Lease, answer: Option<&Result<RenewOutcome>>) {
+    let Some(Err(e)) = answer else {
+        return;
+    };
+    if e.is_retryable() {
+        tracing::debug!(backend, key = %lease.key(), error = %e, "renewal failed");
+    } else {
+        tracing::warn!(backend, key = %lease.key(), error = %e, "renewal failed with a non-retryable error");
+    }
+}
+
+/// Releases `lease` within `bound`: the store's answer, or `None` if it did not come in time. A
+/// failure or a timeout is logged (the lease will expire).
+async fn release(
+    store: &dyn LeaseStore,
+    lease: &Lease,
+    bound: Duration,
+) -> Option<Result<ReleaseOutcome>> {
+    let backend = store.backend();
+    let answer = timeout(bound, store.release(lease)).await.ok();
+    match &answer {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => {
+            tracing::warn!(backend, key = %lease.key(), error = %e, "release failed; the lease will expire")
+        }
+        None => {
+            tracing::warn!(backend, key = %lease.key(), "release timed out; the lease will expire")
+        }
+    }
+    answer
 }

@@ -56,7 +56,8 @@
 //!   returns ([`Acquisition`], [`RunOutcome`]).
 //! - `guard.rs`: [`LeaseGuard`] and its view for the guarded work, [`LeaseGuardRef`].
 //! - `driver.rs`: the renewal task, a thin loop that feeds the pure state machine and carries
-//!   out what it decides.
+//!   out what it decides; `plan.rs`: the task's own decisions, pure (when to renew on the batch
+//!   grid, how long each call may take, what each answer means), unit-tested in `plan_tests.rs`.
 //! - `state.rs` (private): the pure state machine, [`Machine`], with [`Health`] and
 //!   [`LossReason`].
 //! - `config.rs`: [`SupervisorConfig`]; `batch.rs`: renewal coalescing.
@@ -66,6 +67,7 @@ mod config;
 mod driver;
 mod entry;
 mod guard;
+mod plan;
 mod state;
 #[cfg(test)]
 mod tests;
