@@ -18,10 +18,12 @@ use crate::error::BACKEND;
 /// ```
 /// use std::time::Duration;
 /// use leasehold_sqlite::SqliteOptions;
-/// let opts = SqliteOptions::new().busy_timeout(Duration::from_secs(2)).max_connections(2);
+/// let opts = SqliteOptions::new()
+///     .with_busy_timeout(Duration::from_secs(2))
+///     .with_max_connections(2);
 /// assert_eq!(opts.get_busy_timeout(), Duration::from_secs(2));
 /// assert!(opts.get_watch());
-/// let polling_only = SqliteOptions::new().watch(false);
+/// let polling_only = SqliteOptions::new().with_watch(false);
 /// assert!(!polling_only.get_watch());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +55,7 @@ impl Default for SqliteOptions {
 ///
 /// ```
 /// use leasehold_sqlite::{CommitSync, SqliteOptions};
-/// let opts = SqliteOptions::new().commit_sync(CommitSync::Full);
+/// let opts = SqliteOptions::new().with_commit_sync(CommitSync::Full);
 /// assert_eq!(opts.get_commit_sync(), CommitSync::Full);
 /// assert_eq!(SqliteOptions::new().get_commit_sync(), CommitSync::Normal);
 /// ```
@@ -87,7 +89,7 @@ impl SqliteOptions {
     /// fails with [`Error::Unavailable`] (built by [`Error::refused`]: nothing was applied). SQLite's `busy_timeout`; at least 1 ms
     /// and at most SQLite's largest, `i32::MAX` ms (about 24.8 days; `Duration::MAX` waits that
     /// long).
-    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout.clamp(Duration::from_millis(1), LONGEST_BUSY_TIMEOUT);
         self
     }
@@ -95,13 +97,13 @@ impl SqliteOptions {
     /// The largest number of connections the store keeps open for reads (inspect, fenced
     /// reads; at least 1; above 10,000 the open fails with [`Error::Config`]). Writes go through
     /// one more connection of the store's own, and a watch through one per file and process.
-    pub fn max_connections(mut self, n: u32) -> Self {
+    pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
         self
     }
 
     /// When commits are forced to disk (default [`CommitSync::Normal`]).
-    pub fn commit_sync(mut self, sync: CommitSync) -> Self {
+    pub fn with_commit_sync(mut self, sync: CommitSync) -> Self {
         self.commit_sync = sync;
         self
     }
@@ -109,7 +111,7 @@ impl SqliteOptions {
     /// Whether [`watch`](leasehold_core::LeaseStore::watch) is offered (default: on). Off, the store
     /// claims no [`Capabilities::watch`](leasehold_core::Capabilities), `watch()` returns `Ok(None)`
     /// and waiters poll with backoff; releases still cost nothing extra.
-    pub fn watch(mut self, on: bool) -> Self {
+    pub fn with_watch(mut self, on: bool) -> Self {
         self.watch = on;
         self
     }
@@ -119,9 +121,39 @@ impl SqliteOptions {
     /// 25 ms, at least 1 ms). This bounds how late a waiter hears of a release made in *another*
     /// process; releases in this process wake their waiters at once. The interval of the store
     /// whose watch started the file's poller applies to all stores on that file in this process.
-    pub fn watch_poll_interval(mut self, interval: Duration) -> Self {
+    pub fn with_watch_poll_interval(mut self, interval: Duration) -> Self {
         self.watch_interval = interval.max(Duration::from_millis(1));
         self
+    }
+
+    /// Deprecated spelling of [`with_busy_timeout`](Self::with_busy_timeout).
+    #[deprecated(note = "use with_busy_timeout")]
+    pub fn busy_timeout(self, timeout: Duration) -> Self {
+        self.with_busy_timeout(timeout)
+    }
+
+    /// Deprecated spelling of [`with_max_connections`](Self::with_max_connections).
+    #[deprecated(note = "use with_max_connections")]
+    pub fn max_connections(self, n: u32) -> Self {
+        self.with_max_connections(n)
+    }
+
+    /// Deprecated spelling of [`with_commit_sync`](Self::with_commit_sync).
+    #[deprecated(note = "use with_commit_sync")]
+    pub fn commit_sync(self, sync: CommitSync) -> Self {
+        self.with_commit_sync(sync)
+    }
+
+    /// Deprecated spelling of [`with_watch`](Self::with_watch).
+    #[deprecated(note = "use with_watch")]
+    pub fn watch(self, on: bool) -> Self {
+        self.with_watch(on)
+    }
+
+    /// Deprecated spelling of [`with_watch_poll_interval`](Self::with_watch_poll_interval).
+    #[deprecated(note = "use with_watch_poll_interval")]
+    pub fn watch_poll_interval(self, interval: Duration) -> Self {
+        self.with_watch_poll_interval(interval)
     }
 
     /// Whether watch is offered.
@@ -184,23 +216,23 @@ impl SqliteOptions {
         let mut p = UrlParams::parse(BACKEND, url)?;
         let mut o = self;
         if let Some(d) = p.take_duration("busy_timeout")? {
-            o = o.busy_timeout(d);
+            o = o.with_busy_timeout(d);
         }
         if let Some(n) = p.take_count("max_connections")? {
-            o = o.max_connections(n);
+            o = o.with_max_connections(n);
         }
         if let Some(sync) = p.take_with("commit_sync", |v| match v {
             "normal" => Ok(CommitSync::Normal),
             "full" => Ok(CommitSync::Full),
             _ => Err("expected normal or full".into()),
         })? {
-            o = o.commit_sync(sync);
+            o = o.with_commit_sync(sync);
         }
         if let Some(on) = p.take_bool("watch")? {
-            o = o.watch(on);
+            o = o.with_watch(on);
         }
         if let Some(d) = p.take_duration("watch_poll_interval")? {
-            o = o.watch_poll_interval(d);
+            o = o.with_watch_poll_interval(d);
         }
         let url = p.finish_for_driver(URL_OPTIONS, DRIVER_URL_PARAMETERS)?;
         Ok((url, o))

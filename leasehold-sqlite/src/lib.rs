@@ -47,7 +47,7 @@
 //!   turns in a fair queue in which renewals and releases go before acquires, and each store
 //!   writes on one connection of its own; across processes they wait for each other in
 //!   SQLite's busy handler. Writers wait up to the busy timeout
-//!   ([`SqliteOptions::busy_timeout`], 5 s by default) and then fail with
+//!   ([`SqliteOptions::with_busy_timeout`], 5 s by default) and then fail with
 //!   [`Error::Unavailable`](leasehold_core::Error::Unavailable) built by
 //!   [`Error::refused`](leasehold_core::Error::refused): retryable, and certainly not applied
 //!   ([`outcome_unknown`](leasehold_core::Error::outcome_unknown) is false).
@@ -56,7 +56,7 @@
 //!   polling `PRAGMA data_version` (every 25 ms by default, only while something watches), so a
 //!   waiter in another process hears of a release within about that interval. See
 //!   [`SqliteLeaseStore`'s watch section](SqliteLeaseStore#watch);
-//!   [`SqliteOptions::watch`]`(false)` turns it off.
+//!   [`SqliteOptions::with_watch`]`(false)` turns it off.
 //!
 //! See `docs/adr/0050-sqlite-one-host-one-clock.md` for the reasoning.
 //!
@@ -74,11 +74,11 @@
 //!
 //!   | parameter | sets | example |
 //!   |---|---|---|
-//!   | `busy_timeout` | [`SqliteOptions::busy_timeout`] | `busy_timeout=2s` |
-//!   | `max_connections` | [`SqliteOptions::max_connections`] | `max_connections=2` |
-//!   | `commit_sync` | [`SqliteOptions::commit_sync`]: `normal` or `full` | `commit_sync=full` |
-//!   | `watch` | [`SqliteOptions::watch`] | `watch=false` |
-//!   | `watch_poll_interval` | [`SqliteOptions::watch_poll_interval`] | `watch_poll_interval=50ms` |
+//!   | `busy_timeout` | [`SqliteOptions::with_busy_timeout`] | `busy_timeout=2s` |
+//!   | `max_connections` | [`SqliteOptions::with_max_connections`] | `max_connections=2` |
+//!   | `commit_sync` | [`SqliteOptions::with_commit_sync`]: `normal` or `full` | `commit_sync=full` |
+//!   | `watch` | [`SqliteOptions::with_watch`] | `watch=false` |
+//!   | `watch_poll_interval` | [`SqliteOptions::with_watch_poll_interval`] | `watch_poll_interval=50ms` |
 //! - A file written by an older version of this crate is upgraded in place when it is opened
 //!   (schema version 1 to 2: triggers added, no row rewritten); its tokens continue above the
 //!   old ones. An older build then refuses the file (`Error::Config`, newer schema).

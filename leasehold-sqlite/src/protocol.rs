@@ -28,7 +28,7 @@
 //! writing statement before it runs it (waiting in the busy handler), so a statement sees no
 //! other writer. Batched renewals and fenced writes run inside [`BEGIN`]. Connections use WAL
 //! journaling, `synchronous = NORMAL` (or `FULL`, see [`CommitSync`](crate::CommitSync)) and the
-//! [busy timeout](crate::SqliteOptions::busy_timeout).
+//! [busy timeout](crate::SqliteOptions::with_busy_timeout).
 //!
 //! ```
 //! use leasehold_sqlite::protocol;

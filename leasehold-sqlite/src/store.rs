@@ -46,7 +46,7 @@ use leasehold_core::mutation;
 ///
 /// # Watch
 /// [`watch`](LeaseStore::watch) is offered unless turned off with
-/// [`SqliteOptions::watch`]`(false)`, so a waiting
+/// [`SqliteOptions::with_watch`]`(false)`, so a waiting
 /// [`Supervisor`](leasehold_core::supervisor::Supervisor) retries as soon as the key may be free
 /// instead of at its backoff. A watch of a key is woken by:
 /// - a successful release of that key through any store on the same file **in this process**,
@@ -54,7 +54,7 @@ use leasehold_core::mutation;
 /// - a commit by any **other** connection (another process, or a connection that bypasses this
 ///   crate) after which the key has no unexpired holder. While the file has watchers in this
 ///   process, one dedicated connection reads `PRAGMA data_version` every
-///   [`SqliteOptions::watch_poll_interval`] (25 ms by default) and, when it changed, checks the
+///   [`SqliteOptions::with_watch_poll_interval`] (25 ms by default) and, when it changed, checks the
 ///   watched keys with one read. Such a release is therefore noticed within about one interval.
 ///
 /// Limits: an expiry is not a commit and wakes nobody (waiters time their next attempt to the

@@ -335,7 +335,7 @@ pub(crate) async fn missing_table_is_a_config_error(ctx: Ctx) -> CaseResult {
 /// failed acquire changed nothing.
 pub(crate) async fn busy_file_is_refused_and_retryable(ctx: Ctx) -> CaseResult {
     let path = fresh_file(&ctx, "busy");
-    let opts = SqliteOptions::new().busy_timeout(Duration::from_millis(200));
+    let opts = SqliteOptions::new().with_busy_timeout(Duration::from_millis(200));
     let store = SqliteLeaseStore::open_with(&path, opts).await?;
     let key = LeaseKey::new("busy")?;
     let a = OwnerId::with_label("a");
@@ -409,9 +409,11 @@ pub(crate) async fn busy_file_is_refused_and_retryable(ctx: Ctx) -> CaseResult {
 /// is seen by a default store, and tokens keep increasing across both.
 pub(crate) async fn commit_sync_modes_share_one_file(ctx: Ctx) -> CaseResult {
     let path = fresh_file(&ctx, "sync");
-    let full =
-        SqliteLeaseStore::open_with(&path, SqliteOptions::new().commit_sync(CommitSync::Full))
-            .await?;
+    let full = SqliteLeaseStore::open_with(
+        &path,
+        SqliteOptions::new().with_commit_sync(CommitSync::Full),
+    )
+    .await?;
     let normal = SqliteLeaseStore::open(&path).await?;
     let key = LeaseKey::new("sync")?;
     let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));

@@ -27,15 +27,15 @@ fn options() -> impl Strategy<Value = SqliteOptions> {
     )
         .prop_map(|(busy, max, full, watch, interval)| {
             SqliteOptions::new()
-                .busy_timeout(busy)
-                .max_connections(max)
-                .commit_sync(if full {
+                .with_busy_timeout(busy)
+                .with_max_connections(max)
+                .with_commit_sync(if full {
                     CommitSync::Full
                 } else {
                     CommitSync::Normal
                 })
-                .watch(watch)
-                .watch_poll_interval(interval)
+                .with_watch(watch)
+                .with_watch_poll_interval(interval)
         })
 }
 

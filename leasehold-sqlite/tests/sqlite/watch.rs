@@ -20,7 +20,7 @@ use super::{fresh_file, must_acquire, raw};
 
 /// A poll interval so long that only the in-process path can wake a watcher during a case.
 fn in_process_only() -> SqliteOptions {
-    SqliteOptions::new().watch_poll_interval(Duration::from_secs(3600))
+    SqliteOptions::new().with_watch_poll_interval(Duration::from_secs(3600))
 }
 
 async fn open_watching(
@@ -112,7 +112,7 @@ pub(super) async fn release_by_another_connection_wakes_through_data_version(
     ctx: Ctx,
 ) -> CaseResult {
     let path = fresh_file(&ctx, "watch-raw");
-    let opts = SqliteOptions::new().watch_poll_interval(Duration::from_millis(10));
+    let opts = SqliteOptions::new().with_watch_poll_interval(Duration::from_millis(10));
     let store = open_watching(&path, opts).await?;
     let key = LeaseKey::new("raw")?;
     let lease = must_acquire(&store, &key, &OwnerId::with_label("elsewhere")).await?;
@@ -139,7 +139,7 @@ pub(super) async fn release_by_another_connection_wakes_through_data_version(
 /// With the watch off the store claims no watch and `watch()` returns `None`.
 pub(super) async fn watch_off_offers_no_watch(ctx: Ctx) -> CaseResult {
     let path = fresh_file(&ctx, "watch-off");
-    let store = SqliteLeaseStore::open_with(&path, SqliteOptions::new().watch(false)).await?;
+    let store = SqliteLeaseStore::open_with(&path, SqliteOptions::new().with_watch(false)).await?;
     assert!(!store.capabilities().watch, "watch claimed while off");
     assert!(
         store.watch(&LeaseKey::new("k")?).await?.is_none(),
