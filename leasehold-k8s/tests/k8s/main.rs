@@ -76,6 +76,10 @@ fn all() -> Vec<Case> {
             "k8s",
             tokens::stalled_create_after_deletion_gets_a_greater_token
         ),
+        case!(
+            "k8s",
+            tokens::takeover_token_is_above_the_recorded_token_not_only_the_version
+        ),
         case!("k8s", adoption::renewal_dropped_after_sending_is_adopted),
         case!("k8s", adoption::renewal_timed_out_after_sending_is_adopted),
         case!(

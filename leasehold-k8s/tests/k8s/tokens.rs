@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::DeleteParams;
+use kube::api::{DeleteParams, PostParams};
 use leasehold_core::{AcquireOutcome, LeaseStore, OwnerId};
 use leasehold_k8s::protocol::TOKEN_ANNOTATION;
 use leasehold_k8s::{K8sLeaseStore, K8sOptions, TestHook, TestPoint};
@@ -95,5 +95,41 @@ pub(crate) async fn stalled_create_after_deletion_gets_a_greater_token(ctx: Ctx)
         .holder
         .ok_or("C2's Lease is not seen as held")?;
     assert_eq!((seen.owner, seen.token), (b, second.token()));
+    Ok(())
+}
+
+/// The token recorded in a Lease is a floor for the next grant, even where the apiserver's
+/// resourceVersion is below it: after etcd is restored from a backup, or for a Lease whose
+/// tokens were written elsewhere, `resourceVersion + 1` alone could give a token that was already
+/// handed out. A's grant is edited to carry a token far above every resourceVersion; once it has
+/// expired, B's takeover must be given a token above that.
+pub(crate) async fn takeover_token_is_above_the_recorded_token_not_only_the_version(
+    ctx: Ctx,
+) -> CaseResult {
+    let key = ctx.key("recorded-floor");
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let ttl = ctx.short_ttl();
+    let first = ctx.must_acquire(&key, &a, ttl).await?;
+    let leases = env::leases().await?;
+    let mut obj = leases.get(key.as_str()).await.map_err(|e| e.to_string())?;
+    let high = first.token().get() + 1_000_000_000_000;
+    obj.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(TOKEN_ANNOTATION.to_string(), high.to_string());
+    leases
+        .replace(key.as_str(), &PostParams::default(), &obj)
+        .await
+        .map_err(|e| e.to_string())?;
+    // A fresh client: nothing of A's grant is remembered in its process.
+    let other = env::store().await?;
+    let second = ctx
+        .acquire_within(&other, &key, &b, ctx.long_ttl(), ctx.expiry_deadline(ttl))
+        .await?;
+    assert!(
+        second.token().get() > high,
+        "B's takeover got token {} <= the recorded token {high}",
+        second.token()
+    );
     Ok(())
 }

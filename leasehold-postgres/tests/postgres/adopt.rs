@@ -318,6 +318,95 @@ pub(crate) async fn seed_sql_and_library_contend_and_no_token_goes_back(ctx: Ctx
     Ok(())
 }
 
+/// Runs the seed's acquire for `owner` until it grants (the key's lease expires), within `within`.
+async fn seed_acquire_within(
+    pool: &PgPool,
+    key: &str,
+    owner: Uuid,
+    ttl: Duration,
+    within: Duration,
+) -> Result<i64, leasehold_testkit::Failed> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(t) = seed_acquire(pool, key, owner, ttl).await? {
+            return Ok(t);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(
+                format!("the seed's acquire of {key} did not grant within {within:?}").into(),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A takeover by the seed's own statement (`fencing_token + 1`) is floored like every grant, so
+/// that a failover to an asynchronous standby that lost it cannot grant its token again. The
+/// standby is stood in for by putting the row and the token sequence back to what they were
+/// before the takeover (with the table's triggers off, as replication would write them); the
+/// next seed takeover must still be above the lost one (the server clock floor).
+pub(crate) async fn seed_takeover_lost_in_a_failover_is_not_granted_again(ctx: Ctx) -> CaseResult {
+    let (schema, pool, options) = seed_schema().await?;
+    let store = PostgresLeaseStore::connect_with(&url(), options).await?;
+    store.migrate().await?;
+    let key = ctx.key("lost-takeover");
+    let ttl = Duration::from_millis(100);
+    let within = ctx.expiry_deadline(ttl);
+    let first = seed_acquire_within(&pool, key.as_str(), Uuid::new_v4(), ttl, within).await?;
+    let seq = format!("\"{schema}\".\"coordination_lease_token_seq\"");
+    let row: (Option<Uuid>, String, i64) = sqlx::query_as(
+        "SELECT owner_id, lease_until::text, fencing_token FROM coordination_lease \
+             WHERE resource_key = $1",
+    )
+    .bind(key.as_str())
+    .fetch_one(&pool)
+    .await?;
+    let (last, called): (i64, bool) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT last_value, is_called FROM {seq}"
+    )))
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(row.2, first);
+    // The takeover the standby will not have.
+    let lost = seed_acquire_within(&pool, key.as_str(), Uuid::new_v4(), ttl, within).await?;
+    assert!(
+        lost > first,
+        "the seed's takeover {lost} is not above {first}"
+    );
+    let mut tx = pool.begin().await?;
+    sqlx::query("ALTER TABLE coordination_lease DISABLE TRIGGER USER")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "UPDATE coordination_lease SET owner_id = $2, lease_until = $3::timestamptz, fencing_token = $4 \
+         WHERE resource_key = $1",
+    )
+    .bind(key.as_str())
+    .bind(row.0)
+    .bind(row.1)
+    .bind(row.2)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query("ALTER TABLE coordination_lease ENABLE TRIGGER USER")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(AssertSqlSafe(format!(
+        "SELECT setval('{}', $1, $2)",
+        seq.replace('\'', "''")
+    )))
+    .bind(last)
+    .bind(called)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    let after = seed_acquire_within(&pool, key.as_str(), Uuid::new_v4(), ttl, within).await?;
+    assert!(
+        after > lost,
+        "after the failover the seed's takeover got {after}, not above the lost grant {lost}"
+    );
+    drop_schema(&pool, &schema).await
+}
+
 /// This file's cases, registered by `main.rs`.
 pub(crate) fn cases() -> Vec<Case> {
     vec![
@@ -328,6 +417,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case!(
             "postgres",
             seed_sql_and_library_contend_and_no_token_goes_back
+        ),
+        case!(
+            "postgres",
+            seed_takeover_lost_in_a_failover_is_not_granted_again
         ),
     ]
 }

@@ -1,6 +1,10 @@
 //! The stale owner is rejected by the fenced resource.
 
-use leasehold_core::{OwnerId, WriteOp, WriteOutcome};
+use std::sync::Arc;
+
+use leasehold_core::{
+    FencedResource, FencingToken, LeaseKey, OwnerId, ReleaseOutcome, WriteOp, WriteOutcome,
+};
 
 use super::Case;
 use crate::{CaseResult, Ctx};
@@ -12,6 +16,10 @@ pub fn cases() -> Vec<Case> {
         crate::case!(
             "conformance",
             installed_generation_rejects_the_old_owner_before_the_new_writes
+        ),
+        crate::case!(
+            "conformance",
+            concurrent_writes_are_neither_lost_nor_let_the_mark_go_back
         ),
     ]
 }
@@ -96,4 +104,92 @@ pub async fn installed_generation_rejects_the_old_owner_before_the_new_writes(
     );
     assert_eq!(res.read(&key).await?.counter, 1);
     Ok(())
+}
+
+/// How many writes each concurrent writer of [`concurrent_writes_are_neither_lost_nor_let_the_mark_go_back`]
+/// makes, and how many writers there are per generation.
+const RACE_WRITES: usize = 6;
+const RACE_WRITERS: usize = 3;
+
+/// 9c. Two generations of one key write through two independent handles of the resource at
+///     once, several writers each. A resource that checks the mark and writes in two steps
+///     without making them one atomic step (a read-modify-write without a version condition)
+///     loses updates and lets a write of the older generation put its mark back over the newer
+///     one; this case sees both. Afterwards the counter is the sum of the accepted adds (give or
+///     take writes whose outcome is unknown: an error may have landed), the mark is the newer
+///     generation, and the older generation is rejected.
+pub async fn concurrent_writes_are_neither_lost_nor_let_the_mark_go_back(ctx: Ctx) -> CaseResult {
+    let key = ctx.key("race");
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let la = ctx.must_acquire(&key, &a, ctx.long_ttl()).await?;
+    assert_eq!(ctx.store().release(&la).await?, ReleaseOutcome::Released);
+    let lb = ctx.must_acquire(&key, &b, ctx.long_ttl()).await?;
+    let (old, new) = (la.token(), lb.token());
+    assert!(
+        new > old,
+        "the second grant's token {new} is not above {old}"
+    );
+    let first = ctx.resource().clone();
+    let second = ctx.backend().resource().await?;
+    let mut writers = tokio::task::JoinSet::new();
+    for i in 0..RACE_WRITERS * 2 {
+        let res = if i % 2 == 0 {
+            first.clone()
+        } else {
+            second.clone()
+        };
+        // Half the writers write with the older generation; the first write of the newer one
+        // goes in as soon as the race starts.
+        let token = if i < RACE_WRITERS { old } else { new };
+        writers.spawn(race_writer(res, key.clone(), token));
+    }
+    let (mut accepted, mut unknown) = (0i64, 0i64);
+    let mut new_accepted = false;
+    while let Some(joined) = writers.join_next().await {
+        let (token, acc, unk) = joined.map_err(|e| format!("a writer task failed: {e}"))?;
+        accepted += acc;
+        unknown += unk;
+        new_accepted |= token == new && acc > 0;
+    }
+    assert!(
+        new_accepted,
+        "no write of the newer generation {new} was accepted"
+    );
+    let state = ctx.resource().read(&key).await?;
+    assert!(
+        state.counter >= accepted && state.counter <= accepted + unknown,
+        "the resource counts {} but {accepted} adds were accepted ({unknown} with an unknown \
+         outcome): accepted writes were lost",
+        state.counter
+    );
+    assert_eq!(
+        state.high_water,
+        Some(new),
+        "the mark went back from {new} to {:?} under concurrent writes",
+        state.high_water
+    );
+    let late = ctx.resource().write(&key, old, WriteOp::Add(1)).await?;
+    assert!(
+        !late.is_accepted(),
+        "a write of {old} was accepted after {new}'s"
+    );
+    Ok(())
+}
+
+/// Writes `Add(1)` with `token` [`RACE_WRITES`] times; returns the token and how many writes were
+/// accepted and how many ended in an error (outcome unknown).
+async fn race_writer(
+    res: Arc<dyn FencedResource>,
+    key: LeaseKey,
+    token: FencingToken,
+) -> (FencingToken, i64, i64) {
+    let (mut accepted, mut unknown) = (0, 0);
+    for _ in 0..RACE_WRITES {
+        match res.write(&key, token, WriteOp::Add(1)).await {
+            Ok(out) if out.is_accepted() => accepted += 1,
+            Ok(_) => {}
+            Err(_) => unknown += 1,
+        }
+    }
+    (token, accepted, unknown)
 }
