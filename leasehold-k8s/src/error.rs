@@ -34,8 +34,10 @@ impl K8sError {
     }
 }
 
-/// Classifies a kube error by kind (HTTP status and kube's error variants), never by its text.
-pub(crate) fn classify(operation: &'static str, err: kube::Error) -> K8sError {
+/// Maps a kube error by kind (HTTP status and kube's error variants), never by its text. The
+/// signature is the other backends' `map(operation, err, context)` without the context: the
+/// apiserver's answer carries all this mapping needs (a timeout is told by [`timed`], not here).
+pub(crate) fn map(operation: &'static str, err: kube::Error) -> K8sError {
     match err {
         kube::Error::Api(status) => {
             if status.is_already_exists() {
@@ -191,7 +193,7 @@ pub(crate) async fn timed<T>(
 ) -> Result<T, K8sError> {
     match tokio::time::timeout(after, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(classify(operation, e)),
+        Ok(Err(e)) => Err(map(operation, e)),
         Err(_) => Err(K8sError::Other(Error::Timeout {
             backend: BACKEND,
             operation,

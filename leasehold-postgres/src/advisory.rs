@@ -145,12 +145,15 @@ impl AdvisoryLocks {
             ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
             + Send,
     {
-        let cx = tx_ctx(&self.options, "advisory lock");
-        within(self.options.tx_timeouts().deadline, cx.operation, async {
+        let operation = "advisory lock";
+        let cx = tx_ctx(&self.options);
+        within(self.options.tx_timeouts().deadline, operation, async {
             let mut conn = crate::conn::Guarded::acquire(&self.pool)
                 .await
-                .map_err(|e| e.into_error(cx))?;
-            let out = self.run_on(conn.get(), cx, key, try_only, f).await;
+                .map_err(|e| e.into_error(operation, cx))?;
+            let out = self
+                .run_on(conn.get(), operation, cx, key, try_only, f)
+                .await;
             conn.finish();
             out
         })
@@ -160,6 +163,7 @@ impl AdvisoryLocks {
     async fn run_on<T, F>(
         &self,
         conn: &mut PgConnection,
+        operation: &'static str,
         cx: ErrCtx<'_>,
         key: &LeaseKey,
         try_only: bool,
@@ -172,7 +176,7 @@ impl AdvisoryLocks {
             ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
             + Send,
     {
-        let map = |e| map(e, cx);
+        let map = |e| map(operation, e, cx);
         let id = advisory_lock_id(key);
         let mut tx = conn.begin().await.map_err(map)?;
         set_local_timeouts(&mut tx, self.options.tx_timeouts())

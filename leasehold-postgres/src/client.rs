@@ -26,9 +26,8 @@ impl Client {
     }
 
     /// The error context of a lease operation.
-    pub(crate) fn cx(&self, operation: &'static str) -> ErrCtx<'_> {
+    pub(crate) fn cx(&self) -> ErrCtx<'_> {
         ErrCtx {
-            operation,
             table: self.options.table(),
             timeout: self.options.op_timeout(),
             lock_timeout: self.options.tx_timeouts().lock_timeout,
@@ -36,8 +35,8 @@ impl Client {
     }
 
     /// The error context of a transaction bounded by [`TxTimeouts`].
-    pub(crate) fn tx_cx(&self, operation: &'static str) -> ErrCtx<'_> {
-        tx_ctx(&self.options, operation)
+    pub(crate) fn tx_cx(&self) -> ErrCtx<'_> {
+        tx_ctx(&self.options)
     }
 
     /// Runs `fut` within the operation timeout.
@@ -55,10 +54,9 @@ impl Client {
 }
 
 /// The error context of a transaction bounded by `options`' [`TxTimeouts`].
-pub(crate) fn tx_ctx<'a>(options: &'a PostgresOptions, operation: &'static str) -> ErrCtx<'a> {
+pub(crate) fn tx_ctx(options: &PostgresOptions) -> ErrCtx<'_> {
     let t = options.tx_timeouts();
     ErrCtx {
-        operation,
         table: options.table(),
         timeout: t.statement_timeout,
         lock_timeout: t.lock_timeout,

@@ -27,21 +27,19 @@ impl From<sqlx::Error> for PgError {
 }
 
 impl PgError {
-    /// The core error, with `cx` naming the operation.
-    pub(crate) fn into_error(self, cx: ErrCtx<'_>) -> Error {
+    /// The core error of `operation` (a timeout names the operation it was raised for).
+    pub(crate) fn into_error(self, operation: &'static str, cx: ErrCtx<'_>) -> Error {
         match self {
-            PgError::Unsent(e) => map_unsent(e, cx),
-            PgError::Sql(e) => map(e, cx),
+            PgError::Unsent(e) => map_unsent(operation, e, cx),
+            PgError::Sql(e) => map(operation, e, cx),
             PgError::TimedOut(op, after) => timeout(op, after),
         }
     }
 }
 
-/// What the failing call was doing, for the error message.
+/// What the mapping needs besides the operation and the error: the settings the message names.
 #[derive(Clone, Copy)]
 pub(crate) struct ErrCtx<'a> {
-    /// The operation (`"acquire"`, `"fenced transaction"`, ...).
-    pub(crate) operation: &'static str,
     /// The lease table, named when it is missing.
     pub(crate) table: &'a (dyn fmt::Display + Sync),
     /// The statement timeout in force, reported when the server cancels a statement.
@@ -78,9 +76,8 @@ fn classify(code: &str) -> SqlState {
     }
 }
 
-/// Maps a driver error of a call that may have reached the server into the core error.
-pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
-    let op = cx.operation;
+/// Maps a driver error of `op`, a call that may have reached the server, into the core error.
+pub(crate) fn map(op: &'static str, e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
     match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
@@ -164,8 +161,8 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
 
 /// Maps an error from taking a connection (nothing was sent): an unavailable server is
 /// [`Error::refused`], so [`Error::outcome_unknown`] is false.
-pub(crate) fn map_unsent(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
-    match map(e, cx) {
+pub(crate) fn map_unsent(op: &'static str, e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
+    match map(op, e, cx) {
         Error::Unavailable {
             backend,
             message,
@@ -204,25 +201,25 @@ mod tests {
 
     #[test]
     fn pool_timeout_is_retryable_certainly_unapplied_and_configuration_is_not() {
+        let op = "acquire";
         let cx = ErrCtx {
-            operation: "acquire",
             table: &"\"public\".\"leases\"",
             timeout: Duration::from_secs(1),
             lock_timeout: Duration::from_secs(1),
         };
-        let pool = map(sqlx::Error::PoolTimedOut, cx);
+        let pool = map(op, sqlx::Error::PoolTimedOut, cx);
         assert!(pool.is_retryable() && !pool.outcome_unknown(), "{pool:?}");
         let io = || sqlx::Error::Io(std::io::Error::other("reset"));
-        assert!(map(io(), cx).outcome_unknown());
-        assert!(!map_unsent(io(), cx).outcome_unknown());
-        assert!(map_unsent(io(), cx).is_retryable());
-        let cfg = map(sqlx::Error::Configuration("bad".into()), cx);
+        assert!(map(op, io(), cx).outcome_unknown());
+        assert!(!map_unsent(op, io(), cx).outcome_unknown());
+        assert!(map_unsent(op, io(), cx).is_retryable());
+        let cfg = map(op, sqlx::Error::Configuration("bad".into()), cx);
         assert!(matches!(cfg, Error::Config { .. }));
         assert!(!cfg.is_retryable());
         // rustls's refusal of a certificate arrives as InvalidData: a configuration error that
         // names it, never "cannot reach the server" (retrying cannot fix a certificate).
         let cert = std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate");
-        let tls = map(sqlx::Error::Io(cert), cx);
+        let tls = map(op, sqlx::Error::Io(cert), cx);
         assert!(
             matches!(tls, Error::Config { .. }) && !tls.is_retryable(),
             "{tls:?}"

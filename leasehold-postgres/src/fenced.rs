@@ -54,12 +54,13 @@ where
         + Send,
 {
     let timeouts = client.options.tx_timeouts();
-    let cx = client.tx_cx("fenced transaction");
-    within(timeouts.deadline, cx.operation, async {
+    let operation = "fenced transaction";
+    let cx = client.tx_cx();
+    within(timeouts.deadline, operation, async {
         let mut conn = crate::conn::Guarded::acquire(&client.pool)
             .await
-            .map_err(|e| e.into_error(cx))?;
-        let out = fenced_tx_on(conn.get(), &client.sql, timeouts, cx, lease, f).await;
+            .map_err(|e| e.into_error(operation, cx))?;
+        let out = fenced_tx_on(conn.get(), &client.sql, timeouts, operation, cx, lease, f).await;
         conn.finish();
         out
     })
@@ -70,6 +71,7 @@ async fn fenced_tx_on<T, F>(
     conn: &mut PgConnection,
     sql: &Statements,
     timeouts: TxTimeouts,
+    operation: &'static str,
     cx: ErrCtx<'_>,
     lease: &Lease,
     f: F,
@@ -79,7 +81,7 @@ where
     F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
         + Send,
 {
-    let map = |e| error::map(e, cx);
+    let map = |e| error::map(operation, e, cx);
     let mut tx = conn.begin().await.map_err(map)?;
     set_local_timeouts(&mut tx, timeouts).await.map_err(map)?;
     let locked = sqlx::query(AssertSqlSafe(sql.lock_row.as_str()))
@@ -165,9 +167,8 @@ impl PostgresFencedResource {
         }
     }
 
-    fn cx(&self, operation: &'static str) -> ErrCtx<'_> {
+    fn cx(&self) -> ErrCtx<'_> {
         ErrCtx {
-            operation,
             table: &self.table,
             timeout: self.op_timeout,
             lock_timeout: self.op_timeout,
@@ -210,7 +211,8 @@ impl PostgresFencedResource {
                 )));
             }
         };
-        let cx = self.cx("fenced write");
+        let operation = "fenced write";
+        let cx = self.cx();
         let row = sqlx::query(AssertSqlSafe(self.sql.fence_write.as_str()))
             .bind(key.as_str())
             .bind(token.to_i64())
@@ -220,7 +222,7 @@ impl PostgresFencedResource {
             .bind(put)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(|e| error::map(e, cx))?;
+            .map_err(|e| error::map(operation, e, cx))?;
         if row.is_some() {
             tracing::trace!(backend = BACKEND, key = %key, token = %token, "fenced write accepted");
             return Ok(WriteOutcome::Accepted { high_water: token });
@@ -229,7 +231,7 @@ impl PostgresFencedResource {
             .bind(key.as_str())
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| error::map(e, cx))?;
+            .map_err(|e| error::map(operation, e, cx))?;
         let high_water = decode_token(BACKEND, key.as_str(), mark)?;
         tracing::debug!(backend = BACKEND, key = %key, token = %token, high_water = %high_water, "stale token rejected");
         Ok(WriteOutcome::Rejected {
@@ -248,7 +250,7 @@ impl PostgresFencedResource {
         within(self.op_timeout, operation, async {
             let mut conn = crate::conn::Guarded::acquire(&self.pool)
                 .await
-                .map_err(|e| e.into_error(self.cx(operation)))?;
+                .map_err(|e| e.into_error(operation, self.cx()))?;
             let out = self.apply_on(conn.get(), key, token, op).await;
             conn.finish();
             out
@@ -273,7 +275,8 @@ impl FencedResource for PostgresFencedResource {
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
-        let cx = self.cx("fenced read");
+        let operation = "fenced read";
+        let cx = self.cx();
         let row = tokio::time::timeout(
             self.op_timeout,
             sqlx::query(AssertSqlSafe(self.sql.fence_read.as_str()))
@@ -282,14 +285,14 @@ impl FencedResource for PostgresFencedResource {
         )
         .await
         .map_err(|_| error::timeout("fenced read", self.op_timeout))?
-        .map_err(|e| error::map(e, cx))?;
+        .map_err(|e| error::map(operation, e, cx))?;
         let Some(row) = row else {
             return Ok(ResourceState::default());
         };
-        let mark: i64 = row.try_get(0).map_err(|e| error::map(e, cx))?;
-        let value: Option<Vec<u8>> = row.try_get(1).map_err(|e| error::map(e, cx))?;
-        let counter: i64 = row.try_get(2).map_err(|e| error::map(e, cx))?;
-        let accepted: i64 = row.try_get(3).map_err(|e| error::map(e, cx))?;
+        let mark: i64 = row.try_get(0).map_err(|e| error::map(operation, e, cx))?;
+        let value: Option<Vec<u8>> = row.try_get(1).map_err(|e| error::map(operation, e, cx))?;
+        let counter: i64 = row.try_get(2).map_err(|e| error::map(operation, e, cx))?;
+        let accepted: i64 = row.try_get(3).map_err(|e| error::map(operation, e, cx))?;
         Ok(ResourceState {
             high_water: Some(decode_token(BACKEND, key.as_str(), mark)?),
             value,

@@ -358,15 +358,18 @@ impl Arm {
                     Ok(r?)
                 })
                 .await
-                .map_err(|e| e.into_error(client.cx("watch")))?;
+                .map_err(|e| e.into_error("watch", client.cx()))?;
             let Some(row) = row else {
                 return Ok(Seen::Free(None));
             };
-            let cx = client.cx("watch");
+            let operation = "watch";
+            let cx = client.cx();
             let token: i64 = row
                 .try_get("fencing_token")
-                .map_err(|e| crate::error::map(e, cx))?;
-            let held: bool = row.try_get("held").map_err(|e| crate::error::map(e, cx))?;
+                .map_err(|e| crate::error::map(operation, e, cx))?;
+            let held: bool = row
+                .try_get("held")
+                .map_err(|e| crate::error::map(operation, e, cx))?;
             Ok(if held {
                 Seen::Held
             } else {

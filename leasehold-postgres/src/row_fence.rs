@@ -65,15 +65,16 @@ impl LeaseRowFence {
         token: FencingToken,
         op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        let cx = self.client.tx_cx("lease-row fenced write");
+        let operation = "lease-row fenced write";
+        let cx = self.client.tx_cx();
         within(
             self.client.options.tx_timeouts().deadline,
-            cx.operation,
+            operation,
             async {
                 let mut conn = crate::conn::Guarded::acquire(&self.client.pool)
                     .await
-                    .map_err(|e| e.into_error(cx))?;
-                let out = self.run_on(conn.get(), cx, key, token, op).await;
+                    .map_err(|e| e.into_error(operation, cx))?;
+                let out = self.run_on(conn.get(), operation, cx, key, token, op).await;
                 conn.finish();
                 out
             },
@@ -84,12 +85,13 @@ impl LeaseRowFence {
     async fn run_on(
         &self,
         conn: &mut PgConnection,
+        operation: &'static str,
         cx: ErrCtx<'_>,
         key: &LeaseKey,
         token: FencingToken,
         op: Option<WriteOp>,
     ) -> Result<WriteOutcome> {
-        let map = |e| map(e, cx);
+        let map = |e| map(operation, e, cx);
         let mut tx = conn.begin().await.map_err(map)?;
         set_local_timeouts(&mut tx, self.client.options.tx_timeouts())
             .await

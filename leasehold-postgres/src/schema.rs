@@ -12,7 +12,8 @@ use crate::protocol;
 
 /// Runs the layout's migration in one transaction under an advisory lock.
 pub(crate) async fn migrate(client: &Client) -> Result<()> {
-    let cx = client.cx("migrate");
+    let operation = "migrate";
+    let cx = client.cx();
     let t = client.options.table();
     let layout = client.options.layout();
     let ddl = protocol::migration(t, layout);
@@ -30,7 +31,7 @@ pub(crate) async fn migrate(client: &Client) -> Result<()> {
             Ok(tx.commit().await?)
         })
         .await
-        .map_err(|e| e.into_error(cx))?;
+        .map_err(|e| e.into_error(operation, cx))?;
     tracing::info!(backend = BACKEND, table = %t, ?layout, "lease schema migrated");
     Ok(())
 }
@@ -60,7 +61,7 @@ pub(crate) async fn verify(client: &Client) -> Result<()> {
                 .await?)
         })
         .await
-        .map_err(|e| e.into_error(client.cx("verify schema")))?;
+        .map_err(|e| e.into_error("verify schema", client.cx()))?;
     let trigger = format!(
         "{trigger} and {trigger}_update ({})",
         protocol::FLOOR_VERSION

@@ -139,7 +139,7 @@ impl PostgresLeaseStore {
         let pool = pool_options
             .connect_with(connect_options)
             .await
-            .map_err(|e| error::map_unsent(e, err_ctx("connect", &options)))?;
+            .map_err(|e| error::map_unsent("connect", e, err_ctx(&options)))?;
         let store = PostgresLeaseStore::from_pool(pool, options);
         if store.options().migrate() {
             if let Err(e) = store.migrate().await
@@ -339,7 +339,7 @@ impl PostgresLeaseStore {
                     Ok(r?)
                 })
                 .await
-                .map_err(|e| e.into_error(c.cx("delete")))?
+                .map_err(|e| e.into_error("delete", c.cx()))?
                 .rows_affected();
         }
         Ok(n)
@@ -371,9 +371,9 @@ impl PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("inspect")))?;
+            .map_err(|e| e.into_error("inspect", c.cx()))?;
         match row {
-            Some(row) => state_from_row(key, &row, c.cx("inspect")),
+            Some(row) => state_from_row(key, &row, "inspect", c.cx()),
             None => Ok((None, None)),
         }
     }
@@ -384,17 +384,24 @@ impl PostgresLeaseStore {
 fn state_from_row(
     key: &LeaseKey,
     row: &sqlx::postgres::PgRow,
+    operation: &'static str,
     cx: ErrCtx<'_>,
 ) -> Result<(Option<Holder>, Option<FencingToken>)> {
     let token: Option<i64> = row
         .try_get("fencing_token")
-        .map_err(|e| error::map(e, cx))?;
+        .map_err(|e| error::map(operation, e, cx))?;
     let Some(token) = token else {
         return Ok((None, None));
     };
-    let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
-    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
-    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+    let owner: Option<String> = row
+        .try_get("owner")
+        .map_err(|e| error::map(operation, e, cx))?;
+    let ttl_ms: Option<i64> = row
+        .try_get("ttl_ms")
+        .map_err(|e| error::map(operation, e, cx))?;
+    let remaining_us: Option<i64> = row
+        .try_get("remaining_us")
+        .map_err(|e| error::map(operation, e, cx))?;
     let token = decode_token(BACKEND, key.as_str(), token)?;
     let holder = match remaining_us {
         Some(_) => Some(holder_from(key, owner, token, ttl_ms, remaining_us)?),
@@ -410,12 +417,15 @@ fn acquired_from_row(
     row: &sqlx::postgres::PgRow,
     granted: Duration,
     sent: Instant,
+    operation: &'static str,
     cx: ErrCtx<'_>,
 ) -> Result<AcquireOutcome> {
-    let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+    let owner: Option<String> = row
+        .try_get("owner")
+        .map_err(|e| error::map(operation, e, cx))?;
     let token: i64 = row
         .try_get("fencing_token")
-        .map_err(|e| error::map(e, cx))?;
+        .map_err(|e| error::map(operation, e, cx))?;
     let token = decode_token(BACKEND, req.key.as_str(), token)?;
     if owner.as_deref() == Some(req.owner.as_str()) {
         tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
@@ -428,8 +438,12 @@ fn acquired_from_row(
             sent,
         )));
     }
-    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
-    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+    let ttl_ms: Option<i64> = row
+        .try_get("ttl_ms")
+        .map_err(|e| error::map(operation, e, cx))?;
+    let remaining_us: Option<i64> = row
+        .try_get("remaining_us")
+        .map_err(|e| error::map(operation, e, cx))?;
     let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
     tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
     Ok(AcquireOutcome::Held(holder))
@@ -485,9 +499,8 @@ fn holder_from(
 }
 
 /// The error context of an operation before the store exists.
-fn err_ctx<'a>(operation: &'static str, options: &'a PostgresOptions) -> ErrCtx<'a> {
+fn err_ctx(options: &PostgresOptions) -> ErrCtx<'_> {
     ErrCtx {
-        operation,
         table: options.table(),
         timeout: options.op_timeout(),
         lock_timeout: options.tx_timeouts().lock_timeout,
@@ -601,12 +614,15 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?.ok_or(sqlx::Error::RowNotFound)?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("acquire")))?;
-        let cx = c.cx("acquire");
-        let owner: Option<String> = row.try_get("owner").map_err(|e| error::map(e, cx))?;
+            .map_err(|e| e.into_error("acquire", c.cx()))?;
+        let operation = "acquire";
+        let cx = c.cx();
+        let owner: Option<String> = row
+            .try_get("owner")
+            .map_err(|e| error::map(operation, e, cx))?;
         let token: i64 = row
             .try_get("fencing_token")
-            .map_err(|e| error::map(e, cx))?;
+            .map_err(|e| error::map(operation, e, cx))?;
         let token = decode_token(BACKEND, req.key.as_str(), token)?;
         if owner.as_deref() == Some(req.owner.as_str()) {
             tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
@@ -619,9 +635,12 @@ impl LeaseStore for PostgresLeaseStore {
                 sent,
             )));
         }
-        let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
-        let remaining_us: Option<i64> =
-            row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
+        let ttl_ms: Option<i64> = row
+            .try_get("ttl_ms")
+            .map_err(|e| error::map(operation, e, cx))?;
+        let remaining_us: Option<i64> = row
+            .try_get("remaining_us")
+            .map_err(|e| error::map(operation, e, cx))?;
         let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
         tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
         Ok(AcquireOutcome::Held(holder))
@@ -672,13 +691,16 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("acquire")))?;
-        let cx = c.cx("acquire");
+            .map_err(|e| e.into_error("acquire", c.cx()))?;
+        let operation = "acquire";
+        let cx = c.cx();
         let index: std::collections::HashMap<&str, usize> =
             batch.iter().enumerate().map(|(j, b)| (b.0, j)).collect();
         let mut seen = vec![false; batch.len()];
         for row in &rows {
-            let key: String = row.try_get("resource_key").map_err(|e| error::map(e, cx))?;
+            let key: String = row
+                .try_get("resource_key")
+                .map_err(|e| error::map(operation, e, cx))?;
             let Some(&j) = index.get(key.as_str()) else {
                 return Err(Error::store_fault(
                     BACKEND,
@@ -694,7 +716,14 @@ impl LeaseStore for PostgresLeaseStore {
                 ));
             }
             let (_, i, ttl) = batch[j];
-            slots[i] = Some(acquired_from_row(&reqs[i], row, ttl.granted(), sent, cx));
+            slots[i] = Some(acquired_from_row(
+                &reqs[i],
+                row,
+                ttl.granted(),
+                sent,
+                operation,
+                cx,
+            ));
         }
         if let Some(j) = seen.iter().position(|s| !s) {
             return Err(Error::store_fault(
@@ -727,7 +756,7 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("renew")))?;
+            .map_err(|e| e.into_error("renew", c.cx()))?;
         if done.rows_affected() == 1 {
             tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
             Ok(RenewOutcome::Renewed(lease.renewed(granted, sent)))
@@ -761,7 +790,7 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("release")))?;
+            .map_err(|e| e.into_error("release", c.cx()))?;
         if done.rows_affected() == 1 {
             tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
             Ok(ReleaseOutcome::Released)
@@ -814,12 +843,13 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("renew")))?;
+            .map_err(|e| e.into_error("renew", c.cx()))?;
         let mut renewed = std::collections::HashSet::with_capacity(rows.len());
         for row in rows {
-            let cx = c.cx("renew");
-            let key: String = row.try_get(0).map_err(|e| error::map(e, cx))?;
-            let token: i64 = row.try_get(1).map_err(|e| error::map(e, cx))?;
+            let operation = "renew";
+            let cx = c.cx();
+            let key: String = row.try_get(0).map_err(|e| error::map(operation, e, cx))?;
+            let token: i64 = row.try_get(1).map_err(|e| error::map(operation, e, cx))?;
             renewed.insert((key, token));
         }
         Ok(leases
@@ -873,7 +903,7 @@ impl LeaseStore for PostgresLeaseStore {
                 Ok(r?)
             })
             .await
-            .map_err(|e| e.into_error(c.cx("inspect")))?;
+            .map_err(|e| e.into_error("inspect", c.cx()))?;
         if rows.len() != keys.len() {
             return Err(Error::store_fault(
                 BACKEND,
@@ -884,7 +914,7 @@ impl LeaseStore for PostgresLeaseStore {
         keys.iter()
             .zip(&rows)
             .map(|(key, row)| {
-                let (holder, last_token) = state_from_row(key, row, c.cx("inspect"))?;
+                let (holder, last_token) = state_from_row(key, row, "inspect", c.cx())?;
                 Ok(KeyState {
                     key: key.clone(),
                     holder,
@@ -912,7 +942,7 @@ impl LeaseStore for PostgresLeaseStore {
             .watch(&self.client, key)
             .await
             .map(Some)
-            .map_err(|e| e.into_error(self.client.cx("watch")))
+            .map_err(|e| e.into_error("watch", self.client.cx()))
     }
 }
 

@@ -54,7 +54,7 @@ pub(crate) fn unexpected(script: &'static str, reply: &impl std::fmt::Debug) -> 
 /// an unknown outcome; response timeouts `Timeout`; bad client configuration and authentication
 /// `Config`; a server that cannot serve right now (loading, read-only replica, cluster down)
 /// `Unavailable`; anything else `Backend`.
-pub(crate) fn map_redis(operation: &'static str, after: Duration, err: RedisError) -> Error {
+pub(crate) fn map(operation: &'static str, err: RedisError, after: Duration) -> Error {
     if err.is_timeout() {
         return Error::Timeout {
             backend: BACKEND,

@@ -6,7 +6,7 @@ use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{ErrorKind, ServerErrorKind, Value};
 
 use crate::connection::{Conn, RedisConnection};
-use crate::error::{BACKEND, map_redis};
+use crate::error::{BACKEND, map};
 
 /// The only policy under which Redis never deletes a key before its TTL runs out.
 const SAFE_POLICY: &str = "noeviction";
@@ -56,7 +56,7 @@ pub(crate) async fn check_policy(
             unknown(allow, &e.to_string());
             return Ok(());
         }
-        Err(e) => return Err(map_redis("connect", response_timeout, e)),
+        Err(e) => return Err(map("connect", e, response_timeout)),
     };
     let policies = policies(&reply);
     if policies.is_empty() {

@@ -15,7 +15,7 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisFuture, ServerErrorKind, Value};
 use tokio::sync::Mutex;
 
-use crate::error::{BACKEND, map_redis};
+use crate::error::{BACKEND, map};
 use crate::store::bounded;
 
 /// The parts of a `redis+sentinel://[user:password@]h1:p1,h2:p2,.../mastername[/db]` URL.
@@ -138,12 +138,12 @@ impl SentinelConnection {
             Some(node_info),
             SentinelServerType::Master,
         )
-        .map_err(|e| map_redis("connect", connect_timeout, e))?;
+        .map_err(|e| map("connect", e, connect_timeout))?;
         let mut resolver = resolver;
         let client = resolve(&mut resolver, connect_timeout).await?;
         let con = ConnectionManager::new_with_config(client.clone(), config.clone())
             .await
-            .map_err(|e| map_redis("connect", connect_timeout, e))?;
+            .map_err(|e| map("connect", e, connect_timeout))?;
         let connection = SentinelConnection {
             shared: Arc::new(Shared {
                 current: RwLock::new(Current {
@@ -202,7 +202,7 @@ impl SentinelConnection {
                 .into_connection_info()
                 .map(|info| info.set_redis_settings(self.shared.node.clone()))
                 .and_then(redis::Client::open)
-                .map_err(|e| map_redis("connect", self.shared.connect_timeout, e)),
+                .map_err(|e| map("connect", e, self.shared.connect_timeout)),
             None => resolve(&mut resolver, self.shared.connect_timeout).await,
         };
         let client = match resolved {
@@ -296,7 +296,7 @@ async fn follow_switches(shared: std::sync::Weak<Shared>, sentinels: Vec<String>
 async fn resolve(resolver: &mut SentinelClient, timeout: Duration) -> Result<redis::Client> {
     bounded("connect", timeout, resolver.async_get_client())
         .await?
-        .map_err(|e| map_redis("connect", timeout, e))
+        .map_err(|e| map("connect", e, timeout))
 }
 
 /// Whether `e` says the master may have moved.

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::config::{RedisOptions, ReplicaWait};
 use crate::connection::{Conn, RedisConnection};
-use crate::error::{BACKEND, RedisStoreError, map_redis, unexpected};
+use crate::error::{BACKEND, RedisStoreError, map, unexpected};
 use crate::protocol::{self, KeyLayout};
 
 /// The shortest TTL granted: 1 ms (`PX` resolution).
@@ -162,7 +162,7 @@ impl RedisLeaseStore {
             ConnectionManager::new_with_config(client.clone(), manager_config(&options)),
         )
         .await?
-        .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+        .map_err(|e| map("connect", e, options.connect_timeout))?;
         let con = RedisConnection {
             inner: Conn::Single(con),
         };
@@ -249,7 +249,7 @@ impl RedisLeaseStore {
         let cluster = builder.build().map_err(bad_url)?;
         let con = bounded("connect", op_deadline, cluster.get_async_connection())
             .await?
-            .map_err(|e| map_redis("connect", options.connect_timeout, e))?;
+            .map_err(|e| map("connect", e, options.connect_timeout))?;
         let con = RedisConnection {
             inner: Conn::Cluster(con),
         };
@@ -301,7 +301,7 @@ impl RedisLeaseStore {
         &self,
         operation: &'static str,
     ) -> impl FnOnce(redis::RedisError) -> Error + '_ {
-        move |e| map_redis(operation, self.inner.response_timeout, e)
+        move |e| map(operation, e, self.inner.response_timeout)
     }
 }
 

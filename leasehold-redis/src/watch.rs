@@ -12,7 +12,7 @@ use redis::aio::{PubSubSink, PubSubStream};
 use tokio::time::{Instant, sleep_until};
 
 use crate::error::BACKEND;
-use crate::error::map_redis;
+use crate::error::map;
 use crate::store::{RedisLeaseStore, bounded};
 
 /// Whether the server publishes keyspace events for expiry (`notify-keyspace-events` contains
@@ -68,7 +68,7 @@ async fn pubsub(store: &RedisLeaseStore) -> Result<redis::aio::PubSub> {
     for client in current.iter().chain(&inner.clients) {
         match bounded("watch", inner.connect_timeout, client.get_async_pubsub()).await {
             Ok(Ok(pubsub)) => return Ok(pubsub),
-            Ok(Err(e)) => last = Some(map_redis("watch", inner.connect_timeout, e)),
+            Ok(Err(e)) => last = Some(map("watch", e, inner.connect_timeout)),
             Err(e) => last = Some(e),
         }
     }
@@ -91,7 +91,7 @@ async fn subscribe(store: &RedisLeaseStore, key: &LeaseKey) -> Result<Live> {
     }
     sink.subscribe(channels)
         .await
-        .map_err(|e| map_redis("watch", inner.response_timeout, e))?;
+        .map_err(|e| map("watch", e, inner.response_timeout))?;
     let now = Instant::now();
     let keepalive = inner.response_timeout;
     // Without keyspace events, an expiry is only noticed by looking again every poll interval.
@@ -158,7 +158,7 @@ impl Live {
                     let ping = self.sink.ping::<redis::Value>();
                     bounded("watch", self.response_timeout, ping)
                         .await?
-                        .map_err(|e| map_redis("watch", self.response_timeout, e))?;
+                        .map_err(|e| map("watch", e, self.response_timeout))?;
                     self.next_ping = later(Instant::now(), self.keepalive);
                 }
                 () = async {

@@ -79,7 +79,7 @@ impl From<SqliteError> for Error {
                 operation,
                 busy_timeout,
                 source,
-            } => driver(operation, busy_timeout, source),
+            } => driver(operation, source, busy_timeout),
             SqliteError::NewerSchema { found } => Error::config(
                 BACKEND,
                 format!(
@@ -94,7 +94,7 @@ impl From<SqliteError> for Error {
 
 /// Maps a sqlx error raised during `operation` into the core error (see
 /// [`SqliteError::Driver`]).
-pub(crate) fn map(operation: &'static str, busy_timeout: Duration, err: sqlx::Error) -> Error {
+pub(crate) fn map(operation: &'static str, err: sqlx::Error, busy_timeout: Duration) -> Error {
     SqliteError::Driver {
         operation,
         busy_timeout,
@@ -103,7 +103,7 @@ pub(crate) fn map(operation: &'static str, busy_timeout: Duration, err: sqlx::Er
     .into()
 }
 
-fn driver(operation: &'static str, busy_timeout: Duration, err: sqlx::Error) -> Error {
+fn driver(operation: &'static str, err: sqlx::Error, busy_timeout: Duration) -> Error {
     let message = format!("{operation}: {err}");
     match &err {
         sqlx::Error::Database(db) => match primary_code(&err) {
@@ -152,24 +152,24 @@ mod tests {
     fn non_database_errors_map_by_kind() {
         let t = Duration::from_secs(1);
         for refused in [sqlx::Error::PoolTimedOut, sqlx::Error::PoolClosed] {
-            let e = map("op", t, refused);
+            let e = map("op", refused, t);
             assert!(
                 matches!(e, Error::Unavailable { .. }) && !e.outcome_unknown(),
                 "{e:?}"
             );
         }
         let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone");
-        let e = map("op", t, sqlx::Error::Io(io));
+        let e = map("op", sqlx::Error::Io(io), t);
         assert!(
             matches!(e, Error::Unavailable { .. }) && e.outcome_unknown(),
             "{e:?}"
         );
         assert!(matches!(
-            map("op", t, sqlx::Error::RowNotFound),
+            map("op", sqlx::Error::RowNotFound, t),
             Error::Backend { .. }
         ));
         assert!(matches!(
-            map("op", t, sqlx::Error::Configuration("bad".into())),
+            map("op", sqlx::Error::Configuration("bad".into()), t),
             Error::Config { .. }
         ));
         assert!(primary_code(&sqlx::Error::RowNotFound).is_none());

@@ -107,7 +107,7 @@ impl Inner {
         &self,
         operation: &'static str,
     ) -> impl Fn(sqlx::Error) -> leasehold_core::Error + '_ {
-        move |e| error::map(operation, self.busy_timeout, e)
+        move |e| error::map(operation, e, self.busy_timeout)
     }
 
     /// The write connection. Call with the write turn held (the lock is then never contended
@@ -236,7 +236,7 @@ impl SqliteLeaseStore {
                 Err(e) if error::is_busy(&e) && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(fastrand::u64(5..25))).await;
                 }
-                Err(e) => return Err(error::map("open", busy, e)),
+                Err(e) => return Err(error::map("open", e, busy)),
             }
         };
         let writer = loop {
@@ -247,7 +247,7 @@ impl SqliteLeaseStore {
                 }
                 Err(e) => {
                     pool.close().await;
-                    return Err(error::map("open", busy, e));
+                    return Err(error::map("open", e, busy));
                 }
             }
         };

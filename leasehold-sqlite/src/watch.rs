@@ -128,7 +128,7 @@ impl Hub {
             baseline = Some(
                 open(connect)
                     .await
-                    .map_err(|e| error::map("watch", busy, e))?,
+                    .map_err(|e| error::map("watch", e, busy))?,
             );
         }
     }
