@@ -115,7 +115,7 @@ pub fn trials(
 
 /// A trial that never runs its case and is reported as ignored with `why` (shown in the report
 /// as `ignored (why)`), whatever the flags: `--include-ignored` cannot turn it into a pass.
-fn ignored(name: String, why: String) -> Trial {
+pub(crate) fn ignored(name: String, why: String) -> Trial {
     Trial::ignorable_test(name, move || Ok(Completion::ignored_with(why)))
 }
 

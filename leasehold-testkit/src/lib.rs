@@ -49,7 +49,10 @@ pub mod cases;
 pub mod env;
 pub mod faulty;
 pub mod history;
+pub mod runner;
 pub mod settings;
+pub mod stores;
+pub mod wipe;
 
 use std::fmt;
 use std::future::Future;
@@ -63,6 +66,7 @@ use leasehold_core::{
 
 pub use env::{check_available, require_services, run, run_with, trials};
 pub use libtest_mimic::Failed;
+pub use runner::{SuiteBackend, SuiteCase, run_suite};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
