@@ -1,5 +1,5 @@
-//! **For backend authors**: the small mechanics every [`LeaseStore`](crate::LeaseStore) and
-//! [`FencedResource`](crate::FencedResource) implementation needs, in one place.
+//! **For backend authors**: the small mechanics every [`LeaseStore`] and
+//! [`FencedResource`] implementation needs, in one place.
 //!
 //! Applications do not need this module: it is not part of the user API re-exported at the crate
 //! root. A backend uses it to
@@ -10,6 +10,13 @@
 //! - build the [`Lease`] it grants ([`granted_lease`], with [`default_drift`] as the margin a
 //!   request gets unless it asks for another);
 //! - read its options from the query of a store URL ([`UrlParams`]), refusing unknown ones.
+//!
+//! Everything else a store implementation names is re-exported here too, so that a backend can
+//! be written against this one module: the contracts ([`LeaseStore`], [`FencedResource`]) with
+//! their request and outcome types (also at the crate root, where applications find them), the
+//! batch limits of [`LeaseStore::acquire_many`] ([`validate_acquire_many`], [`MAX_ACQUIRE_MANY`],
+//! [`ACQUIRE_MANY_CONCURRENCY`]), the watch stream a store returns ([`KeyWatch`]), and the switch
+//! points of protocol mutation testing ([`mutation`]).
 //!
 //! Errors for failures of the store itself are built with [`Error::unavailable`],
 //! [`Error::refused`], [`Error::store_fault`] and [`Error::Timeout`]; classify them with
@@ -32,9 +39,21 @@ use tokio::time::Instant;
 
 pub use crate::url_params::UrlParams;
 
+pub use crate::capability::{Capabilities, ExpiryClock, TokenDurability};
+pub use crate::fencing::{
+    FenceOp, FencedResource, FencingToken, ResourceState, WriteOp, WriteOutcome,
+};
+pub use crate::lease::{
+    AcquireOutcome, AcquireRequest, HeldBy, Holder, KeyState, Lease, LeaseKey, OwnerId,
+    ReleaseOutcome, RenewOutcome,
+};
+pub use crate::mutation;
+pub use crate::store::{
+    ACQUIRE_MANY_CONCURRENCY, KeyWatch, LeaseStore, MAX_ACQUIRE_MANY, validate_acquire_many,
+};
+
 use crate::error::{Error, Result};
-use crate::fencing::FencingToken;
-use crate::lease::{Lease, LeaseKey, MAX_TTL, OwnerId};
+use crate::lease::MAX_TTL;
 
 /// Checks a requested TTL against the universal bounds (non-zero, at most [`MAX_TTL`]) and a
 /// backend's minimum. Backends call this before sending anything.

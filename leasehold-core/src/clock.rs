@@ -14,7 +14,8 @@
 //!   counts suspend and hibernation. On other operating systems it reports no suspension: there,
 //!   validity is measured on the monotonic clock alone and a host suspend goes unnoticed until
 //!   the next renewal is refused (fencing tokens still reject the stale holder's writes).
-//! - [`ManualClock`] is for tests: [`ManualClock::jump`] simulates a suspend of any length.
+//! - `ManualClock` is for tests (feature `test-util`): `ManualClock::jump` simulates a suspend
+//!   of any length.
 //!
 //! Only a suspend the kernel itself performs is counted. A pause it does not see (a virtual
 //! machine stopped by its hypervisor, a process stopped with `SIGSTOP`, a long GC pause) is not:
@@ -22,12 +23,14 @@
 //! otherwise only the fencing token protects the resource.
 //!
 //! ```
+//! # #[cfg(feature = "test-util")] {
 //! use std::time::Duration;
 //! use leasehold_core::clock::{Clock, ManualClock};
 //! let clock = ManualClock::new();
 //! assert_eq!(clock.suspended(), Duration::ZERO);
 //! clock.jump(Duration::from_secs(60)); // the host "slept" for a minute
 //! assert_eq!(clock.suspended(), Duration::from_secs(60));
+//! # }
 //! ```
 
 use std::fmt;
@@ -130,12 +133,15 @@ fn boot_minus_monotonic() -> Option<u128> {
 }
 
 /// A clock for tests: reports exactly the suspension it was told about with [`ManualClock::jump`].
-/// Clones share their state.
+/// Clones share their state. Behind the `test-util` feature: applications run on
+/// [`SystemClock`].
+#[cfg(feature = "test-util")]
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     suspended_ns: Arc<AtomicU64>,
 }
 
+#[cfg(feature = "test-util")]
 impl ManualClock {
     /// A clock with no suspension yet.
     pub fn new() -> Self {
@@ -154,6 +160,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(feature = "test-util")]
 impl Clock for ManualClock {
     fn suspended(&self) -> Duration {
         Duration::from_nanos(self.suspended_ns.load(Ordering::Relaxed))

@@ -96,6 +96,20 @@
 //! - [`election`]: leader election.
 //! - [`semaphore`]: fenced semaphores, at most `N` holders of one name, each permit a supervised
 //!   lease on one of `N` slot keys.
+//!
+//! ## Who needs what
+//! Applications need the crate root and [`supervisor`], [`election`], [`semaphore`] (and
+//! [`hook`] for metrics). Backend authors need [`backend`], which also re-exports every contract
+//! type a store implementation names, and [`mutation`]. The repository's `docs/api.md` lists
+//! every public item by audience.
+//!
+//! ## Features
+//! - `test-util`: `clock::ManualClock`, a clock whose host suspends tests simulate.
+//! - `model`: `supervisor::{Machine, Event, Next}`, the supervisor's pure state machine, for the
+//!   model checker and simulators that step it themselves. Not for applications: it may change
+//!   in any release.
+//! - `mutants`: lets one mutant named by the environment switch a backend's protocol text
+//!   ([`mutation`]); without it every switch point is the identity.
 
 pub mod backend;
 pub mod capability;

@@ -231,10 +231,7 @@ async fn uncertain_then_lost(renew: Mode) {
         .expect("health channel open");
     assert_eq!(guard.health(), Health::AtRisk, "{renew:?}");
     assert!(!guard.may_act(), "may_act while at risk");
-    assert!(
-        !guard.guard_ref().may_act(),
-        "the view's may_act while at risk"
-    );
+    assert!(!guard.view().may_act(), "the view's may_act while at risk");
     assert!(
         !guard.cancellation().is_cancelled(),
         "work cancelled while only at risk"
@@ -291,7 +288,7 @@ async fn a_release_stops_may_act_before_the_store_answers() {
     let store = Scripted::new();
     let sup = Supervisor::new(store.clone(), SupervisorConfig::new(TTL));
     let guard = hold(&sup).await;
-    let view = guard.guard_ref();
+    let view = guard.view();
     let work = guard.cancellation();
     assert!(view.may_act());
     store.set_release(Mode::Hang);
@@ -331,7 +328,7 @@ async fn a_released_guard_reports_released() {
     let store = Scripted::new();
     let sup = Supervisor::new(store.clone(), SupervisorConfig::new(TTL));
     let guard = hold(&sup).await;
-    let view = guard.guard_ref();
+    let view = guard.view();
     assert_eq!(guard.release().await.unwrap(), ReleaseOutcome::Released);
     assert_eq!(view.health(), Health::Released);
     assert!(!view.may_act());
@@ -345,7 +342,7 @@ async fn a_suspend_past_the_loss_deadline_stops_the_holder_at_once() {
     let config = SupervisorConfig::new(TTL).with_clock(Arc::new(clock.clone()));
     let sup = Supervisor::new(store.clone(), config.clone());
     let guard = hold(&sup).await;
-    let view = guard.guard_ref();
+    let view = guard.view();
     let work = guard.cancellation();
     sleep(TTL / 2).await; // one confirmed renewal
     assert_eq!(store.renewals().len(), 1);

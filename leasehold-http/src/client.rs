@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http::{HeaderMap, HeaderValue, Request};
-use leasehold_core::supervisor::{Health, LeaseGuardRef};
+use leasehold_core::supervisor::{Health, LeaseGuardView};
 use leasehold_core::{FencingToken, LeaseKey};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -15,7 +15,7 @@ use tower_service::Service;
 use crate::{FENCING_KEY, FENCING_TOKEN};
 
 /// The request was not sent: the guard's holder may no longer act (the lease is lost, released,
-/// at risk, or past its local validity deadline; see [`LeaseGuardRef::may_act`]).
+/// at risk, or past its local validity deadline; see [`LeaseGuardView::may_act`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotHolder {
     /// The guard's key.
@@ -45,7 +45,7 @@ impl std::error::Error for NotHolder {}
 /// # Errors
 /// [`NotHolder`] when `guard.may_act()` is false.
 pub fn fencing_headers(
-    guard: &LeaseGuardRef,
+    guard: &LeaseGuardView,
 ) -> Result<[(http::HeaderName, HeaderValue); 2], NotHolder> {
     if !guard.may_act() {
         return Err(NotHolder {
@@ -61,7 +61,7 @@ pub fn fencing_headers(
     Ok([(FENCING_TOKEN, token), (FENCING_KEY, key)])
 }
 
-fn attach(headers: &mut HeaderMap, guard: &LeaseGuardRef) -> Result<(), NotHolder> {
+fn attach(headers: &mut HeaderMap, guard: &LeaseGuardView) -> Result<(), NotHolder> {
     for (name, value) in fencing_headers(guard)? {
         headers.insert(name, value);
     }
@@ -97,7 +97,7 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
 
 /// A tower [`Layer`] for HTTP clients: sets `Fencing-Token` and `Fencing-Key` from a lease guard
 /// on every request, and refuses to send (error [`ClientError::NotHolder`], the inner service is
-/// not called) once [`LeaseGuardRef::may_act`] is false.
+/// not called) once [`LeaseGuardView::may_act`] is false.
 ///
 /// `may_act` is checked when the request is handed to the service (in `call`), so a request
 /// already in flight when the lease is lost still arrives; the server side ([`FenceLayer`]) is
@@ -111,18 +111,18 @@ impl<E: std::error::Error + 'static> std::error::Error for ClientError<E> {
 ///
 /// ```
 /// use leasehold_http::FencingClientLayer;
-/// # fn wrap<S>(guard: leasehold_core::supervisor::LeaseGuardRef, client: S) {
+/// # fn wrap<S>(guard: leasehold_core::supervisor::LeaseGuardView, client: S) {
 /// let client = tower_layer::Layer::layer(&FencingClientLayer::new(guard), client);
 /// # let _ = client; }
 /// ```
 #[derive(Debug, Clone)]
 pub struct FencingClientLayer {
-    guard: LeaseGuardRef,
+    guard: LeaseGuardView,
 }
 
 impl FencingClientLayer {
-    /// A layer for the holder of `guard` (get one with `LeaseGuard::guard_ref`).
-    pub fn new(guard: LeaseGuardRef) -> Self {
+    /// A layer for the holder of `guard` (get one with `LeaseGuard::view`).
+    pub fn new(guard: LeaseGuardView) -> Self {
         FencingClientLayer { guard }
     }
 }
@@ -141,7 +141,7 @@ impl<S> Layer<S> for FencingClientLayer {
 #[derive(Debug, Clone)]
 pub struct FencingClient<S> {
     inner: S,
-    guard: LeaseGuardRef,
+    guard: LeaseGuardView,
 }
 
 impl<S, B> Service<Request<B>> for FencingClient<S>
@@ -205,7 +205,7 @@ mod reqwest_ext {
     #[derive(Debug)]
     pub struct FencedRequest {
         builder: reqwest::RequestBuilder,
-        guard: LeaseGuardRef,
+        guard: LeaseGuardView,
     }
 
     impl FencedRequest {
@@ -243,7 +243,7 @@ mod reqwest_ext {
     ///
     /// ```no_run
     /// use leasehold_http::FencedRequestExt;
-    /// # async fn f(guard: leasehold_core::supervisor::LeaseGuardRef) -> Result<(), leasehold_http::SendError> {
+    /// # async fn f(guard: leasehold_core::supervisor::LeaseGuardView) -> Result<(), leasehold_http::SendError> {
     /// let res = reqwest::Client::new()
     ///     .post("http://127.0.0.1:8080/ledger")
     ///     .body("+1")
@@ -254,11 +254,11 @@ mod reqwest_ext {
     /// ```
     pub trait FencedRequestExt {
         /// Wraps the builder so that `send` checks the guard and attaches its token and key.
-        fn fenced(self, guard: &LeaseGuardRef) -> FencedRequest;
+        fn fenced(self, guard: &LeaseGuardView) -> FencedRequest;
     }
 
     impl FencedRequestExt for reqwest::RequestBuilder {
-        fn fenced(self, guard: &LeaseGuardRef) -> FencedRequest {
+        fn fenced(self, guard: &LeaseGuardView) -> FencedRequest {
             FencedRequest {
                 builder: self,
                 guard: guard.clone(),

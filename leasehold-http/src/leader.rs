@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use leasehold_core::election::{Candidate, Election, Observer, Role};
 use leasehold_core::hook::{Hook, RenewalResult};
-use leasehold_core::supervisor::{Health, LeaseGuardRef};
+use leasehold_core::supervisor::{Health, LeaseGuardView};
 use leasehold_core::{FencingToken, Lease, LeaseKey, OwnerId, ReleaseOutcome};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -222,7 +222,7 @@ impl HealthReport {
 }
 
 enum Source {
-    Holder(LeaseGuardRef),
+    Holder(LeaseGuardView),
     Candidate {
         key: LeaseKey,
         owner: OwnerId,
@@ -299,8 +299,8 @@ impl HealthCheck {
         }
     }
 
-    /// A check of a held lease (see [`LeaseGuard::guard_ref`](leasehold_core::supervisor::LeaseGuard::guard_ref)).
-    pub fn holder(guard: LeaseGuardRef) -> Self {
+    /// A check of a held lease (see [`LeaseGuard::view`](leasehold_core::supervisor::LeaseGuard::view)).
+    pub fn holder(guard: LeaseGuardView) -> Self {
         Self::new(Source::Holder(guard))
     }
 
@@ -364,7 +364,7 @@ impl HealthCheck {
         }
     }
 
-    fn holder_report(&self, guard: &LeaseGuardRef) -> HealthReport {
+    fn holder_report(&self, guard: &LeaseGuardView) -> HealthReport {
         let lease = guard.lease();
         let (healthy, state, detail) = match guard.health() {
             Health::Lost(reason) => (false, "lost", format!("the lease was lost: {reason}")),

@@ -14,7 +14,7 @@
 //! - **Client**: [`FencingClientLayer`] (any tower HTTP client) and, with feature `reqwest`,
 //!   `RequestBuilder::fenced(&guard)`: both attach the guard's token and key, and refuse to send
 //!   (a typed [`NotHolder`] error, nothing leaves the process) once
-//!   [`may_act`](leasehold_core::supervisor::LeaseGuardRef::may_act) is false.
+//!   [`may_act`](leasehold_core::supervisor::LeaseGuardView::may_act) is false.
 //!
 //! - **Health and leadership gating**: [`HealthCheck`] (a liveness or readiness probe of a lease
 //!   holder or an election candidate that fails when the lease's renewal has stalled past its

@@ -59,7 +59,7 @@ async fn client_layer_and_reqwest_attach_token_and_refuse_after_release() -> Tes
     let Acquisition::Acquired(guard) = sup.acquire(&key).await? else {
         return Err("not acquired".into());
     };
-    let guard_ref = guard.guard_ref();
+    let guard_ref = guard.view();
     let expected = format!("ledger {}", guard.token());
 
     let hyper = Client::builder(TokioExecutor::new()).build_http::<Full<bytes::Bytes>>();
@@ -159,7 +159,7 @@ async fn client_layer_refuses_once_renewals_fail() -> TestResult {
             Ok::<_, std::convert::Infallible>(req.headers().clone())
         }
     });
-    let client = FencingClientLayer::new(guard.guard_ref()).layer(inner);
+    let client = FencingClientLayer::new(guard.view()).layer(inner);
 
     let headers = client.clone().oneshot(http::Request::new(())).await?;
     assert_eq!(

@@ -133,7 +133,7 @@ async fn a_holder_check_fails_once_its_lease_is_lost() -> Res {
     let sup = Supervisor::new(store.clone(), SupervisorConfig::new(Duration::from_secs(3)));
     let key = LeaseKey::new("singleton")?;
     let guard = sup.acquire(&key).await?.guard().ok_or("not acquired")?;
-    let check = HealthCheck::holder(guard.guard_ref());
+    let check = HealthCheck::holder(guard.view());
     let svc = check.service::<Body>();
     let report = check.report();
     assert!(report.healthy && report.state == "held", "{report:?}");

@@ -32,7 +32,7 @@
 //! let resource = Arc::new(metrics.resource(MemoryFencedResource::new(), "memory"));
 //! let sup = Supervisor::new(store.clone(), SupervisorConfig::new(Duration::from_secs(10)))
 //!     .with_hook(store.hook())
-//!     .with_fence(resource);
+//!     .with_fence_on_acquire(resource);
 //! if let Acquisition::Acquired(guard) = sup.acquire(&LeaseKey::new("nightly")?).await? {
 //!     guard.release().await?;
 //! }

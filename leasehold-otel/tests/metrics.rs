@@ -708,7 +708,7 @@ async fn a_grant_refused_by_the_fence_is_not_held_forever() -> TestResult {
     );
     let sup = Supervisor::new(store.clone(), config())
         .with_hook(store.hook())
-        .with_fence(resource.clone());
+        .with_fence_on_acquire(resource.clone());
     assert!(
         sup.acquire(&key).await.is_err(),
         "the fence refuses token 1"

@@ -304,7 +304,7 @@ impl Run {
         let sg = ShardGuard {
             shard: shard.clone(),
             token,
-            lease: guard.guard_ref(),
+            lease: guard.view(),
             stop: stop.clone(),
             _drain: drain_rx,
         };

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use leasehold_core::supervisor::{Health, LeaseGuardRef, LossReason};
+use leasehold_core::supervisor::{Health, LeaseGuardView, LossReason};
 use leasehold_core::{FencingToken, Lease};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -65,7 +65,7 @@ pub enum ShardEvent {
 pub struct ShardGuard {
     pub(crate) shard: Arc<str>,
     pub(crate) token: FencingToken,
-    pub(crate) lease: LeaseGuardRef,
+    pub(crate) lease: LeaseGuardView,
     pub(crate) stop: CancellationToken,
     pub(crate) _drain: watch::Receiver<()>,
 }
@@ -87,7 +87,7 @@ impl ShardGuard {
     }
 
     /// Whether to start a side effect now: the lease may act (see
-    /// [`LeaseGuardRef::may_act`]) and no release has started.
+    /// [`LeaseGuardView::may_act`]) and no release has started.
     pub fn may_act(&self) -> bool {
         !self.stop.is_cancelled() && self.lease.may_act()
     }

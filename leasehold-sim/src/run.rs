@@ -416,7 +416,7 @@ fn watch_guard(
     guard: &leasehold_core::supervisor::LeaseGuard,
 ) -> tokio::task::JoinHandle<()> {
     let w = w.clone();
-    let view = guard.guard_ref();
+    let view = guard.view();
     let mut health = guard.subscribe();
     let cancel = guard.cancellation();
     let rule = w.sc.belief;
@@ -585,7 +585,7 @@ async fn work(w: Rc<Worker>, watchers: Watchers) -> turmoil::Result {
     let config = w.config().with_acquire_wait(w.sc.ttl * 2);
     let sup = Supervisor::from_arc(store, config)
         .with_owner(OwnerId::new(format!("{}-job", w.name))?)
-        .with_fence(Arc::new(fence.clone()));
+        .with_fence_on_acquire(Arc::new(fence.clone()));
     while !w.ended() {
         match sup.acquire(&key).await {
             Ok(Acquisition::Acquired(guard)) => {

@@ -19,7 +19,7 @@ async fn may_act_is_false_while_a_release_is_in_flight() {
     let sup = Supervisor::new(store.clone(), SupervisorConfig::new(TTL));
     let key = LeaseKey::new("job").unwrap();
     let guard = sup.acquire(&key).await.unwrap().guard().unwrap();
-    let view = guard.guard_ref();
+    let view = guard.view();
     assert!(view.may_act());
     // The store applies the release, but its answer never arrives.
     store.set(Operation::Release, Fault::DropResponse);

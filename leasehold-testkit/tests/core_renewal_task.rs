@@ -54,7 +54,7 @@ async fn a_panicking_hook_loses_the_guard_and_cancels_the_work() {
     let sup = Supervisor::new(MemoryLeaseStore::new(), SupervisorConfig::new(TTL))
         .with_hook(Arc::new(PanickingHook::default()));
     let guard = sup.acquire(&key()).await.unwrap().guard().unwrap();
-    let view = guard.guard_ref();
+    let view = guard.view();
     let result = timeout(TTL * 2, guard.run(std::future::pending::<()>()))
         .await
         .expect("work still running two TTLs after the renewal task panicked");
@@ -250,7 +250,7 @@ async fn a_guard_past_its_loss_deadline_is_born_lost() {
         "precondition: the deadline itself has not passed"
     );
     assert!(!guard.may_act(), "may_act() true past the loss deadline");
-    assert!(!guard.guard_ref().may_act());
+    assert!(!guard.view().may_act());
     assert_eq!(guard.health(), Health::Lost(LossReason::DeadlineReached));
     assert!(
         guard.cancellation().is_cancelled(),

@@ -45,7 +45,7 @@ async fn hold(s: &Supervisor) -> LeaseGuard {
 async fn a_suspend_past_the_deadline_stops_the_holder_at_once() {
     let clock = ManualClock::new();
     let guard = hold(&Supervisor::new(MemoryLeaseStore::new(), config(&clock))).await;
-    let view = guard.guard_ref();
+    let view = guard.view();
     let work = guard.cancellation();
     sleep(Duration::from_millis(1500)).await; // one confirmed renewal
     assert!(guard.may_act());

@@ -207,7 +207,7 @@ async fn bounded_wait_gives_up_and_watch_wakes_on_release() {
 async fn immediate_fencing_installs_before_handing_out_the_guard() {
     let mem = MemoryLeaseStore::new();
     let res = MemoryFencedResource::new();
-    let s = sup(mem.clone()).with_fence(Arc::new(res.clone()));
+    let s = sup(mem.clone()).with_fence_on_acquire(Arc::new(res.clone()));
     let g = hold(&s, &key()).await;
     assert_eq!(res.read(&key()).await.unwrap().high_water, Some(g.token()));
 }

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::lease::AcquireRequest;
+use crate::lease::{AcquireRequest, ReleaseOutcome};
 use crate::memory::MemoryLeaseStore;
 use crate::supervisor::Health;
 

@@ -75,7 +75,7 @@ impl SupervisorConfig {
     }
 
     /// The clock validity is judged on (default: [`SystemClock::shared`], which counts host
-    /// suspend on Linux). Tests pass a [`ManualClock`](crate::clock::ManualClock) to simulate a
+    /// suspend on Linux). Tests pass a `clock::ManualClock` (feature `test-util`) to simulate a
     /// suspend; see the [`clock`](crate::clock) module.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);

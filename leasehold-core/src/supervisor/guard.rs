@@ -1,4 +1,4 @@
-//! The guard: [`LeaseGuard`], handed to the holder, and [`LeaseGuardRef`], its cheap view for the
+//! The guard: [`LeaseGuard`], handed to the holder, and [`LeaseGuardView`], its cheap view for the
 //! guarded work. Both read what the renewal task publishes in [`Shared`]; neither decides
 //! anything itself: health, the loss deadline and whether one may act all come from the
 //! [`Machine`].
@@ -71,9 +71,14 @@ pub struct LeaseGuard {
     task: Option<tokio::task::JoinHandle<ReleaseOutcome>>,
 }
 
+/// The name [`LeaseGuardView`] had: it is an owned view, not a reference.
+#[deprecated(note = "renamed to LeaseGuardView")]
+pub type LeaseGuardRef = LeaseGuardView;
+
 /// A cheap, cloneable view of a guard for the guarded work: token, health and cancellation.
+/// It is owned (no lifetime) and cannot release the lease; the [`LeaseGuard`] does that.
 #[derive(Debug, Clone)]
-pub struct LeaseGuardRef {
+pub struct LeaseGuardView {
     key: LeaseKey,
     token: FencingToken,
     health: watch::Receiver<Health>,
@@ -82,7 +87,7 @@ pub struct LeaseGuardRef {
     shared: Arc<Shared>,
 }
 
-impl LeaseGuardRef {
+impl LeaseGuardView {
     /// The key.
     pub fn key(&self) -> &LeaseKey {
         &self.key
@@ -198,7 +203,7 @@ impl LeaseGuard {
 
     /// Whether it is still reasonable to *start* a side effect: health is `Held`, no release has
     /// started, and the loss deadline has not passed on the validity clock (see
-    /// [`LeaseGuardRef::may_act`]).
+    /// [`LeaseGuardView::may_act`]).
     pub fn may_act(&self) -> bool {
         self.shared.may_act()
     }
@@ -208,10 +213,16 @@ impl LeaseGuard {
         self.health.clone()
     }
 
-    /// A [`LeaseGuardRef`]: the cheap, cloneable view of this guard to hand to the guarded work
-    /// (token, health, `may_act`, cancellation).
-    pub fn guard_ref(&self) -> LeaseGuardRef {
-        LeaseGuardRef {
+    /// Renamed to [`view`](LeaseGuard::view).
+    #[deprecated(note = "renamed to view")]
+    pub fn guard_ref(&self) -> LeaseGuardView {
+        self.view()
+    }
+
+    /// A [`LeaseGuardView`]: the cheap, cloneable view of this guard to hand to the guarded work
+    /// (token, health, `may_act`, cancellation). It cannot release the lease.
+    pub fn view(&self) -> LeaseGuardView {
+        LeaseGuardView {
             key: self.key.clone(),
             token: self.token,
             health: self.health.clone(),

@@ -54,12 +54,14 @@
 //! # Layout
 //! - `entry.rs`: the public entry points, [`Supervisor`] (bounded acquisition) and what it
 //!   returns ([`Acquisition`], [`RunOutcome`]).
-//! - `guard.rs`: [`LeaseGuard`] and its view for the guarded work, [`LeaseGuardRef`].
+//! - `pending.rs`: what an acquisition holds before a guard exists (a store call in flight, a
+//!   grant no guard holds yet), released in the background if the acquire is dropped half way.
+//! - `guard.rs`: [`LeaseGuard`] and its view for the guarded work, [`LeaseGuardView`].
 //! - `driver.rs`: the renewal task, a thin loop that feeds the pure state machine and carries
 //!   out what it decides; `plan.rs`: the task's own decisions, pure (when to renew on the batch
 //!   grid, how long each call may take, what each answer means), unit-tested in `plan_tests.rs`.
-//! - `state.rs` (private): the pure state machine, [`Machine`], with [`Health`] and
-//!   [`LossReason`].
+//! - `state.rs` (private): the pure state machine, `Machine` (public with the `model` feature,
+//!   for the model checker), with [`Health`] and [`LossReason`].
 //! - `config.rs`: [`SupervisorConfig`]; `batch.rs`: renewal coalescing.
 
 mod batch;
@@ -67,6 +69,7 @@ mod config;
 mod driver;
 mod entry;
 mod guard;
+mod pending;
 mod plan;
 mod state;
 #[cfg(test)]
@@ -74,10 +77,13 @@ mod tests;
 
 pub use config::SupervisorConfig;
 pub use entry::{Acquisition, RunOutcome, Supervisor};
-pub use guard::{LeaseGuard, LeaseGuardRef};
+#[allow(deprecated)]
+pub use guard::LeaseGuardRef;
+pub use guard::{LeaseGuard, LeaseGuardView};
 pub use state::{Health, LossReason};
 // The pure state machine the renewal task runs, for model checkers and simulators that drive it
-// themselves (leasehold-model). Applications do not need it.
+// themselves (leasehold-model): behind the `model` feature, since applications do not need it.
+#[cfg(feature = "model")]
 pub use state::{Event, Machine, Next};
 
 // Hooks moved to [`crate::hook`]; re-exported here for the crates that name them by this path.

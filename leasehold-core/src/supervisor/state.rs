@@ -18,9 +18,13 @@
 //! scale. The supervisor uses validity time ([`Clock::now`](crate::clock::Clock::now)), which
 //! keeps counting through a host suspend.
 //!
-//! This module is private: [`Health`] and [`LossReason`] are part of the supervisor's API, and
-//! [`Machine`], [`Event`] and [`Next`] are re-exported from [`supervisor`](super) for model
-//! checkers and simulators that drive the real machine.
+//! This module is private: [`Health`] and [`LossReason`] are part of the supervisor's API.
+//! [`Machine`], [`Event`] and [`Next`] are re-exported from [`supervisor`](super) only with the
+//! `model` feature, for model checkers and simulators that drive the real machine; without it
+//! they are the crate's own.
+
+// Without `model` the machine's items are reachable only inside the crate.
+#![cfg_attr(not(feature = "model"), allow(unreachable_pub))]
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -190,6 +194,7 @@ impl Machine {
     }
 
     /// Whether a release has started ([`Event::ReleaseStarted`]) and its outcome is not in yet.
+    #[cfg_attr(not(feature = "model"), allow(dead_code))] // read by the model checker only
     pub fn is_releasing(&self) -> bool {
         self.releasing && !self.health.is_final()
     }

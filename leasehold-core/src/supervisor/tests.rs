@@ -307,7 +307,7 @@ async fn a_dropped_acquire_releases_what_it_was_granted() {
         store.clone(),
         SupervisorConfig::new(ttl).with_op_timeout(op),
     )
-    .with_fence(std::sync::Arc::new(SlowFence::default()));
+    .with_fence_on_acquire(std::sync::Arc::new(SlowFence::default()));
     for which in 0..4 {
         for ms in (0..=450).step_by(10) {
             let after = Duration::from_millis(ms);
@@ -376,7 +376,7 @@ async fn a_fenced_acquire_dropped_during_its_install_reports_the_end() {
         mem.clone(),
         SupervisorConfig::new(Duration::from_secs(30)).with_op_timeout(op),
     )
-    .with_fence(std::sync::Arc::new(SlowFence::default()))
+    .with_fence_on_acquire(std::sync::Arc::new(SlowFence::default()))
     .with_hook(hook.clone());
     // The grant is immediate; the install takes 200 ms: dropped after 100 ms, mid-install.
     let dropped = tokio::time::timeout(Duration::from_millis(100), sup.acquire(&key)).await;

@@ -201,7 +201,8 @@ pub async fn supervisor_dropped_acquire_releases_what_it_was_granted(ctx: Ctx) -
     let bound = op * 2 + Duration::from_secs(1);
     let cfg = SupervisorConfig::new(ttl).with_op_timeout(op);
     let plain = Supervisor::from_arc(ctx.store().clone(), cfg.clone());
-    let fenced = Supervisor::from_arc(ctx.store().clone(), cfg).with_fence(ctx.resource().clone());
+    let fenced = Supervisor::from_arc(ctx.store().clone(), cfg)
+        .with_fence_on_acquire(ctx.resource().clone());
     let other = ctx.other_client().await?;
     let b = OwnerId::with_label("other");
     for (i, call) in ["acquire", "try_acquire", "run", "fenced acquire"]
