@@ -214,6 +214,7 @@ mod rpc;
 mod shared;
 mod store;
 mod tls;
+mod watch;
 
 pub use config::{EtcdOptions, LeaseSharing, URL_OPTIONS};
 pub use fenced::EtcdFencedResource;

@@ -15,6 +15,29 @@ use leasehold_core::{
 use crate::error::{BACKEND, K8sError, timed};
 use crate::protocol::{self, fence_object_name};
 
+impl crate::K8sLeaseStore {
+    /// The [`FencedResource`](leasehold_core::FencedResource) next to this store: ConfigMaps in the
+    /// same namespace, named with the same prefix (`fence.<prefix><key>`), over the same client,
+    /// with the same request timeout. Sends nothing.
+    ///
+    /// ```no_run
+    /// use leasehold_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = leasehold_k8s::K8sLeaseStore::connect("k8s://payments").await?;
+    /// let res = store.fenced_resource();
+    /// let out = res.write(&LeaseKey::new("ledger")?, FencingToken::new(7)?, WriteOp::Add(1)).await?;
+    /// println!("accepted: {}", out.is_accepted());
+    /// # Ok(()) }
+    /// ```
+    pub fn fenced_resource(&self) -> K8sFencedResource {
+        K8sFencedResource::new(
+            Api::namespaced(self.client.clone(), self.namespace()),
+            self.prefix.clone(),
+            self.timeout,
+        )
+    }
+}
+
 const MAX_RACES: usize = 64;
 
 /// A [`FencedResource`] kept in ConfigMaps named `fence.<prefix><key>` (the store's name prefix,

@@ -19,7 +19,6 @@ use tokio::time::Instant;
 
 use crate::config::{self, K8sOptions, TestHook, TestPoint};
 use crate::error::{BACKEND, K8sError, timed};
-use crate::fenced::K8sFencedResource;
 use crate::protocol::{self, Record};
 use leasehold_core::mutation;
 
@@ -88,10 +87,10 @@ struct State {
 #[derive(Clone)]
 pub struct K8sLeaseStore {
     api: Api<KubeLease>,
-    client: kube::Client,
+    pub(crate) client: kube::Client,
     namespace: String,
-    prefix: String,
-    timeout: Duration,
+    pub(crate) prefix: String,
+    pub(crate) timeout: Duration,
     state: Arc<Mutex<State>>,
     hook: Option<TestHook>,
 }
@@ -203,27 +202,6 @@ impl K8sLeaseStore {
             state: Arc::default(),
             hook: options.hook,
         })
-    }
-
-    /// The [`FencedResource`](leasehold_core::FencedResource) next to this store: ConfigMaps in the
-    /// same namespace, named with the same prefix (`fence.<prefix><key>`), over the same client,
-    /// with the same request timeout. Sends nothing.
-    ///
-    /// ```no_run
-    /// use leasehold_core::{FencedResource, FencingToken, LeaseKey, WriteOp};
-    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
-    /// let store = leasehold_k8s::K8sLeaseStore::connect("k8s://payments").await?;
-    /// let res = store.fenced_resource();
-    /// let out = res.write(&LeaseKey::new("ledger")?, FencingToken::new(7)?, WriteOp::Add(1)).await?;
-    /// println!("accepted: {}", out.is_accepted());
-    /// # Ok(()) }
-    /// ```
-    pub fn fenced_resource(&self) -> K8sFencedResource {
-        K8sFencedResource::new(
-            Api::namespaced(self.client.clone(), &self.namespace),
-            self.prefix.clone(),
-            self.timeout,
-        )
     }
 
     /// The namespace of the Lease objects.

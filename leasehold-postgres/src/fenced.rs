@@ -19,6 +19,18 @@ use crate::config::{TableLayout, TableName, TxTimeouts};
 use crate::error::{self, BACKEND, ErrCtx};
 use crate::protocol::Statements;
 
+impl crate::PostgresLeaseStore {
+    /// The high-water-mark [`FencedResource`](leasehold_core::FencedResource) next to this store's
+    /// lease table (`<table>_fence`), sharing the pool.
+    pub fn fenced_resource(&self) -> PostgresFencedResource {
+        PostgresFencedResource::from_pool(
+            self.pool().clone(),
+            self.table(),
+            self.options().op_timeout(),
+        )
+    }
+}
+
 /// The result of [`PostgresLeaseStore::fenced_transaction`](crate::PostgresLeaseStore::fenced_transaction).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::config::{PostgresOptions, TableLayout, TableName, millis_setting};
 use crate::error::{self, BACKEND, ErrCtx};
-use crate::fenced::{FencedTx, PostgresFencedResource};
+use crate::fenced::FencedTx;
 use crate::notify::Notifier;
 use crate::row_fence::LeaseRowFence;
 use crate::schema;
@@ -201,16 +201,6 @@ impl PostgresLeaseStore {
     /// listener. For diagnostics and tests.
     pub fn open_watches(&self) -> usize {
         self.notifier.open_watches()
-    }
-
-    /// The high-water-mark [`FencedResource`](leasehold_core::FencedResource) next to this store's
-    /// lease table (`<table>_fence`), sharing the pool.
-    pub fn fenced_resource(&self) -> PostgresFencedResource {
-        PostgresFencedResource::from_pool(
-            self.pool().clone(),
-            self.table(),
-            self.options().op_timeout(),
-        )
     }
 
     /// Creates the schema (if needed), the lease table, its token sequence and triggers, and

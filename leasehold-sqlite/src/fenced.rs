@@ -15,6 +15,14 @@ use crate::error::BACKEND;
 use crate::protocol;
 use crate::store::{Inner, SqliteLeaseStore};
 
+impl SqliteLeaseStore {
+    /// A [`FencedResource`](leasehold_core::FencedResource) stored in the same file (table
+    /// `lease_fenced`), sharing this store's connections.
+    pub fn fenced_resource(&self) -> SqliteFencedResource {
+        SqliteFencedResource::new(self.inner.clone())
+    }
+}
+
 /// A [`FencedResource`] in table `lease_fenced` of a [`SqliteLeaseStore`]'s file: per key, the
 /// highest accepted token, the last `Put` value, the sum of `Add`s and the number of accepted
 /// writes. Each write is one `BEGIN IMMEDIATE` transaction, so the token check and the write are

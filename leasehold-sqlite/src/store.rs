@@ -20,7 +20,6 @@ use leasehold_core::backend::{
 };
 
 use crate::error::{self, BACKEND, SqliteError};
-use crate::fenced::SqliteFencedResource;
 use crate::gate::{self, Gate};
 use crate::protocol;
 use crate::watch::{self, Hub};
@@ -78,7 +77,7 @@ use leasehold_core::mutation;
 /// ```
 #[derive(Debug, Clone)]
 pub struct SqliteLeaseStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
@@ -297,12 +296,6 @@ impl SqliteLeaseStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// A [`FencedResource`](leasehold_core::FencedResource) stored in the same file (table
-    /// `lease_fenced`), sharing this store's connections.
-    pub fn fenced_resource(&self) -> SqliteFencedResource {
-        SqliteFencedResource::new(self.inner.clone())
     }
 
     /// Closes every connection of this store (and of its clones). Later calls fail with
