@@ -10,6 +10,8 @@
 //! assert!(sql.acquire_free.contains("LAST_INSERT_ID(GREATEST(fencing_token + 1, "));
 //! ```
 
+use leasehold_core::mutation;
+
 use crate::config::TableName;
 
 /// The server clock in microseconds since the Unix epoch, at the start of the statement
@@ -54,7 +56,7 @@ pub fn migration(t: &TableName) -> Vec<String> {
     let floor = t.sibling("_floor");
     let fence = t.sibling("_fence");
     let trig = |s: &str| t.sibling(s);
-    vec![
+    let statements = vec![
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (\
                resource_key  VARBINARY(255) NOT NULL PRIMARY KEY, \
@@ -101,7 +103,13 @@ pub fn migration(t: &TableName) -> Vec<String> {
              ON DUPLICATE KEY UPDATE floor_token = GREATEST(floor_token, OLD.fencing_token)",
             trig("_token_keep")
         ),
-    ]
+    ];
+    // A mutation test may rewrite the DDL (the triggers); without leasehold-core's `mutants`
+    // feature this is the identity.
+    statements
+        .into_iter()
+        .map(|stmt| mutation::string("mysql.migration", stmt))
+        .collect()
 }
 
 /// Checks the schema: `?` the database (NULL for the connection's), `?` the lease table, `?`
@@ -221,15 +229,18 @@ impl Statements {
             format!("DELETE FROM {t} WHERE {prefix}"),
             format!("DELETE FROM {fence} WHERE {prefix}"),
         ];
+        // Every statement that decides safety passes a mutation switch point (the identity
+        // unless leasehold-core's `mutants` feature is on and a mutant is active).
+        let m = mutation::string;
         Statements {
-            acquire_free,
-            acquire_insert,
+            acquire_free: m("mysql.acquire_free", acquire_free),
+            acquire_insert: m("mysql.acquire_insert", acquire_insert),
             holder,
-            renew,
-            release,
-            lock_row,
-            still_valid,
-            fence_write,
+            renew: m("mysql.renew", renew),
+            release: m("mysql.release", release),
+            lock_row: m("mysql.lock_row", lock_row),
+            still_valid: m("mysql.still_valid", still_valid),
+            fence_write: m("mysql.fence_write", fence_write),
             fence_mark,
             fence_read,
             delete_prefix,
