@@ -1,4 +1,9 @@
 //! The in-memory reference store: the semantics every backend must match.
+//!
+//! It is public API with no feature switch (unlike the test-only `clock::ManualClock` behind
+//! `test-util`): it is the reference every backend's conformance is judged against, what the
+//! documentation's examples and the demos run on, and what applications use in their own tests
+//! and single-process setups.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
