@@ -338,8 +338,7 @@ mod tests {
         assert_eq!(b.probe(), Err("LEASE_REDIS_URL is not set".to_string()));
         let err = crate::env::runtime()
             .block_on(b.connect())
-            .err()
-            .expect("an error");
+            .expect_err("an error");
         assert_eq!(err.kind(), leasehold_core::ErrorKind::Config);
     }
 
