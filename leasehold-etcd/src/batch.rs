@@ -2,7 +2,7 @@
 //! of its own and the lock protocol's free-lock comparison, but up to
 //! [`MAX_TXN_KEYS`](protocol::MAX_TXN_KEYS) keys are created by one transaction.
 
-use leasehold_core::backend::{granted_lease, ttl_secs, validate_ttl};
+use leasehold_core::backend::granted_lease;
 use leasehold_core::{AcquireOutcome, AcquireRequest, LeaseStore, Result};
 use tokio::time::Instant;
 
@@ -30,9 +30,9 @@ impl EtcdLeaseStore {
         let mut out: Vec<Option<Result<AcquireOutcome>>> = (0..reqs.len()).map(|_| None).collect();
         let mut valid = Vec::with_capacity(reqs.len());
         for (i, req) in reqs.iter().enumerate() {
-            match validate_ttl(req.ttl, self.min_ttl)
-                .and_then(|()| check_owner(&req.owner))
-                .and_then(|()| ttl_secs(req.ttl))
+            match self
+                .grantable_ttl(req.ttl)
+                .and_then(|t| check_owner(&req.owner).map(|()| t))
             {
                 Ok(t) => valid.push((i, t.as_i64())),
                 Err(e) => out[i] = Some(Err(e)),

@@ -1,3 +1,6 @@
+// This file stays whole past 600 lines (about 490 of code, the rest tests): the options, the URL
+// parameters that set them and the endpoint list an `etcd://` URL names are one contract,
+// checked against each other by the tests here.
 //! [`EtcdOptions`]: every knob of the etcd backend, and what an `etcd://` URL names.
 
 use std::fmt;

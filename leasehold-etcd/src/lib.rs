@@ -208,6 +208,7 @@ mod config;
 mod error;
 mod fenced;
 mod handle;
+mod inspect;
 pub mod protocol;
 mod renew;
 mod rpc;

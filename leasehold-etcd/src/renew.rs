@@ -63,7 +63,8 @@ impl EtcdLeaseStore {
         let mut resumed = Vec::new();
         let mut moves = Vec::new();
         for (slot, lease) in leases.iter().enumerate() {
-            if let Err(e) = leasehold_core::backend::validate_ttl(lease.ttl(), self.min_ttl)
+            if let Err(e) = self
+                .grantable_ttl(lease.ttl())
                 .and(check_owner(lease.owner()))
             {
                 out[slot] = Some(Err(e));

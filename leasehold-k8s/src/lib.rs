@@ -212,6 +212,7 @@
 mod config;
 mod error;
 mod fenced;
+mod inspect;
 pub mod protocol;
 mod store;
 mod watch;

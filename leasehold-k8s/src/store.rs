@@ -1,15 +1,15 @@
 //! [`K8sLeaseStore`]: the [`LeaseStore`] over `coordination.k8s.io/v1` Lease objects.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
-use kube::api::{Api, ListParams, PostParams};
-use leasehold_core::backend::{granted_lease, ttl_secs, validate_ttl};
+use kube::api::{Api, PostParams};
+use leasehold_core::backend::{RoundedTtl, granted_lease, ttl_secs, validate_ttl};
 use leasehold_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
     KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
@@ -35,23 +35,23 @@ const MAX_PENDING: usize = 64;
 /// ```
 pub const RENEW_MANY_IN_FLIGHT: usize = 64;
 /// Above this many keys, `inspect_many` lists the namespace instead of reading key by key.
-const LIST_THRESHOLD: usize = 16;
+pub(crate) const LIST_THRESHOLD: usize = 16;
 /// Objects per page of that LIST.
-const LIST_PAGE: u32 = 500;
+pub(crate) const LIST_PAGE: u32 = 500;
 
 /// The last version of one Lease object this store saw, and when it first saw that version (on
 /// its own monotonic clock). A candidate judges expiry from `first_seen`, never from the
 /// timestamps written in the object.
 #[derive(Debug, Clone)]
-struct Observed {
+pub(crate) struct Observed {
     rv: u64,
     first_seen: Instant,
     object: KubeLease,
 }
 
 #[derive(Debug, Default)]
-struct State {
-    observed: HashMap<String, Observed>,
+pub(crate) struct State {
+    pub(crate) observed: HashMap<String, Observed>,
     /// The greatest token this store has issued or seen per object name: an extra floor.
     floor: HashMap<String, FencingToken>,
     /// Renewals sent whose outcome is unknown (timeout, dropped connection), per object name.
@@ -86,7 +86,7 @@ struct State {
 /// ```
 #[derive(Clone)]
 pub struct K8sLeaseStore {
-    api: Api<KubeLease>,
+    pub(crate) api: Api<KubeLease>,
     pub(crate) client: kube::Client,
     namespace: String,
     pub(crate) prefix: String,
@@ -106,6 +106,14 @@ impl fmt::Debug for K8sLeaseStore {
 }
 
 impl K8sLeaseStore {
+    /// The TTL this store grants for a requested `ttl`: checked against the
+    /// [capabilities](LeaseStore::capabilities)' `min_ttl` and
+    /// [`MAX_TTL`](leasehold_core::MAX_TTL), in whole seconds rounded up (`leaseDurationSeconds`). The one check of acquire,
+    /// renew and their batches.
+    fn grantable_ttl(&self, ttl: Duration) -> Result<RoundedTtl> {
+        validate_ttl(ttl, self.capabilities().min_ttl).and_then(|()| ttl_secs(ttl))
+    }
+
     /// A store from a `k8s://NAMESPACE` URL (or `k8s://`, `k8s:`: the configuration's default
     /// namespace) with the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the
     /// in-cluster service account) and default options, then the options in the URL's query
@@ -236,12 +244,12 @@ impl K8sLeaseStore {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records an observation of `obj`; returns when this store first saw this version.
-    fn observe(&self, name: &str, obj: &KubeLease, rec: &Record) -> Instant {
+    pub(crate) fn observe(&self, name: &str, obj: &KubeLease, rec: &Record) -> Instant {
         let now = Instant::now();
         let mut st = self.lock();
         if let Some(t) = rec.token {
@@ -415,7 +423,7 @@ impl K8sLeaseStore {
     }
 
     /// The state of `key` from a read of its object (`None`: absent).
-    fn state_of(
+    pub(crate) fn state_of(
         &self,
         key: &LeaseKey,
         name: &str,
@@ -484,8 +492,7 @@ impl LeaseStore for K8sLeaseStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, self.capabilities().min_ttl)?;
-        let rounded = ttl_secs(req.ttl)?;
+        let rounded = self.grantable_ttl(req.ttl)?;
         let (secs, ttl) = (rounded.as_i32(), rounded.granted());
         let name = self.object_name(&req.key);
         for _ in 0..MAX_RACES {
@@ -595,8 +602,7 @@ impl LeaseStore for K8sLeaseStore {
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
-        let rounded = ttl_secs(lease.ttl())?;
+        let rounded = self.grantable_ttl(lease.ttl())?;
         let secs = rounded.as_i32();
         let name = self.object_name(lease.key());
         let mut current = match self.base_for(&name, lease).await? {
@@ -722,53 +728,7 @@ impl LeaseStore for K8sLeaseStore {
     /// 10,000 keys cost some twenty requests instead of 10,000. Every object read counts as an
     /// observation, exactly as a GET would.
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        if keys.len() <= LIST_THRESHOLD {
-            let reads: Vec<_> = keys.iter().map(|k| self.inspect(k)).collect();
-            return stream::iter(reads)
-                .buffered(RENEW_MANY_IN_FLIGHT)
-                .try_collect()
-                .await;
-        }
-        let wanted: HashSet<String> = keys.iter().map(|k| self.object_name(k)).collect();
-        let mut found: HashMap<String, KubeLease> = HashMap::new();
-        let mut next: Option<String> = None;
-        loop {
-            let mut lp = ListParams::default().limit(LIST_PAGE);
-            if let Some(token) = &next {
-                lp = lp.continue_token(token);
-            }
-            let page = timed("list", self.timeout, self.api.list(&lp))
-                .await
-                .map_err(|e| e.into_error("list"))?;
-            for obj in page.items {
-                if let Some(name) = obj.metadata.name.clone()
-                    && wanted.contains(&name)
-                {
-                    found.insert(name, obj);
-                }
-            }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => next = Some(token),
-                _ => break,
-            }
-        }
-        keys.iter()
-            .map(|key| {
-                let name = self.object_name(key);
-                let read = match found.get(&name) {
-                    Some(obj) => {
-                        let rec = Record::parse(obj)?;
-                        let first_seen = self.observe(&name, obj, &rec);
-                        Some((obj.clone(), rec, first_seen))
-                    }
-                    None => {
-                        self.lock().observed.remove(&name);
-                        None
-                    }
-                };
-                self.state_of(key, &name, read)
-            })
-            .collect()
+        self.inspect_batch(keys).await
     }
 
     async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {

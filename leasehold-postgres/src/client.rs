@@ -39,6 +39,25 @@ impl Client {
         tx_ctx(&self.options)
     }
 
+    /// Runs `statement` on a pooled connection within the operation timeout and maps its failure
+    /// as `operation`'s: the one shell of every single-round-trip lease call. The connection is
+    /// held in a [`Guarded`](crate::conn::Guarded), so one abandoned by the timeout (or by a
+    /// dropped future) is closed, not returned to the pool with an answer still on the wire.
+    pub(crate) async fn query<T>(
+        &self,
+        operation: &'static str,
+        statement: impl AsyncFnOnce(&mut PgConnection) -> std::result::Result<T, sqlx::Error>,
+    ) -> Result<T> {
+        self.bounded(operation, async {
+            let mut conn = crate::conn::Guarded::acquire(&self.pool).await?;
+            let r = statement(conn.get()).await;
+            conn.finish();
+            Ok(r?)
+        })
+        .await
+        .map_err(|e| e.into_error(operation, self.cx()))
+    }
+
     /// Runs `fut` within the operation timeout.
     pub(crate) async fn bounded<T>(
         &self,

@@ -12,11 +12,12 @@ use leasehold_core::{
     WriteOutcome,
 };
 use sqlx::postgres::{PgConnection, PgPool};
-use sqlx::{AssertSqlSafe, Connection, Row};
+use sqlx::{AssertSqlSafe, Connection};
 
 use crate::client::{Client, set_local_timeouts, within};
 use crate::config::{TableLayout, TableName, TxTimeouts};
 use crate::error::{self, BACKEND, ErrCtx};
+use crate::inspect::column;
 use crate::protocol::Statements;
 
 impl crate::PostgresLeaseStore {
@@ -301,10 +302,10 @@ impl FencedResource for PostgresFencedResource {
         let Some(row) = row else {
             return Ok(ResourceState::default());
         };
-        let mark: i64 = row.try_get(0).map_err(|e| error::map(operation, e, cx))?;
-        let value: Option<Vec<u8>> = row.try_get(1).map_err(|e| error::map(operation, e, cx))?;
-        let counter: i64 = row.try_get(2).map_err(|e| error::map(operation, e, cx))?;
-        let accepted: i64 = row.try_get(3).map_err(|e| error::map(operation, e, cx))?;
+        let mark: i64 = column(&row, 0, operation, cx)?;
+        let value: Option<Vec<u8>> = column(&row, 1, operation, cx)?;
+        let counter: i64 = column(&row, 2, operation, cx)?;
+        let accepted: i64 = column(&row, 3, operation, cx)?;
         Ok(ResourceState {
             high_water: Some(decode_token(BACKEND, key.as_str(), mark)?),
             value,

@@ -243,11 +243,13 @@
 //! nothing was sent, so [`outcome_unknown`](leasehold_core::Error::outcome_unknown) is false.
 
 pub mod advisory;
+mod batch;
 mod client;
 mod config;
 mod conn;
 mod error;
 mod fenced;
+mod inspect;
 mod notify;
 pub mod protocol;
 mod row_fence;

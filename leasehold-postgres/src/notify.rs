@@ -33,14 +33,15 @@ use std::time::Duration;
 use futures::Stream;
 use futures::future::BoxFuture;
 use leasehold_core::{KeyWatch, LeaseKey};
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::config::TableName;
 use crate::error::{BACKEND, PgError};
+use crate::inspect::column;
 
 /// The `application_name` of listener connections.
 pub(crate) const LISTENER_APP: &str = "leasehold-postgres-listener";
@@ -348,28 +349,20 @@ impl Arm {
                 return Ok(Seen::Held);
             };
             let row = client
-                .bounded("watch", async {
-                    let mut conn = crate::conn::Guarded::acquire(&client.pool).await?;
-                    let r = sqlx::query(AssertSqlSafe(sql))
+                .query("watch", async |conn| {
+                    sqlx::query(AssertSqlSafe(sql))
                         .bind(key.as_str())
-                        .fetch_optional(conn.get())
-                        .await;
-                    conn.finish();
-                    Ok(r?)
+                        .fetch_optional(&mut *conn)
+                        .await
                 })
-                .await
-                .map_err(|e| e.into_error("watch", client.cx()))?;
+                .await?;
             let Some(row) = row else {
                 return Ok(Seen::Free(None));
             };
             let operation = "watch";
             let cx = client.cx();
-            let token: i64 = row
-                .try_get("fencing_token")
-                .map_err(|e| crate::error::map(operation, e, cx))?;
-            let held: bool = row
-                .try_get("held")
-                .map_err(|e| crate::error::map(operation, e, cx))?;
+            let token: i64 = column(&row, "fencing_token", operation, cx)?;
+            let held: bool = column(&row, "held", operation, cx)?;
             Ok(if held {
                 Seen::Held
             } else {

@@ -6,22 +6,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use leasehold_core::backend::{
-    decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
-};
+use leasehold_core::backend::{RoundedTtl, decode_token, granted_lease, ttl_millis, validate_ttl};
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, KeyState, KeyWatch, Lease,
+    LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row};
 use tokio::time::Instant;
 
 use crate::client::Client;
 use crate::config::{PostgresOptions, TableLayout, TableName, millis_setting};
 use crate::error::{self, BACKEND, ErrCtx};
 use crate::fenced::FencedTx;
+use crate::inspect::column;
+use crate::inspect::holder_from;
 use crate::notify::Notifier;
 use crate::row_fence::LeaseRowFence;
 use crate::schema;
@@ -96,7 +95,7 @@ pub const MIN_TTL: Duration = Duration::from_millis(1);
 /// ```
 #[derive(Debug, Clone)]
 pub struct PostgresLeaseStore {
-    client: Arc<Client>,
+    pub(crate) client: Arc<Client>,
     notifier: Arc<Notifier>,
 }
 
@@ -319,17 +318,13 @@ impl PostgresLeaseStore {
         let mut n = 0;
         for stmt in &c.sql.delete_prefix {
             n += c
-                .bounded("delete", async {
-                    let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                    let r = sqlx::query(AssertSqlSafe(stmt.as_str()))
+                .query("delete", async |conn| {
+                    sqlx::query(AssertSqlSafe(stmt.as_str()))
                         .bind(prefix)
-                        .execute(conn.get())
-                        .await;
-                    conn.finish();
-                    Ok(r?)
+                        .execute(&mut *conn)
+                        .await
                 })
-                .await
-                .map_err(|e| e.into_error("delete", c.cx()))?
+                .await?
                 .rows_affected();
         }
         Ok(n)
@@ -337,7 +332,7 @@ impl PostgresLeaseStore {
 
     /// On [`TableLayout::Seed`], owners live in a `uuid` column: anything but a canonical UUID
     /// is refused before anything is sent.
-    fn check_owner(&self, owner: &OwnerId) -> Result<()> {
+    pub(crate) fn check_owner(&self, owner: &OwnerId) -> Result<()> {
         if self.options().layout() == TableLayout::Seed && !is_canonical_uuid(owner.as_str()) {
             return Err(Error::InvalidOwner {
                 owner: owner.as_str().chars().take(80).collect(),
@@ -347,96 +342,13 @@ impl PostgresLeaseStore {
         }
         Ok(())
     }
-
-    async fn holder(&self, key: &LeaseKey) -> Result<(Option<Holder>, Option<FencingToken>)> {
-        let c = &self.client;
-        let row = c
-            .bounded("inspect", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.inspect.as_str()))
-                    .bind(key.as_str())
-                    .fetch_optional(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
-            })
-            .await
-            .map_err(|e| e.into_error("inspect", c.cx()))?;
-        match row {
-            Some(row) => state_from_row(key, &row, "inspect", c.cx()),
-            None => Ok((None, None)),
-        }
-    }
 }
 
-/// The holder (if unexpired) and last token of `key` from a row of `inspect` or `inspect_many`
-/// (a NULL token: no row).
-fn state_from_row(
-    key: &LeaseKey,
-    row: &sqlx::postgres::PgRow,
-    operation: &'static str,
-    cx: ErrCtx<'_>,
-) -> Result<(Option<Holder>, Option<FencingToken>)> {
-    let token: Option<i64> = row
-        .try_get("fencing_token")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let Some(token) = token else {
-        return Ok((None, None));
-    };
-    let owner: Option<String> = row
-        .try_get("owner")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let ttl_ms: Option<i64> = row
-        .try_get("ttl_ms")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let remaining_us: Option<i64> = row
-        .try_get("remaining_us")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let token = decode_token(BACKEND, key.as_str(), token)?;
-    let holder = match remaining_us {
-        Some(_) => Some(holder_from(key, owner, token, ttl_ms, remaining_us)?),
-        None => None,
-    };
-    Ok((holder, Some(token)))
-}
-
-/// The outcome of `req` from its row of `acquire_many`: granted if the row's owner is the
-/// request's, else refused, naming the row's holder (the columns of `acquire`).
-fn acquired_from_row(
-    req: &AcquireRequest,
-    row: &sqlx::postgres::PgRow,
-    granted: Duration,
-    sent: Instant,
-    operation: &'static str,
-    cx: ErrCtx<'_>,
-) -> Result<AcquireOutcome> {
-    let owner: Option<String> = row
-        .try_get("owner")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let token: i64 = row
-        .try_get("fencing_token")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let token = decode_token(BACKEND, req.key.as_str(), token)?;
-    if owner.as_deref() == Some(req.owner.as_str()) {
-        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-        return Ok(AcquireOutcome::Acquired(granted_lease(
-            req.key.clone(),
-            req.owner.clone(),
-            token,
-            granted,
-            req.drift_margin(),
-            sent,
-        )));
-    }
-    let ttl_ms: Option<i64> = row
-        .try_get("ttl_ms")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let remaining_us: Option<i64> = row
-        .try_get("remaining_us")
-        .map_err(|e| error::map(operation, e, cx))?;
-    let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
-    tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
-    Ok(AcquireOutcome::Held(holder))
+/// The TTL this store grants for a requested `ttl`: checked against [`MIN_TTL`] and
+/// [`MAX_TTL`](leasehold_core::MAX_TTL), in whole milliseconds rounded up. The one check of
+/// acquire, renew and their batches.
+pub(crate) fn grantable_ttl(ttl: Duration) -> Result<RoundedTtl> {
+    validate_ttl(ttl, MIN_TTL).and_then(|()| ttl_millis(ttl))
 }
 
 impl LeaseRowFence {
@@ -457,35 +369,35 @@ fn is_canonical_uuid(s: &str) -> bool {
         })
 }
 
-/// A holder from a row: the remaining time (at most the TTL) and the TTL (the row's, or the
-/// remaining time for rows written by other tools).
-fn holder_from(
-    key: &LeaseKey,
-    owner: Option<String>,
-    token: FencingToken,
-    ttl_ms: Option<i64>,
-    remaining_us: Option<i64>,
-) -> Result<Holder> {
-    let remaining = Duration::from_micros(
-        remaining_us
-            .and_then(|us| u64::try_from(us).ok())
-            .unwrap_or(0)
-            .max(1),
-    );
-    let (remaining, ttl) = match ttl_ms.map(u64::try_from) {
-        Some(Ok(ms)) => {
-            let ttl = Duration::from_millis(ms);
-            (remaining.min(ttl), ttl)
-        }
-        _ => (remaining, remaining),
-    };
-    let owner = decode_owner(BACKEND, key.as_str(), owner.as_deref().unwrap_or_default())?;
-    Ok(Holder {
-        owner,
-        token,
-        remaining,
-        ttl,
-    })
+/// The outcome of `req` from its row of `acquire` or `acquire_many`: granted if the row's owner is the
+/// request's, else refused, naming the row's holder (the columns of `acquire`).
+pub(crate) fn acquired_from_row(
+    req: &AcquireRequest,
+    row: &sqlx::postgres::PgRow,
+    granted: Duration,
+    sent: Instant,
+    operation: &'static str,
+    cx: ErrCtx<'_>,
+) -> Result<AcquireOutcome> {
+    let owner: Option<String> = column(row, "owner", operation, cx)?;
+    let token: i64 = column(row, "fencing_token", operation, cx)?;
+    let token = decode_token(BACKEND, req.key.as_str(), token)?;
+    if owner.as_deref() == Some(req.owner.as_str()) {
+        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
+        return Ok(AcquireOutcome::Acquired(granted_lease(
+            req.key.clone(),
+            req.owner.clone(),
+            token,
+            granted,
+            req.drift_margin(),
+            sent,
+        )));
+    }
+    let ttl_ms: Option<i64> = column(row, "ttl_ms", operation, cx)?;
+    let remaining_us: Option<i64> = column(row, "remaining_us", operation, cx)?;
+    let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
+    tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
+    Ok(AcquireOutcome::Held(holder))
 }
 
 /// The error context of an operation before the store exists.
@@ -575,65 +487,33 @@ impl LeaseStore for PostgresLeaseStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, MIN_TTL)?;
+        let ttl = grantable_ttl(req.ttl)?;
         self.check_owner(&req.owner)?;
-        let ttl = ttl_millis(req.ttl)?;
         let sent = Instant::now();
         let c = &self.client;
         let row = c
-            .bounded("acquire", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
+            .query("acquire", async |conn| {
                 // The grant alone first (a free or own row, the usual case); a refusal or a key
                 // without a row needs the full statement, which decides again on its own.
                 let mut r = sqlx::query(AssertSqlSafe(c.sql.acquire_free.as_str()))
                     .bind(req.key.as_str())
                     .bind(req.owner.as_str())
                     .bind(ttl.as_i64())
-                    .fetch_optional(conn.get())
+                    .fetch_optional(&mut *conn)
                     .await;
                 if let Ok(None) = r {
                     r = sqlx::query(AssertSqlSafe(c.sql.acquire.as_str()))
                         .bind(req.key.as_str())
                         .bind(req.owner.as_str())
                         .bind(ttl.as_i64())
-                        .fetch_one(conn.get())
+                        .fetch_one(&mut *conn)
                         .await
                         .map(Some);
                 }
-                conn.finish();
-                Ok(r?.ok_or(sqlx::Error::RowNotFound)?)
+                r?.ok_or(sqlx::Error::RowNotFound)
             })
-            .await
-            .map_err(|e| e.into_error("acquire", c.cx()))?;
-        let operation = "acquire";
-        let cx = c.cx();
-        let owner: Option<String> = row
-            .try_get("owner")
-            .map_err(|e| error::map(operation, e, cx))?;
-        let token: i64 = row
-            .try_get("fencing_token")
-            .map_err(|e| error::map(operation, e, cx))?;
-        let token = decode_token(BACKEND, req.key.as_str(), token)?;
-        if owner.as_deref() == Some(req.owner.as_str()) {
-            tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-            return Ok(AcquireOutcome::Acquired(granted_lease(
-                req.key.clone(),
-                req.owner.clone(),
-                token,
-                ttl.granted(),
-                req.drift_margin(),
-                sent,
-            )));
-        }
-        let ttl_ms: Option<i64> = row
-            .try_get("ttl_ms")
-            .map_err(|e| error::map(operation, e, cx))?;
-        let remaining_us: Option<i64> = row
-            .try_get("remaining_us")
-            .map_err(|e| error::map(operation, e, cx))?;
-        let holder = holder_from(&req.key, owner, token, ttl_ms, remaining_us)?;
-        tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
-        Ok(AcquireOutcome::Held(holder))
+            .await?;
+        acquired_from_row(req, &row, ttl.granted(), sent, "acquire", c.cx())
     }
 
     /// One statement for the whole batch ([`Statements::acquire_many`]): the batch's existing
@@ -644,109 +524,26 @@ impl LeaseStore for PostgresLeaseStore {
     ///
     /// [`Statements::acquire_many`]: crate::protocol::Statements::acquire_many
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
-        leasehold_core::store::validate_acquire_many(reqs)?;
-        let mut slots: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
-        let mut batch = Vec::with_capacity(reqs.len());
-        for (i, req) in reqs.iter().enumerate() {
-            match validate_ttl(req.ttl, MIN_TTL)
-                .and_then(|()| self.check_owner(&req.owner))
-                .and_then(|()| ttl_millis(req.ttl))
-            {
-                Ok(ttl) => {
-                    batch.push((req.key.as_str(), i, ttl));
-                    slots.push(None);
-                }
-                Err(e) => slots.push(Some(Err(e))),
-            }
-        }
-        if batch.is_empty() {
-            return Ok(slots.into_iter().flatten().collect());
-        }
-        batch.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        let keys: Vec<&str> = batch.iter().map(|b| b.0).collect();
-        let owners: Vec<&str> = batch.iter().map(|b| reqs[b.1].owner.as_str()).collect();
-        let ttls: Vec<i64> = batch.iter().map(|b| b.2.as_i64()).collect();
-        let sent = Instant::now();
-        let c = &self.client;
-        let rows = c
-            .bounded("acquire", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.acquire_many.as_str()))
-                    .bind(&keys)
-                    .bind(&owners)
-                    .bind(&ttls)
-                    .fetch_all(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
-            })
-            .await
-            .map_err(|e| e.into_error("acquire", c.cx()))?;
-        let operation = "acquire";
-        let cx = c.cx();
-        let index: std::collections::HashMap<&str, usize> =
-            batch.iter().enumerate().map(|(j, b)| (b.0, j)).collect();
-        let mut seen = vec![false; batch.len()];
-        for row in &rows {
-            let key: String = row
-                .try_get("resource_key")
-                .map_err(|e| error::map(operation, e, cx))?;
-            let Some(&j) = index.get(key.as_str()) else {
-                return Err(Error::store_fault(
-                    BACKEND,
-                    format!("acquire_many: a row for {key:?}, which the batch did not ask for"),
-                    None,
-                ));
-            };
-            if std::mem::replace(&mut seen[j], true) {
-                return Err(Error::store_fault(
-                    BACKEND,
-                    format!("acquire_many: two rows for {key:?}"),
-                    None,
-                ));
-            }
-            let (_, i, ttl) = batch[j];
-            slots[i] = Some(acquired_from_row(
-                &reqs[i],
-                row,
-                ttl.granted(),
-                sent,
-                operation,
-                cx,
-            ));
-        }
-        if let Some(j) = seen.iter().position(|s| !s) {
-            return Err(Error::store_fault(
-                BACKEND,
-                format!("acquire_many: no row for {:?}", batch[j].0),
-                None,
-            ));
-        }
-        Ok(slots.into_iter().flatten().collect())
+        self.acquire_batch(reqs).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), MIN_TTL)?;
+        let ttl = grantable_ttl(lease.ttl())?;
         self.check_owner(lease.owner())?;
-        let ttl = ttl_millis(lease.ttl())?;
         let granted = ttl.granted();
         let sent = Instant::now();
         let c = &self.client;
         let done = c
-            .bounded("renew", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
+            .query("renew", async |conn| {
+                sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
                     .bind(ttl.as_i64())
-                    .execute(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
+                    .execute(&mut *conn)
+                    .await
             })
-            .await
-            .map_err(|e| e.into_error("renew", c.cx()))?;
+            .await?;
         if done.rows_affected() == 1 {
             tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
             Ok(RenewOutcome::Renewed(lease.renewed(granted, sent)))
@@ -768,19 +565,15 @@ impl LeaseStore for PostgresLeaseStore {
             c.sql.release.as_str()
         };
         let done = c
-            .bounded("release", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(sql))
+            .query("release", async |conn| {
+                sqlx::query(AssertSqlSafe(sql))
                     .bind(lease.key().as_str())
                     .bind(lease.owner().as_str())
                     .bind(lease.token().to_i64())
-                    .execute(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
+                    .execute(&mut *conn)
+                    .await
             })
-            .await
-            .map_err(|e| e.into_error("release", c.cx()))?;
+            .await?;
         if done.rows_affected() == 1 {
             tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease released");
             Ok(ReleaseOutcome::Released)
@@ -792,73 +585,7 @@ impl LeaseStore for PostgresLeaseStore {
     /// One statement (`UPDATE .. FROM unnest(..)`) renews the whole batch: one round trip, one
     /// transaction. Leases with an invalid TTL get their error in their slot and are not sent.
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        let mut slots: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(leases.len());
-        let (mut keys, mut owners, mut tokens, mut ttls) = (vec![], vec![], vec![], vec![]);
-        let mut granted = Vec::with_capacity(leases.len());
-        for lease in leases {
-            match validate_ttl(lease.ttl(), MIN_TTL)
-                .and_then(|()| self.check_owner(lease.owner()))
-                .and_then(|()| ttl_millis(lease.ttl()))
-            {
-                Ok(ttl) => {
-                    keys.push(lease.key().as_str().to_string());
-                    owners.push(lease.owner().as_str().to_string());
-                    tokens.push(lease.token().to_i64());
-                    ttls.push(ttl.as_i64());
-                    granted.push(ttl.granted());
-                    slots.push(None);
-                }
-                Err(e) => {
-                    granted.push(Duration::ZERO);
-                    slots.push(Some(Err(e)));
-                }
-            }
-        }
-        if keys.is_empty() {
-            return Ok(slots.into_iter().flatten().collect());
-        }
-        let sent = Instant::now();
-        let c = &self.client;
-        let rows = c
-            .bounded("renew", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.renew_many.as_str()))
-                    .bind(&keys)
-                    .bind(&owners)
-                    .bind(&tokens)
-                    .bind(&ttls)
-                    .fetch_all(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
-            })
-            .await
-            .map_err(|e| e.into_error("renew", c.cx()))?;
-        let mut renewed = std::collections::HashSet::with_capacity(rows.len());
-        for row in rows {
-            let operation = "renew";
-            let cx = c.cx();
-            let key: String = row.try_get(0).map_err(|e| error::map(operation, e, cx))?;
-            let token: i64 = row.try_get(1).map_err(|e| error::map(operation, e, cx))?;
-            renewed.insert((key, token));
-        }
-        Ok(leases
-            .iter()
-            .zip(granted)
-            .zip(slots)
-            .map(|((lease, ttl), slot)| {
-                slot.unwrap_or_else(|| {
-                    let id = (lease.key().as_str().to_string(), lease.token().to_i64());
-                    if renewed.contains(&id) {
-                        tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
-                        Ok(RenewOutcome::Renewed(lease.renewed(ttl, sent)))
-                    } else {
-                        tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renew refused: lease lost");
-                        Ok(RenewOutcome::Lost)
-                    }
-                })
-            })
-            .collect())
+        self.renew_batch(leases).await
     }
 
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
@@ -877,41 +604,7 @@ impl LeaseStore for PostgresLeaseStore {
     /// # Cancellation safety
     /// Cancel safe (read only).
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let names: Vec<&str> = keys.iter().map(LeaseKey::as_str).collect();
-        let c = &self.client;
-        let rows = c
-            .bounded("inspect", async {
-                let mut conn = crate::conn::Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.inspect_many.as_str()))
-                    .bind(&names)
-                    .fetch_all(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
-            })
-            .await
-            .map_err(|e| e.into_error("inspect", c.cx()))?;
-        if rows.len() != keys.len() {
-            return Err(Error::store_fault(
-                BACKEND,
-                format!("inspect_many: {} rows for {} keys", rows.len(), keys.len()),
-                None,
-            ));
-        }
-        keys.iter()
-            .zip(&rows)
-            .map(|(key, row)| {
-                let (holder, last_token) = state_from_row(key, row, "inspect", c.cx())?;
-                Ok(KeyState {
-                    key: key.clone(),
-                    holder,
-                    last_token,
-                })
-            })
-            .collect()
+        self.inspect_batch(keys).await
     }
 
     /// Subscribes to releases of `key` on the store's shared listener (started on first use,

@@ -282,11 +282,13 @@
 //! [`Error::Config`](leasehold_core::Error::Config); anything
 //! else is [`Error::Backend`](leasehold_core::Error::Backend).
 
+mod batch;
 mod config;
 mod connection;
 mod error;
 mod eviction;
 mod fenced;
+mod inspect;
 pub mod protocol;
 mod sentinel;
 mod store;

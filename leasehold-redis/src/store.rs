@@ -5,13 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use leasehold_core::backend::{
-    RoundedTtl, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
-};
+use leasehold_core::backend::{RoundedTtl, decode_token, granted_lease, ttl_millis, validate_ttl};
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result,
-    TokenDurability,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, KeyState, KeyWatch, Lease,
+    LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::time::Instant;
@@ -19,6 +16,7 @@ use tokio::time::Instant;
 use crate::config::{RedisOptions, ReplicaWait};
 use crate::connection::{Conn, RedisConnection};
 use crate::error::{BACKEND, RedisStoreError, map, unexpected};
+use crate::inspect::parse_holder;
 use crate::protocol::{self, KeyLayout};
 
 /// The shortest TTL granted: 1 ms (`PX` resolution).
@@ -60,7 +58,7 @@ pub(crate) struct Inner {
     pub(crate) response_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) op_deadline: Duration,
-    replica_wait: Option<ReplicaWait>,
+    pub(crate) replica_wait: Option<ReplicaWait>,
     pub(crate) poll_interval: Duration,
 }
 
@@ -391,59 +389,18 @@ pub(crate) async fn bounded<F: Future>(
 /// Keys per inspect script in [`LeaseStore::inspect_many`]. A script holds the server while it
 /// runs: 256 keys took 0.6 to 1.7 ms of server time on a loaded 2-core machine (512 keys twice
 /// that), while the total for 10,000 keys did not depend on the batch size within the noise.
-const INSPECT_BATCH: usize = 256;
+pub(crate) const INSPECT_BATCH: usize = 256;
 
 /// The most keys one script of a batched acquire decides.
-const ACQUIRE_BATCH: usize = 1_000;
+pub(crate) const ACQUIRE_BATCH: usize = 1_000;
 
 /// The holder a script reported for `key`: its record (`"<token> <owner> <ttl ms>"`, see
 /// [`KeyLayout`]) and remaining ms.
-fn parse_holder(key: &LeaseKey, record: &[u8], pttl: &[u8]) -> Result<Holder> {
-    let name = key.as_str();
-    let corrupt = |what: &dyn fmt::Debug| {
-        leasehold_core::backend::corrupt(BACKEND, name, format_args!("record {what:?}"))
-    };
-    let text = std::str::from_utf8(record).map_err(|_| corrupt(&record))?;
-    let mut fields = text.split(' ');
-    let (Some(token), Some(owner), Some(ttl), None) =
-        (fields.next(), fields.next(), fields.next(), fields.next())
-    else {
-        return Err(corrupt(&text));
-    };
-    let token = decode_token(BACKEND, name, token)?;
-    let owner = decode_owner(BACKEND, name, owner)?;
-    let ttl: u64 = ttl.parse().map_err(|_| corrupt(&text))?;
-    let pttl: i64 = std::str::from_utf8(pttl)
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| {
-            leasehold_core::backend::corrupt(BACKEND, name, format_args!("pttl {pttl:?}"))
-        })?;
-    Ok(Holder {
-        owner,
-        token,
-        remaining: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
-        ttl: Duration::from_millis(ttl),
-    })
-}
-
-/// The state of `key` from the three strings [`protocol::INSPECT_LUA`] returns for it.
-fn key_state(key: &LeaseKey, generation: &str, record: &str, pttl: &str) -> Result<KeyState> {
-    let holder = if record.is_empty() {
-        None
-    } else {
-        Some(parse_holder(key, record.as_bytes(), pttl.as_bytes())?)
-    };
-    let last_token = if generation.is_empty() {
-        None
-    } else {
-        Some(decode_token(BACKEND, key.as_str(), generation)?)
-    };
-    Ok(KeyState {
-        key: key.clone(),
-        holder,
-        last_token,
-    })
+/// The TTL this store grants for a requested `ttl`: checked against [`MIN_TTL`] and
+/// [`MAX_TTL`](leasehold_core::MAX_TTL), in whole milliseconds rounded up (`PX`). The one check
+/// of acquire, renew and their batches.
+pub(crate) fn grantable_ttl(ttl: Duration) -> Result<RoundedTtl> {
+    validate_ttl(ttl, MIN_TTL).and_then(|()| ttl_millis(ttl))
 }
 
 #[async_trait]
@@ -508,8 +465,7 @@ impl LeaseStore for RedisLeaseStore {
 /// The operations themselves; the [`LeaseStore`] methods run them under the operation deadline.
 impl RedisLeaseStore {
     async fn acquire_unbounded(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, MIN_TTL)?;
-        let ttl = ttl_millis(req.ttl)?;
+        let ttl = grantable_ttl(req.ttl)?;
         let layout = &self.inner.layout;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
@@ -583,204 +539,8 @@ impl RedisLeaseStore {
         }
     }
 
-    async fn acquire_many_unbounded(
-        &self,
-        reqs: &[AcquireRequest],
-    ) -> Result<Vec<Result<AcquireOutcome>>> {
-        let layout = &self.inner.layout;
-        let mut out: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
-        let mut groups: Vec<Vec<(usize, RoundedTtl)>> = Vec::new();
-        let mut group_of = std::collections::HashMap::new();
-        for (i, req) in reqs.iter().enumerate() {
-            match validate_ttl(req.ttl, MIN_TTL).and_then(|()| ttl_millis(req.ttl)) {
-                Ok(ttl) => {
-                    let group = self.inner.con.group(&layout.lease(&req.key));
-                    let g = *group_of.entry(group).or_insert_with(|| {
-                        groups.push(Vec::new());
-                        groups.len() - 1
-                    });
-                    groups[g].push((i, ttl));
-                    out.push(None);
-                }
-                Err(e) => out.push(Some(Err(e))),
-            }
-        }
-        // With replica acknowledgements on, a group's scripts go in one pipeline with one `WAIT`
-        // after the last: `WAIT` blocks the connection, so a `WAIT` per script would make each
-        // script's reply wait for every earlier script's `WAIT` as well.
-        let units: Vec<Vec<&[(usize, RoundedTtl)]>> = if self.inner.replica_wait.is_some() {
-            groups
-                .iter()
-                .map(|g| g.chunks(ACQUIRE_BATCH).collect())
-                .collect()
-        } else {
-            groups
-                .iter()
-                .flat_map(|g| g.chunks(ACQUIRE_BATCH))
-                .map(|c| vec![c])
-                .collect()
-        };
-        let batches: Vec<Vec<(usize, RoundedTtl)>> = units.iter().map(|u| u.concat()).collect();
-        let sent = Instant::now();
-        let replies =
-            futures::future::join_all(units.iter().map(|unit| self.acquire_script(reqs, unit)))
-                .await;
-        let several = units.iter().map(Vec::len).sum::<usize>() > 1;
-        for (batch, reply) in batches.iter().zip(replies) {
-            let outcomes = match reply {
-                Ok(outcomes) => outcomes,
-                Err(e) if !several => return Err(e),
-                Err(e) => batch.iter().map(|_| Err(clone_error(&e))).collect(),
-            };
-            for (&(i, ttl), outcome) in batch.iter().zip(outcomes) {
-                let req = &reqs[i];
-                out[i] = Some(outcome.map(|token| match token {
-                    Ok(token) => {
-                        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
-                        AcquireOutcome::Acquired(granted_lease(
-                            req.key.clone(),
-                            req.owner.clone(),
-                            token,
-                            ttl.granted(),
-                            req.drift_margin(),
-                            sent,
-                        ))
-                    }
-                    Err(holder) => AcquireOutcome::Held(holder),
-                }));
-            }
-        }
-        out.into_iter()
-            .map(|o| o.ok_or_else(|| unexpected("acquire_many", &"a request without an outcome")))
-            .collect()
-    }
-
-    /// One [`ACQUIRE_MANY`](protocol::ACQUIRE_MANY) script for each of `scripts` (indexes into
-    /// `reqs` whose keys share a hash slot on a cluster; one script without replica
-    /// acknowledgements), pipelined and followed by one `WAIT` when replica acknowledgements are
-    /// on: per request, in the scripts' order, its token or its holder, or its own error.
-    async fn acquire_script(
-        &self,
-        reqs: &[AcquireRequest],
-        scripts: &[&[(usize, RoundedTtl)]],
-    ) -> Result<Vec<Result<std::result::Result<FencingToken, Holder>>>> {
-        let layout = &self.inner.layout;
-        let mut con = self.inner.con.clone();
-        let batch: Vec<(usize, RoundedTtl)> = scripts.concat();
-        let batch = batch.as_slice();
-        let (reply, acked): (Vec<redis::Value>, Option<i64>) = match self.inner.replica_wait {
-            None => {
-                let mut invocation = protocol::ACQUIRE_MANY.prepare_invoke();
-                for &(i, ttl) in batch {
-                    let req = &reqs[i];
-                    invocation
-                        .key(layout.lease(&req.key))
-                        .key(layout.generation(&req.key))
-                        .arg(req.owner.as_str())
-                        .arg(ttl.as_u64());
-                }
-                let reply = invocation
-                    .invoke_async(&mut con)
-                    .await
-                    .map_err(self.map("acquire_many"))?;
-                (reply, None)
-            }
-            Some(wait) => {
-                let mut pipe = redis::pipe();
-                for script in scripts {
-                    let eval = pipe
-                        .cmd("EVAL")
-                        .arg(protocol::acquire_many_lua())
-                        .arg(script.len() * 2);
-                    for &(i, _) in *script {
-                        eval.arg(layout.lease(&reqs[i].key))
-                            .arg(layout.generation(&reqs[i].key));
-                    }
-                    for &(i, ttl) in *script {
-                        eval.arg(reqs[i].owner.as_str()).arg(ttl.as_u64());
-                    }
-                }
-                pipe.cmd("WAIT").arg(wait.replicas).arg(
-                    u64::try_from(wait.timeout.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .max(1),
-                );
-                let mut replies: Vec<redis::Value> = pipe
-                    .query_async(&mut con)
-                    .await
-                    .map_err(self.map("acquire_many"))?;
-                let acked = match replies.pop() {
-                    Some(redis::Value::Int(acked)) if replies.len() == scripts.len() => acked,
-                    other => return Err(unexpected("acquire_many", &other)),
-                };
-                let mut reply = Vec::with_capacity(batch.len());
-                for script in replies {
-                    match script {
-                        redis::Value::Array(values) => reply.extend(values),
-                        other => return Err(unexpected("acquire_many", &other)),
-                    }
-                }
-                (reply, Some(acked))
-            }
-        };
-        if reply.len() != batch.len() {
-            return Err(unexpected("acquire_many", &reply));
-        }
-        let mut out = Vec::with_capacity(batch.len());
-        for (&(i, _), value) in batch.iter().zip(&reply) {
-            let key = &reqs[i].key;
-            out.push(match value {
-                redis::Value::BulkString(token) => std::str::from_utf8(token)
-                    .map_err(|_| unexpected("acquire_many", value))
-                    .and_then(|t| decode_token(BACKEND, key.as_str(), t))
-                    .map(Ok),
-                redis::Value::Array(held) => match held.as_slice() {
-                    [
-                        redis::Value::BulkString(record),
-                        redis::Value::BulkString(pttl),
-                    ] => parse_holder(key, record, pttl).map(Err),
-                    _ => Err(unexpected("acquire_many", value)),
-                },
-                redis::Value::ServerError(e) => Err(Error::store_fault(
-                    BACKEND,
-                    format!(
-                        "acquire_many of {key}: {}",
-                        e.details().unwrap_or("script error")
-                    ),
-                    None,
-                )),
-                _ => Err(unexpected("acquire_many", value)),
-            });
-        }
-        if let (Some(wait), Some(acked)) = (self.inner.replica_wait, acked)
-            && acked < i64::from(wait.replicas)
-        {
-            // Too few replicas saw the script's writes: give its grants back and report the
-            // error in their slots (as a single acquire does).
-            for (&(i, ttl), o) in batch.iter().zip(out.iter_mut()) {
-                if let Ok(Ok(token)) = o {
-                    let req = &reqs[i];
-                    let lease = granted_lease(
-                        req.key.clone(),
-                        req.owner.clone(),
-                        *token,
-                        ttl.granted(),
-                        req.drift_margin(),
-                        Instant::now(),
-                    );
-                    *o = self
-                        .check_replicas(&lease, wait, acked)
-                        .await
-                        .map(|()| Ok(*token));
-                }
-            }
-        }
-        Ok(out)
-    }
-
     async fn renew_unbounded(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), MIN_TTL)?;
-        let ttl = ttl_millis(lease.ttl())?;
+        let ttl = grantable_ttl(lease.ttl())?;
         let mut con = self.inner.con.clone();
         let sent = Instant::now();
         let renewed: i64 = protocol::RENEW
@@ -791,67 +551,6 @@ impl RedisLeaseStore {
             .await
             .map_err(self.map("renew"))?;
         Ok(renew_outcome(lease, renewed == 1, ttl.granted(), sent))
-    }
-
-    async fn renew_many_unbounded(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        // Invalid TTLs are reported in their slot and not sent; the rest go in one script per
-        // group (one group on a single server, one per hash slot on a cluster).
-        let mut out: Vec<Result<RenewOutcome>> = Vec::with_capacity(leases.len());
-        let mut groups: Vec<Vec<(usize, u64, Duration)>> = Vec::new();
-        let mut group_of = std::collections::HashMap::new();
-        for (i, lease) in leases.iter().enumerate() {
-            match validate_ttl(lease.ttl(), MIN_TTL).and_then(|()| ttl_millis(lease.ttl())) {
-                Ok(ttl) => {
-                    let group = self.inner.con.group(&self.inner.layout.lease(lease.key()));
-                    let g = *group_of.entry(group).or_insert_with(|| {
-                        groups.push(Vec::new());
-                        groups.len() - 1
-                    });
-                    groups[g].push((i, ttl.as_u64(), ttl.granted()));
-                    out.push(Ok(RenewOutcome::Lost)); // overwritten below
-                }
-                Err(e) => out.push(Err(e)),
-            }
-        }
-        let sent = Instant::now();
-        // The groups go out together: on a cluster, the scripts for one node are pipelined on
-        // that node's multiplexed connection.
-        let replies = futures::future::join_all(groups.iter().map(|group| async move {
-            let mut invocation = protocol::RENEW_MANY.prepare_invoke();
-            for &(i, ms, _) in group {
-                let lease = &leases[i];
-                invocation
-                    .key(self.inner.layout.lease(lease.key()))
-                    .arg(protocol::record_prefix(lease.token(), lease.owner()))
-                    .arg(ms);
-            }
-            let mut con = self.inner.con.clone();
-            invocation
-                .invoke_async::<Vec<i64>>(&mut con)
-                .await
-                .map_err(self.map("renew_many"))
-        }))
-        .await;
-        for (group, reply) in groups.into_iter().zip(replies) {
-            match reply {
-                Ok(flags) if flags.len() == group.len() => {
-                    for ((i, _, granted), flag) in group.into_iter().zip(flags) {
-                        out[i] = Ok(renew_outcome(&leases[i], flag == 1, granted, sent));
-                    }
-                }
-                Ok(flags) => return Err(unexpected("renew_many", &flags)),
-                // One group failing fails the call when it is the only group (as before);
-                // with several groups, the others' outcomes are kept and this group's leases
-                // carry the error.
-                Err(e) if group_of.len() == 1 => return Err(e),
-                Err(e) => {
-                    for (i, _, _) in group {
-                        out[i] = Err(clone_error(&e));
-                    }
-                }
-            }
-        }
-        Ok(out)
     }
 
     async fn release_unbounded(&self, lease: &Lease) -> Result<ReleaseOutcome> {
@@ -873,74 +572,14 @@ impl RedisLeaseStore {
         }
     }
 
-    async fn inspect_unbounded(&self, key: &LeaseKey) -> Result<KeyState> {
-        let mut states = self.inspect_group(std::slice::from_ref(key)).await?;
-        states
-            .pop()
-            .ok_or_else(|| unexpected("inspect", &"no state"))
-    }
-
-    /// One [`INSPECT`](protocol::INSPECT_LUA) script for `keys`, which must share a hash slot on
-    /// a cluster: their states in order.
-    async fn inspect_group(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        let layout = &self.inner.layout;
-        let mut invocation = protocol::INSPECT.prepare_invoke();
-        for key in keys {
-            invocation
-                .key(layout.lease(key))
-                .key(layout.generation(key));
-        }
-        let mut con = self.inner.con.clone();
-        let reply: Vec<String> = invocation
-            .invoke_async(&mut con)
-            .await
-            .map_err(self.map("inspect"))?;
-        if reply.len() != keys.len() * 3 {
-            return Err(unexpected("inspect", &reply));
-        }
-        keys.iter()
-            .zip(reply.chunks_exact(3))
-            .map(|(key, fields)| key_state(key, &fields[0], &fields[1], &fields[2]))
-            .collect()
-    }
-
-    async fn inspect_many_unbounded(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        // One script per hash slot (one group on a single server), cut into scripts of at most
-        // INSPECT_BATCH keys so that no script holds the server for long; all sent at once (the
-        // multiplexed connections pipeline them).
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut group_of = std::collections::HashMap::new();
-        for (i, key) in keys.iter().enumerate() {
-            let slot = self.inner.con.group(&self.inner.layout.lease(key));
-            let g = *group_of.entry(slot).or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-            groups[g].push(i);
-        }
-        let batches: Vec<Vec<usize>> = groups
-            .iter()
-            .flat_map(|g| g.chunks(INSPECT_BATCH).map(<[usize]>::to_vec))
-            .collect();
-        let replies = futures::future::join_all(batches.iter().map(|batch| {
-            let keys: Vec<LeaseKey> = batch.iter().map(|&i| keys[i].clone()).collect();
-            async move { self.inspect_group(&keys).await }
-        }))
-        .await;
-        let mut out: Vec<Option<KeyState>> = (0..keys.len()).map(|_| None).collect();
-        for (batch, reply) in batches.iter().zip(replies) {
-            for (&i, state) in batch.iter().zip(reply?) {
-                out[i] = Some(state);
-            }
-        }
-        out.into_iter()
-            .map(|s| s.ok_or_else(|| unexpected("inspect_many", &"a key without a state")))
-            .collect()
-    }
-
     /// Fails the acquire (after releasing the grant, best effort) unless `WAIT` saw enough
     /// replicas.
-    async fn check_replicas(&self, lease: &Lease, wait: ReplicaWait, acked: i64) -> Result<()> {
+    pub(crate) async fn check_replicas(
+        &self,
+        lease: &Lease,
+        wait: ReplicaWait,
+        acked: i64,
+    ) -> Result<()> {
         if acked >= i64::from(wait.replicas) {
             return Ok(());
         }
@@ -956,7 +595,12 @@ impl RedisLeaseStore {
 }
 
 /// The outcome of one renewal the server answered.
-fn renew_outcome(lease: &Lease, renewed: bool, granted: Duration, sent: Instant) -> RenewOutcome {
+pub(crate) fn renew_outcome(
+    lease: &Lease,
+    renewed: bool,
+    granted: Duration,
+    sent: Instant,
+) -> RenewOutcome {
     if renewed {
         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
         RenewOutcome::Renewed(lease.renewed(granted, sent))
@@ -967,7 +611,7 @@ fn renew_outcome(lease: &Lease, renewed: bool, granted: Duration, sent: Instant)
 }
 
 /// A copy of a group's error for each of its leases (the error itself is not `Clone`).
-fn clone_error(e: &Error) -> Error {
+pub(crate) fn clone_error(e: &Error) -> Error {
     match e {
         Error::Timeout {
             backend,

@@ -88,10 +88,12 @@
 //! triggers on `lease_holder`; they live next to any tables of your own in the same file. [`protocol`] holds the schema and every
 //! statement the crate sends.
 
+mod batch;
 mod config;
 mod error;
 mod fenced;
 mod gate;
+mod inspect;
 pub mod protocol;
 mod store;
 mod watch;

@@ -16,11 +16,12 @@ use tokio::time::Instant;
 
 use crate::config::{self, SqliteOptions};
 use leasehold_core::backend::{
-    corrupt, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
+    RoundedTtl, corrupt, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
 };
 
 use crate::error::{self, BACKEND, SqliteError};
 use crate::gate::{self, Gate};
+use crate::inspect::key_state;
 use crate::protocol;
 use crate::watch::{self, Hub};
 use leasehold_core::mutation;
@@ -143,6 +144,14 @@ impl Inner {
 }
 
 impl SqliteLeaseStore {
+    /// The TTL this store grants for a requested `ttl`: checked against the
+    /// [capabilities](LeaseStore::capabilities)' `min_ttl` and
+    /// [`MAX_TTL`](leasehold_core::MAX_TTL), in whole milliseconds rounded up. The one check of acquire,
+    /// renew and their batches.
+    pub(crate) fn grantable_ttl(&self, ttl: Duration) -> Result<RoundedTtl> {
+        validate_ttl(ttl, self.capabilities().min_ttl).and_then(|()| ttl_millis(ttl))
+    }
+
     /// Opens (creating if needed) the database file at `path` with default [`SqliteOptions`],
     /// and creates the schema if it is missing. What it adds to [`connect`](Self::connect): any
     /// file system path, including ones a URL cannot spell (not UTF-8, or containing `?`).
@@ -361,7 +370,7 @@ impl SqliteLeaseStore {
         }
     }
 
-    fn tx_map(
+    pub(crate) fn tx_map(
         &self,
         operation: &'static str,
     ) -> impl Fn(sqlx::Error) -> leasehold_core::Error + '_ {
@@ -400,39 +409,8 @@ async fn migrate(conn: &mut SqliteConnection) -> sqlx::Result<Result<()>> {
     Ok(Ok(()))
 }
 
-/// The state of `key` from a row of [`protocol::INSPECT`] or [`protocol::INSPECT_MANY`]: the
-/// highest token (0: none), and the holder row's columns (a holder only while `remaining > 0`).
-fn key_state(
-    key: &LeaseKey,
-    last: i64,
-    owner: Option<String>,
-    token: Option<i64>,
-    ttl: Option<i64>,
-    remaining: Option<i64>,
-) -> Result<KeyState> {
-    let holder = match (owner, token, ttl, remaining) {
-        (Some(owner), Some(token), Some(ttl), Some(remaining)) if remaining > 0 => Some(Holder {
-            owner: decode_owner(BACKEND, key.as_str(), &owner)?,
-            token: decode_token(BACKEND, key.as_str(), token)?,
-            remaining: duration_ms(remaining),
-            ttl: duration_ms(ttl),
-        }),
-        _ => None,
-    };
-    let last_token = if last == 0 {
-        None
-    } else {
-        Some(decode_token(BACKEND, key.as_str(), last)?)
-    };
-    Ok(KeyState {
-        key: key.clone(),
-        holder,
-        last_token,
-    })
-}
-
 /// [`protocol::ACQUIRE`] with its parameters.
-fn upsert<'q>(
+pub(crate) fn upsert<'q>(
     key: &'q str,
     owner: &'q str,
     ttl_ms: i64,
@@ -444,9 +422,9 @@ fn upsert<'q>(
 }
 
 /// A row of [`protocol::HOLDER`]: `(owner, token, ttl_ms, remaining_ms)`.
-type HolderRow = (String, i64, i64, i64);
+pub(crate) type HolderRow = (String, i64, i64, i64);
 
-fn holder(key: &str, (owner, token, ttl, remaining): &HolderRow) -> Result<Holder> {
+pub(crate) fn holder(key: &str, (owner, token, ttl, remaining): &HolderRow) -> Result<Holder> {
     Ok(Holder {
         owner: decode_owner(BACKEND, key, owner)?,
         token: decode_token(BACKEND, key, *token)?,
@@ -455,7 +433,7 @@ fn holder(key: &str, (owner, token, ttl, remaining): &HolderRow) -> Result<Holde
     })
 }
 
-fn duration_ms(ms: i64) -> Duration {
+pub(crate) fn duration_ms(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
@@ -475,8 +453,7 @@ impl LeaseStore for SqliteLeaseStore {
     /// key free again (released or expired in between), the upsert and the read are repeated
     /// once inside one `BEGIN IMMEDIATE` transaction, whose answer is final.
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, self.capabilities().min_ttl)?;
-        let ttl = ttl_millis(req.ttl)?;
+        let ttl = self.grantable_ttl(req.ttl)?;
         let (ttl_ms, granted) = (ttl.as_i64(), ttl.granted());
         let key = req.key.as_str();
         let owner = req.owner.as_str();
@@ -530,88 +507,11 @@ impl LeaseStore for SqliteLeaseStore {
     /// acquire's decided path does. Requests with an invalid TTL get their error in their slot
     /// and are not sent.
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
-        leasehold_core::store::validate_acquire_many(reqs)?;
-        if reqs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let min = self.capabilities().min_ttl;
-        let map = self.tx_map("acquire_many");
-        // Validation first, so the transaction only runs statements.
-        let checked: Vec<Result<(i64, Duration)>> = reqs
-            .iter()
-            .map(|req| {
-                validate_ttl(req.ttl, min)
-                    .and_then(|()| ttl_millis(req.ttl))
-                    .map(|t| (t.as_i64(), t.granted()))
-            })
-            .collect();
-        let sent = Instant::now();
-        let inner = &self.inner;
-        let _turn = inner.gate.ordinary().await;
-        let mut conn = inner.writer().await.map_err(&map)?;
-        let done = async {
-            let mut tx = conn.begin_with(protocol::BEGIN).await?;
-            let mut decided = Vec::with_capacity(reqs.len());
-            for (req, checked) in reqs.iter().zip(&checked) {
-                let Ok((ttl_ms, _)) = checked else {
-                    decided.push((None, None));
-                    continue;
-                };
-                let (key, owner) = (req.key.as_str(), req.owner.as_str());
-                let token = upsert(key, owner, *ttl_ms).fetch_optional(&mut *tx).await?;
-                let row = match token {
-                    Some(_) => None,
-                    None => {
-                        sqlx::query_as::<_, HolderRow>(protocol::HOLDER)
-                            .bind(key)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                    }
-                };
-                decided.push((token, row));
-            }
-            tx.commit().await?;
-            Ok(decided)
-        }
-        .await;
-        let decided = inner.check(done).map_err(&map)?;
-        let mut out = Vec::with_capacity(reqs.len());
-        for ((req, checked), decided) in reqs.iter().zip(checked).zip(decided) {
-            let key = req.key.as_str();
-            out.push(match (checked, decided) {
-                (Err(e), _) => Err(e),
-                (Ok((_, granted)), (Some(token), _)) => {
-                    let token = decode_token(BACKEND, key, token)?;
-                    tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
-                    Ok(AcquireOutcome::Acquired(granted_lease(
-                        req.key.clone(),
-                        req.owner.clone(),
-                        token,
-                        granted,
-                        req.drift_margin(),
-                        sent,
-                    )))
-                }
-                // Refused within the write lock: the row is another owner's, unexpired when the
-                // upsert ran.
-                (Ok(_), (None, Some(row))) if row.0 != req.owner.as_str() => {
-                    Ok(AcquireOutcome::Held(holder(key, &row)?))
-                }
-                (Ok(_), (None, row)) => {
-                    return Err(corrupt(
-                        BACKEND,
-                        key,
-                        format_args!("acquire refused, yet the holder row is {row:?}"),
-                    ));
-                }
-            });
-        }
-        Ok(out)
+        self.acquire_batch(reqs).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), self.capabilities().min_ttl)?;
-        let ttl = ttl_millis(lease.ttl())?;
+        let ttl = self.grantable_ttl(lease.ttl())?;
         let (ttl_ms, granted) = (ttl.as_i64(), ttl.granted());
         let map = self.tx_map("renew");
         let sent = Instant::now();
@@ -640,60 +540,7 @@ impl LeaseStore for SqliteLeaseStore {
     /// of the write lock for the whole batch. Leases with an invalid TTL get their error in their
     /// slot and are not sent.
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        if leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let min = self.capabilities().min_ttl;
-        let map = self.tx_map("renew_many");
-        let sent = Instant::now();
-        // Validation first, so the transaction only runs statements.
-        let checked: Vec<Result<(i64, Duration)>> = leases
-            .iter()
-            .map(|lease| {
-                validate_ttl(lease.ttl(), min)
-                    .and_then(|()| ttl_millis(lease.ttl()))
-                    .map(|t| (t.as_i64(), t.granted()))
-            })
-            .collect();
-        let _turn = self.inner.gate.urgent().await;
-        let mut conn = self.inner.writer().await.map_err(&map)?;
-        let done = async {
-            let mut tx = conn.begin_with(protocol::BEGIN).await?;
-            let mut renewed = Vec::with_capacity(leases.len());
-            for (lease, checked) in leases.iter().zip(&checked) {
-                let Ok((ttl_ms, _)) = checked else {
-                    renewed.push(false);
-                    continue;
-                };
-                let done = sqlx::query(mutation::text("sqlite.renew", protocol::RENEW))
-                    .bind(lease.key().as_str())
-                    .bind(lease.owner().as_str())
-                    .bind(lease.token().to_i64())
-                    .bind(*ttl_ms)
-                    .execute(&mut *tx)
-                    .await?;
-                renewed.push(done.rows_affected() == 1);
-            }
-            tx.commit().await?;
-            Ok(renewed)
-        }
-        .await;
-        let renewed = self.inner.check(done).map_err(&map)?;
-        let mut out = Vec::with_capacity(leases.len());
-        for ((lease, checked), renewed) in leases.iter().zip(checked).zip(renewed) {
-            out.push(match checked {
-                Err(e) => Err(e),
-                Ok((_, granted)) if renewed => {
-                    tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed (batch)");
-                    Ok(RenewOutcome::Renewed(lease.renewed(granted, sent)))
-                }
-                Ok(_) => {
-                    tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "renew refused: lease lost (batch)");
-                    Ok(RenewOutcome::Lost)
-                }
-            });
-        }
-        Ok(out)
+        self.renew_batch(leases).await
     }
 
     /// One conditional `UPDATE` ([`protocol::RELEASE`]) that ends the lease and keeps the row
@@ -738,43 +585,7 @@ impl LeaseStore for SqliteLeaseStore {
     /// # Cancellation safety
     /// Cancel safe (read only).
     async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        type Row = (
-            i64,
-            i64,
-            Option<String>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(protocol::INSPECT_MANY)
-            .bind(watch::json_array(keys.iter().map(LeaseKey::as_str)))
-            .fetch_all(&self.inner.pool)
-            .await
-            .map_err(self.tx_map("inspect_many"))?;
-        if rows.len() != keys.len() {
-            return Err(corrupt(
-                BACKEND,
-                keys[0].as_str(),
-                format_args!("inspect_many: {} rows for {} keys", rows.len(), keys.len()),
-            ));
-        }
-        let mut out = Vec::with_capacity(keys.len());
-        for (i, (key, (index, last, owner, token, ttl, remaining))) in
-            keys.iter().zip(rows).enumerate()
-        {
-            if usize::try_from(index).ok() != Some(i) {
-                return Err(corrupt(
-                    BACKEND,
-                    key.as_str(),
-                    format_args!("inspect_many: row {i} is for element {index}"),
-                ));
-            }
-            out.push(key_state(key, last, owner, token, ttl, remaining)?);
-        }
-        Ok(out)
+        self.inspect_batch(keys).await
     }
 
     /// See [the type's docs](SqliteLeaseStore#watch). Starting the first watch of a file in this
