@@ -6,6 +6,12 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
+/// The test store table of leasehold-testkit (one source file, std only: the examples depend on
+/// `leasehold` only).
+#[path = "../../leasehold-testkit/src/stores.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod stores;
+
 fn run(bin: &str, store: &str, extra: &[&str]) -> (bool, String) {
     let mut cmd = Command::new(bin);
     cmd.arg("--store")
@@ -26,24 +32,11 @@ fn stores() -> Vec<(&'static str, Option<String>)> {
     vec![
         ("memory", Some("memory:".to_string())),
         ("sqlite", Some(format!("sqlite://{}", tmp.display()))),
-        ("postgres", std::env::var("LEASE_POSTGRES_URL").ok()),
-        ("redis", std::env::var("LEASE_REDIS_URL").ok()),
-        (
-            "etcd",
-            std::env::var("LEASE_ETCD_ENDPOINTS").ok().map(|e| {
-                let hosts: Vec<String> = e
-                    .split(',')
-                    .map(|h| h.trim_start_matches("http://").to_string())
-                    .collect();
-                format!("etcd://{}", hosts.join(","))
-            }),
-        ),
-        (
-            "k8s",
-            std::env::var("KUBECONFIG")
-                .ok()
-                .map(|_| "k8s://default".to_string()),
-        ),
+        ("postgres", stores::POSTGRES.configured_url()),
+        ("redis", stores::REDIS.configured_url()),
+        ("etcd", stores::ETCD.configured_url()),
+        // The binaries find the kubeconfig in `KUBECONFIG`: run only where it is set.
+        ("k8s", stores::K8S.configured_url()),
     ]
 }
 
@@ -116,8 +109,7 @@ fn fenced_transaction_on_postgres() {
         eprintln!("built without the postgres feature");
         return;
     };
-    let url = std::env::var("LEASE_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = stores::POSTGRES_URL.get();
     let (ok, out) = run(bin, &url, &[]);
     if !ok && !require_services() && out.contains("nreachable") {
         eprintln!("postgres unavailable: {out}");

@@ -1,6 +1,6 @@
-//! Runs the real `lease` binary against SQLite (a temporary file), Redis (`LEASE_REDIS_URL`,
-//! default `redis://127.0.0.1:6379`) and PostgreSQL (`LEASE_POSTGRES_URL`, default
-//! `postgres://postgres@127.0.0.1:5432/test`).
+//! Runs the real `lease` binary against SQLite (a temporary file), Redis (`LEASE_REDIS_URL`),
+//! PostgreSQL (`LEASE_POSTGRES_URL`), etcd (`LEASE_ETCD_ENDPOINTS`) and Kubernetes (`KUBECONFIG`),
+//! their defaults from leasehold-testkit's test store table (`leasehold_testkit::stores`).
 //!
 //! Redis and PostgreSQL cases follow the project's skip rule: when Redis is unreachable they print a warning and
 //! pass, except under `CI=true` / `LEASE_TEST_REQUIRE=1`, where they fail.
@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use leasehold_testkit::stores::{ETCD, K8S, POSTGRES_URL, REDIS_URL};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -46,40 +47,32 @@ fn sqlite() -> Sqlite {
 
 /// The Redis URL, or `None` (after a warning) when Redis is unreachable outside CI.
 fn redis() -> Option<String> {
-    service("Redis", "LEASE_REDIS_URL", "redis://127.0.0.1:6379")
+    service("Redis", REDIS_URL.name, &REDIS_URL.get())
 }
 
 /// The PostgreSQL URL, or `None` (after a warning) when PostgreSQL is unreachable outside CI.
 fn postgres() -> Option<String> {
-    service(
-        "PostgreSQL",
-        "LEASE_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-    )
+    service("PostgreSQL", POSTGRES_URL.name, &POSTGRES_URL.get())
 }
 
-/// The etcd URL built from `LEASE_ETCD_ENDPOINTS` (default `http://127.0.0.1:2379`), or `None`.
+/// The etcd URL built from `LEASE_ETCD_ENDPOINTS` (default in leasehold-testkit's test store
+/// table), or `None`.
 fn etcd() -> Option<String> {
-    let list = std::env::var("LEASE_ETCD_ENDPOINTS")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:2379".to_string());
-    let hosts: Vec<&str> = list
-        .split(',')
-        .map(|e| e.trim().trim_start_matches("http://"))
-        .collect();
-    let url = format!("etcd://{}", hosts.join(","));
-    service("etcd", "LEASE_CLI_ETCD_URL", &url)
+    service(
+        "etcd",
+        "LEASE_CLI_ETCD_URL",
+        &ETCD.store_url().unwrap_or_default(),
+    )
 }
 
 /// The Kubernetes URL for `LEASE_K8S_NAMESPACE` (default `default`) with the ambient
 /// kubeconfig (`KUBECONFIG`), or `None`.
 fn k8s() -> Option<String> {
-    let ns = std::env::var("LEASE_K8S_NAMESPACE")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "default".to_string());
-    service("Kubernetes", "LEASE_CLI_K8S_URL", &format!("k8s://{ns}"))
+    service(
+        "Kubernetes",
+        "LEASE_CLI_K8S_URL",
+        &K8S.store_url().unwrap_or_default(),
+    )
 }
 
 /// The URL from `env` (or `default`) if `lease status` can use it; otherwise a warning and

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use leasehold_testkit::stores::{ETCD, POSTGRES_URL, REDIS_URL};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
@@ -70,24 +71,10 @@ fn service(name: &str, env: &str, default: &str) -> Option<String> {
 fn stores() -> Vec<(String, Option<Sqlite>)> {
     let s = sqlite();
     let mut all = vec![(s.url.clone(), Some(s))];
-    let etcd = std::env::var("LEASE_ETCD_ENDPOINTS")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "http://127.0.0.1:2379".to_string());
-    let etcd = format!(
-        "etcd://{}",
-        etcd.split(',')
-            .map(|e| e.trim().trim_start_matches("http://"))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let etcd = ETCD.store_url().unwrap_or_default();
     for url in [
-        service("Redis", "LEASE_REDIS_URL", "redis://127.0.0.1:6379"),
-        service(
-            "PostgreSQL",
-            "LEASE_POSTGRES_URL",
-            "postgres://postgres@127.0.0.1:5432/test",
-        ),
+        service("Redis", REDIS_URL.name, &REDIS_URL.get()),
+        service("PostgreSQL", POSTGRES_URL.name, &POSTGRES_URL.get()),
         service("etcd", "LEASE_CLI_ETCD_URL", &etcd),
     ]
     .into_iter()

@@ -34,10 +34,7 @@ fn sqlite() -> (tempfile::TempDir, String) {
 
 /// The PostgreSQL URL, or `None` (after a warning) when it is unreachable outside CI.
 fn postgres() -> Option<String> {
-    let url = std::env::var("LEASE_POSTGRES_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string());
+    let url = leasehold_testkit::stores::POSTGRES_URL.get();
     let out = lease()
         .args(["status", "--store", &url, "cli-probe"])
         .output()

@@ -16,6 +16,11 @@ use leasehold_core::{
 use leasehold_http::{AcceptedToken, FenceLayer, KeySource, PROBLEM_JSON, Requirement};
 use serde_json::Value;
 
+/// The test store table of leasehold-testkit (one source file, std only).
+#[path = "../../leasehold-testkit/src/stores.rs"]
+#[allow(dead_code, unreachable_pub)]
+mod stores;
+
 type TestResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -409,10 +414,7 @@ async fn resource_failure_is_503_and_handler_does_not_run() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_high_water_table() -> TestResult {
     use leasehold_postgres::{PostgresLeaseStore, PostgresOptions, TableName};
-    let url = std::env::var("LEASE_POSTGRES_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".into());
+    let url = stores::POSTGRES_URL.get();
     let options = PostgresOptions::new(TableName::parse("lease_http_test.leases")?)
         .with_max_connections(4)
         .with_acquire_timeout(Duration::from_secs(5));

@@ -7,21 +7,15 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, ListParams};
 use leasehold_k8s::{K8sFencedResource, K8sLeaseStore, K8sOptions};
 
-/// `KUBECONFIG`, or the file `scripts/services/k8s.sh` writes by default.
+/// `KUBECONFIG`, or the file `scripts/services/k8s.sh` writes by default (leasehold-testkit's
+/// test store table).
 pub(crate) fn kubeconfig() -> PathBuf {
-    match std::env::var_os("KUBECONFIG") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => {
-            let state =
-                std::env::var("LEASE_STATE_DIR").unwrap_or_else(|_| "/tmp/lease-test".into());
-            PathBuf::from(state).join("k8s/kubeconfig")
-        }
-    }
+    PathBuf::from(leasehold_testkit::stores::KUBECONFIG.get())
 }
 
-/// `LEASE_K8S_NAMESPACE`, default `default`.
+/// `LEASE_K8S_NAMESPACE`, default `default` (leasehold-testkit's test store table).
 pub(crate) fn namespace() -> String {
-    std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into())
+    leasehold_testkit::stores::K8S_NAMESPACE.get()
 }
 
 pub(crate) async fn client() -> leasehold_core::Result<kube::Client> {

@@ -13,20 +13,16 @@ use leasehold_core::{
 };
 use leasehold_k8s::{K8sLeaseStore, K8sOptions};
 use leasehold_testkit::require_services;
+use leasehold_testkit::stores;
 use tokio::time::Instant;
 
+/// `KUBECONFIG`, or its default in leasehold-testkit's test store table.
 fn kubeconfig() -> std::path::PathBuf {
-    match std::env::var_os("KUBECONFIG") {
-        Some(p) if !p.is_empty() => p.into(),
-        _ => std::path::PathBuf::from(
-            std::env::var("LEASE_STATE_DIR").unwrap_or_else(|_| "/tmp/lease-test".into()),
-        )
-        .join("k8s/kubeconfig"),
-    }
+    stores::KUBECONFIG.get().into()
 }
 
 async fn store() -> leasehold_core::Result<K8sLeaseStore> {
-    let ns = std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let ns = stores::K8S_NAMESPACE.get();
     let options = K8sOptions::default()
         .with_kubeconfig(kubeconfig())
         .with_request_timeout(Duration::from_secs(2));
@@ -168,7 +164,7 @@ async fn apiserver_restart_while_held() {
         leasehold_k8s::client_from_kubeconfig(kubeconfig())
             .await
             .unwrap(),
-        &std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into()),
+        &stores::K8S_NAMESPACE.get(),
     );
     let _ = api.delete(key.as_str(), &DeleteParams::default()).await;
 }

@@ -18,12 +18,9 @@ use leasehold_testkit::{Backend, BoxFuture};
 /// The test table.
 pub(crate) const TABLE: &str = "lease_my_test";
 
-/// `LEASE_MYSQL_URL`, or the local default.
+/// `LEASE_MYSQL_URL`, or its default in leasehold-testkit's test store table.
 pub(crate) fn url() -> String {
-    std::env::var("LEASE_MYSQL_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_string())
+    leasehold_testkit::stores::MYSQL_URL.get()
 }
 
 /// The test lease table.

@@ -27,12 +27,9 @@ use leasehold_testkit::{Backend, BoxFuture};
 /// The test schema.
 pub(crate) const SCHEMA: &str = "lease_pg_test";
 
-/// `LEASE_POSTGRES_URL`, or the local default.
+/// `LEASE_POSTGRES_URL`, or its default in leasehold-testkit's test store table.
 pub(crate) fn url() -> String {
-    std::env::var("LEASE_POSTGRES_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/test".to_string())
+    leasehold_testkit::stores::POSTGRES_URL.get()
 }
 
 /// The test lease table.

@@ -14,9 +14,9 @@ use leasehold_core::{AcquireRequest, LeaseKey, LeaseStore, OwnerId};
 use leasehold_postgres::{PostgresLeaseStore, PostgresOptions};
 use tokio::time::Instant;
 
+/// `LEASE_POSTGRES_URL`, or its default in leasehold-testkit's test store table.
 fn url() -> String {
-    std::env::var("LEASE_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    leasehold_testkit::stores::POSTGRES_URL.get()
 }
 
 fn cluster() -> Option<String> {

@@ -11,9 +11,7 @@ pub(crate) const MASTER: &str = "lease-master";
 
 /// The group's URL: `LEASE_REDIS_SENTINEL_URL`, default the service script's ports.
 pub(crate) fn url() -> String {
-    std::env::var("LEASE_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
-        format!("redis+sentinel://127.0.0.1:26480,127.0.0.1:26481,127.0.0.1:26482/{MASTER}")
-    })
+    leasehold_testkit::stores::REDIS_SENTINEL_URL.get()
 }
 
 /// `redis://host:port` of each sentinel in the URL.

@@ -24,20 +24,12 @@ use server::RedisServer;
 
 /// The TLS server's URL: `LEASE_REDIS_TLS_URL`, default the service script's.
 fn url() -> String {
-    std::env::var("LEASE_REDIS_TLS_URL").unwrap_or_else(|_| {
-        format!(
-            "rediss://lease:lease-pass@127.0.0.1:6390/?tls_ca={}",
-            pki("ca.crt").display()
-        )
-    })
+    leasehold_testkit::stores::REDIS_TLS_URL.get()
 }
 
 /// A file of the test PKI: `$LEASE_TLS_DIR/<name>`, default `/tmp/lease-test/pki/<name>`.
 fn pki(name: &str) -> PathBuf {
-    PathBuf::from(
-        std::env::var("LEASE_TLS_DIR").unwrap_or_else(|_| "/tmp/lease-test/pki".to_string()),
-    )
-    .join(name)
+    PathBuf::from(leasehold_testkit::stores::pki_dir()).join(name)
 }
 
 /// `url()` without its query (host, port and credentials only).

@@ -15,13 +15,7 @@ use cases::PREFIX;
 
 /// The cluster's URL: `LEASE_REDIS_TLS_CLUSTER_URL`, default the service script's.
 fn url() -> String {
-    std::env::var("LEASE_REDIS_TLS_CLUSTER_URL").unwrap_or_else(|_| {
-        let tls = std::env::var("LEASE_TLS_DIR").unwrap_or_else(|_| "/tmp/lease-test/pki".into());
-        format!(
-            "rediss+cluster://127.0.0.1:7201,127.0.0.1:7202,127.0.0.1:7203,\
-             127.0.0.1:7204,127.0.0.1:7205,127.0.0.1:7206?tls_ca={tls}/ca.crt"
-        )
-    })
+    leasehold_testkit::stores::REDIS_TLS_CLUSTER_URL.get()
 }
 
 /// `rediss://host:port?<query>` of each node the URL lists.
