@@ -19,7 +19,7 @@ pub(crate) enum Change {
 pub(crate) struct Mutant {
     /// Unique name: `<backend>.<site part>.<what>`.
     pub(crate) name: &'static str,
-    /// The backend whose suites run it (`postgres`, `redis`, `etcd`, `k8s`, `sqlite`).
+    /// The backend whose suites run it (`postgres`, `redis`, `etcd`, `k8s`, `sqlite`, `mysql`).
     pub(crate) backend: &'static str,
     /// The switch point.
     pub(crate) site: &'static str,
@@ -71,6 +71,10 @@ const fn equivalent(mut m: Mutant, why: &'static str) -> Mutant {
 
 const FLOOR: &str =
     "greatest(l.fencing_token + 1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
+
+/// The token a MySQL grant of a key that has a row writes (`Statements::acquire_free`): above
+/// the old one and at least the server clock in µs.
+const MY_GRANT_TOKEN: &str = "GREATEST(fencing_token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)))";
 
 /// Every mutant, controls first.
 pub(crate) const MUTANTS: &[Mutant] = &[
@@ -564,5 +568,150 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         "sqlite.fence.accept_stale",
         "sqlite",
         "the fenced resource accepts a token below its mark",
+    ),
+    // ---- MySQL/MariaDB: the statements and the migration's triggers (protocol.rs).
+    text(
+        "mysql.acquire.no_expiry_guard",
+        "mysql",
+        "mysql.acquire_free",
+        "AND (lease_until <= UTC_TIMESTAMP(6) OR",
+        "AND (TRUE OR lease_until <= UTC_TIMESTAMP(6) OR",
+        "drop the guard of the grant's UPDATE: a live key is taken from its holder",
+    ),
+    text(
+        "mysql.acquire.expiry_flipped",
+        "mysql",
+        "mysql.acquire_free",
+        "(lease_until <= UTC_TIMESTAMP(6) OR",
+        "(lease_until > UTC_TIMESTAMP(6) OR",
+        "flip the expiry comparison of the grant's UPDATE",
+    ),
+    text(
+        "mysql.acquire.owner_flipped",
+        "mysql",
+        "mysql.acquire_free",
+        " OR owner = ?)",
+        " OR owner <> ?)",
+        "flip the same-owner comparison: any other owner may take a live key",
+    ),
+    text(
+        "mysql.acquire.reuse_token",
+        "mysql",
+        "mysql.acquire_free",
+        MY_GRANT_TOKEN,
+        "fencing_token",
+        "reuse the old token on a grant of a key that has a row",
+    ),
+    text(
+        "mysql.acquire.no_clock_floor",
+        "mysql",
+        "mysql.acquire_free",
+        MY_GRANT_TOKEN,
+        "fencing_token + 1",
+        "skip the clock floor (GREATEST with the server clock) in the grant: old + 1",
+    ),
+    text(
+        "mysql.acquire_insert.no_floor_row",
+        "mysql",
+        "mysql.acquire_insert",
+        "WHERE f.resource_key = ?), 0) + 1",
+        "WHERE f.resource_key = ? AND FALSE), 0) + 1",
+        "the INSERT of a new key ignores the key's floor row (a deleted row's token)",
+    ),
+    text(
+        "mysql.acquire_insert.no_clock_floor",
+        "mysql",
+        "mysql.acquire_insert",
+        "), 0) + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))",
+        "), 0) + 1, 1",
+        "skip the clock floor in the INSERT of a new key: floor + 1 (1 for a new key)",
+    ),
+    text(
+        "mysql.trigger.insert_not_floored",
+        "mysql",
+        "mysql.migration",
+        "WHERE f.resource_key = NEW.resource_key), 1))",
+        "WHERE f.resource_key = NEW.resource_key AND FALSE), 1))",
+        "the insert trigger ignores the floor row: a foreign insert after a delete goes back",
+    ),
+    text(
+        "mysql.trigger.update_may_lower",
+        "mysql",
+        "mysql.migration",
+        "GREATEST(NEW.fencing_token, OLD.fencing_token + 1))",
+        "NEW.fencing_token)",
+        "the update trigger keeps any new token: a foreign update may lower it",
+    ),
+    text(
+        "mysql.trigger.keep_token_lost",
+        "mysql",
+        "mysql.migration",
+        "VALUES (OLD.resource_key, OLD.fencing_token) ON DUPLICATE KEY UPDATE floor_token = GREATEST(floor_token, OLD.fencing_token)",
+        "VALUES (OLD.resource_key, 1) ON DUPLICATE KEY UPDATE floor_token = floor_token",
+        "the delete trigger does not keep the deleted row's token in the floor row",
+    ),
+    text(
+        "mysql.renew.no_expiry_check",
+        "mysql",
+        "mysql.renew",
+        "AND lease_until > UTC_TIMESTAMP(6)",
+        "AND TRUE",
+        "forget the expiry check: an expired lease is renewed (revived)",
+    ),
+    text(
+        "mysql.renew.no_token_check",
+        "mysql",
+        "mysql.renew",
+        "AND fencing_token = ?",
+        "AND ? IS NOT NULL",
+        "drop the token guard of renew",
+    ),
+    text(
+        "mysql.release.no_token_check",
+        "mysql",
+        "mysql.release",
+        "AND fencing_token = ?",
+        "AND ? IS NOT NULL",
+        "drop the token guard of release: an old grant releases its successor",
+    ),
+    text(
+        "mysql.release.no_owner_check",
+        "mysql",
+        "mysql.release",
+        "AND owner = ?",
+        "AND ? IS NOT NULL",
+        "drop the owner guard of release",
+    ),
+    text(
+        "mysql.release.no_expiry_check",
+        "mysql",
+        "mysql.release",
+        "AND lease_until > UTC_TIMESTAMP(6)",
+        "AND TRUE",
+        "release of an expired lease reports Released",
+    ),
+    text(
+        "mysql.fence_write.accept_stale",
+        "mysql",
+        "mysql.fence_write",
+        "last_fencing_token <= VALUES(last_fencing_token)",
+        "TRUE",
+        "the high-water table applies a write whose token is below its mark",
+    ),
+    text(
+        "mysql.lock_row.no_expiry_check",
+        "mysql",
+        "mysql.lock_row",
+        "AND lease_until > UTC_TIMESTAMP(6) FOR UPDATE",
+        "FOR UPDATE",
+        "a fenced transaction starts (runs its closure) on an expired lease",
+    ),
+    text(
+        "mysql.still_valid.no_expiry_check",
+        "mysql",
+        "mysql.still_valid",
+        "SELECT lease_until > UTC_TIMESTAMP(6) FROM",
+        "SELECT TRUE FROM",
+        "a fenced transaction commits although the lease expired during it",
     ),
 ];

@@ -23,7 +23,10 @@
 //!
 //! Services: load `/tmp/lease-test/*.env` first (as scripts/test.sh does). PostgreSQL mutants run
 //! in a database of their own (`lease_mutants` on the server of `LEASE_POSTGRES_URL`), because a
-//! trigger mutant installs its trigger there. `--write` writes `docs/mutants.md` (only for a full
+//! trigger mutant installs its trigger there. MySQL's run in `lease_mutants` on the server of
+//! `LEASE_MYSQL_URL` (its TLS URLs moved there too), dropped and created empty with the
+//! `mariadb` client before the baseline and before each mutant: the migration creates a trigger
+//! only when it is missing, so a trigger mutant is installed only in an empty database. `--write` writes `docs/mutants.md` (only for a full
 //! run: every mutant of the chosen backends). `--sample N` runs N mutants chosen by `--seed`
 //! (default: the commit hash), so that CI rotates through the catalogue; the run fails if a
 //! sampled mutant survives without an explanation or is not reached. `--jobs N` runs N backends
@@ -48,7 +51,29 @@ const BACKENDS: &[(&str, &str)] = &[
     ("etcd", "etcd"),
     ("k8s", "k8s"),
     ("sqlite", "sqlite"),
+    ("mysql", "mysql"),
 ];
+
+/// The database MySQL's mutants run in, on the server of `LEASE_MYSQL_URL`. It is dropped and
+/// created empty before the baseline and before each MySQL mutant: the migration creates its
+/// triggers only when they are missing (`CREATE TRIGGER IF NOT EXISTS`), so a trigger mutant is
+/// installed only in a database without them, and must not stay there for the next mutant.
+const MYSQL_DB: &str = "lease_mutants";
+
+/// The variables of MySQL's URLs, each moved to [`MYSQL_DB`] when set.
+const MYSQL_URL_VARS: &[&str] = &[
+    "LEASE_MYSQL_URL",
+    "LEASE_MYSQL_TLS_URL",
+    "LEASE_MYSQL_TLS_CERT_URL",
+];
+
+/// `LEASE_MYSQL_URL`, or the default of the MySQL test target.
+fn mysql_url() -> String {
+    std::env::var("LEASE_MYSQL_URL")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".into())
+}
 
 /// Further test targets of a backend, run after its test target and before the fault suite:
 /// (backend, package, target). PostgreSQL's failover target builds a throwaway primary and
@@ -489,6 +514,9 @@ fn run_backend<'m>(
     let started = Instant::now();
     let known = journal.baseline(b);
     println!("== {b}: baseline (no mutant)");
+    if known.is_none() {
+        fresh_state(b)?;
+    }
     for (suite, bin, filter) in suites(bins, b).into_iter().filter(|_| known.is_none()) {
         let limit = timeout.unwrap_or(Duration::from_secs(1800));
         match run_binary(&bin, filter.as_deref(), env, None, &hits, limit)? {
@@ -691,11 +719,125 @@ fn prepare_env() -> Result<Vec<(String, String)>, String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-    Ok(vec![
+    let mut env = vec![
         ("LEASE_TEST_REQUIRE".into(), "1".into()),
         ("LEASE_POSTGRES_URL".into(), format!("{base}/lease_mutants")),
         ("LEASE_FAULTS_STORMS".into(), FAULT_STORMS.into()),
-    ])
+    ];
+    for var in MYSQL_URL_VARS {
+        let url = match *var {
+            "LEASE_MYSQL_URL" => mysql_url(),
+            _ => match std::env::var(var) {
+                Ok(v) if !v.trim().is_empty() => v,
+                _ => continue,
+            },
+        };
+        let moved = with_database(&url, MYSQL_DB)
+            .ok_or_else(|| format!("{var} {url:?} is not a mysql:// URL with a database"))?;
+        env.push(((*var).into(), moved));
+    }
+    Ok(env)
+}
+
+/// `url` with its database (the path) replaced by `db`; the query is kept.
+fn with_database(url: &str, db: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (main, query) = match rest.split_once('?') {
+        Some((m, q)) => (m, Some(q)),
+        None => (rest, None),
+    };
+    let authority = main.split_once('/').map_or(main, |(a, _)| a);
+    let mut out = format!("{scheme}://{authority}/{db}");
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    Some(out)
+}
+
+/// What a backend needs before each of its runs (the baseline and every mutant): MySQL's
+/// database emptied ([`MYSQL_DB`]); nothing for the others (PostgreSQL's migration replaces its
+/// trigger functions on every run, so the next run undoes a trigger mutant).
+fn fresh_state(b: &str) -> Result<(), String> {
+    match b {
+        "mysql" => reset_mysql_db(),
+        _ => Ok(()),
+    }
+}
+
+/// Drops and creates [`MYSQL_DB`] on the server of `LEASE_MYSQL_URL`, with the `mariadb` client
+/// (or `mysql` on older systems), the URL's user and password.
+fn reset_mysql_db() -> Result<(), String> {
+    let url = mysql_url();
+    let bad =
+        || format!("LEASE_MYSQL_URL {url:?}: expected mysql://user[:password]@host[:port]/db");
+    let rest = url.split_once("://").ok_or_else(bad)?.1;
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let (userinfo, hostport) = authority.rsplit_once('@').unwrap_or(("root", authority));
+    let (user, password) = match userinfo.split_once(':') {
+        Some((u, p)) => (percent_decode(u), Some(percent_decode(p))),
+        None => (percent_decode(userinfo), None),
+    };
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(':') => (h, p),
+        _ => (hostport, "3306"),
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let sql = format!("DROP DATABASE IF EXISTS `{MYSQL_DB}`; CREATE DATABASE `{MYSQL_DB}`");
+    for client in ["mariadb", "mysql"] {
+        let mut cmd = Command::new(client);
+        cmd.args([
+            "--protocol=tcp",
+            "-h",
+            host,
+            "-P",
+            port,
+            "-u",
+            &user,
+            "-e",
+            &sql,
+        ])
+        .stdin(Stdio::null());
+        if let Some(p) = &password {
+            cmd.env("MYSQL_PWD", p);
+        }
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{client}: {e}")),
+            Ok(o) if o.status.success() => return Ok(()),
+            Ok(o) => {
+                return Err(format!(
+                    "{client} could not empty the database {MYSQL_DB}: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+            }
+        }
+    }
+    Err("neither the mariadb nor the mysql client is installed".into())
+}
+
+/// `%XX` escapes of a URL's user or password decoded (anything else as it is).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (b[i], hex) {
+            (b'%', Some(v)) => {
+                out.push(v);
+                i += 3;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The suites of backend `b`: (label, binary, name filter).
@@ -722,6 +864,7 @@ fn run_mutant(
     println!("== {} ({})", m.name, m.backend);
     let started = Instant::now();
     let _ = std::fs::remove_file(hits);
+    fresh_state(m.backend)?;
     for (suite, bin, filter) in suites(bins, m.backend) {
         let end = run_binary(&bin, filter.as_deref(), env, Some(m), hits, limit)?;
         let outcome = match end {
