@@ -15,14 +15,14 @@
 //!   locally (Kubernetes: a reader sees the last renewal up to one scan late).
 //!
 //! Backends: memory, PostgreSQL (`LEASE_POSTGRES_URL`), Redis (`LEASE_REDIS_URL`), etcd
-//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, default `/tmp/lease-test/k8s/kubeconfig`,
-//! namespace `LEASE_K8S_NAMESPACE` or `default`) and SQLite (a temporary file). A backend whose
-//! service is missing is reported ignored, or failed under `CI`/`LEASE_TEST_REQUIRE=1`.
+//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, namespace `LEASE_K8S_NAMESPACE`) and SQLite
+//! (a temporary file); the variables' defaults are leasehold-testkit's test store table
+//! (`leasehold_testkit::stores`). The suite runs on leasehold-testkit's multi-backend runner
+//! (`run_suite`): a backend whose service is missing has its cases reported ignored, or, under
+//! `CI`/`LEASE_TEST_REQUIRE=1`, its `service_available` and every one of its cases failed.
 
 mod support;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +30,9 @@ use leasehold_core::LeaseStore;
 use leasehold_core::hook::Hook;
 use leasehold_core::supervisor::SupervisorConfig;
 use leasehold_shard::{ShardHook, ShardSet, ShardSetConfig, Snapshot};
+use leasehold_testkit::SuiteCase;
 use leasehold_testkit::faulty::{Fault, FaultyStore, Operation};
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::Failed;
 use support::{Recorder, all_owned_by, balanced, shard_names, wait_for};
 use tokio::time::Instant;
 
@@ -42,7 +43,7 @@ const POLL: Duration = Duration::from_millis(25);
 
 #[path = "support/backends.rs"]
 mod backends;
-use backends::{Backend, available, backends, runtime};
+use backends::{Backend, backends};
 
 fn set_name() -> String {
     format!("ls{}", fastrand_suffix())
@@ -81,7 +82,7 @@ impl Fleet {
     }
 
     async fn set(&self) -> Result<ShardSet, Failed> {
-        let store = (self.backend.connect.as_ref().expect("connect"))().await?;
+        let store = self.backend.connect().await?;
         self.set_over(store).await
     }
 }
@@ -187,8 +188,8 @@ async fn worker_death(b: Backend) -> Result<(), Failed> {
     let interval = observer.config().rebalance_interval();
     let a = fleet.set().await?.join("a")?;
     let b_ = fleet.set().await?.join("b")?;
-    let observer_store = (fleet.backend.connect.as_ref().expect("connect"))().await?;
-    let link = FaultyStore::new((fleet.backend.connect.as_ref().expect("connect"))().await?);
+    let observer_store = fleet.backend.connect().await?;
+    let link = FaultyStore::new(fleet.backend.connect().await?);
     let c = fleet
         .set_over(Arc::new(link.clone()) as Arc<dyn LeaseStore>)
         .await?
@@ -268,55 +269,19 @@ async fn one_id_twice(b: Backend) -> Result<(), Failed> {
 }
 
 fn main() {
-    let args = Arguments::from_args();
     let dir = std::env::temp_dir().join(format!("leasehold-shard-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let require = leasehold_testkit::require_services();
-    let mut trials = Vec::new();
-    type Case = fn(Backend) -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
-    let cases: [(&str, Case); 3] = [
-        ("planned_moves", |b| Box::pin(planned_moves(b))),
-        ("worker_death", |b| Box::pin(worker_death(b))),
-        ("one_id_twice", |b| Box::pin(one_id_twice(b))),
+    let cases = [
+        SuiteCase::new("planned_moves", |b| Box::pin(planned_moves(Backend::of(b)))),
+        SuiteCase::new("worker_death", |b| Box::pin(worker_death(Backend::of(b)))),
+        SuiteCase::new("one_id_twice", |b| Box::pin(one_id_twice(Backend::of(b)))),
     ];
-    for b in backends(&dir, "shards.db") {
-        let up = if args.list { Ok(()) } else { available(&b) };
-        match &up {
-            Err(reason) if require => {
-                let msg = format!("backend {} is required but unavailable: {reason}", b.name);
-                trials.push(Trial::test(
-                    format!("{}::service_available", b.name),
-                    move || Err(Failed::from(msg)),
-                ));
-            }
-            Err(reason) => {
-                eprintln!(
-                    "WARNING: backend {} unavailable, its cases are ignored: {reason}",
-                    b.name
-                );
-            }
-            Ok(()) => trials.push(Trial::test(
-                format!("{}::service_available", b.name),
-                || Ok(()),
-            )),
-        }
-        for (name, case) in cases {
-            let b = b.clone();
-            let t = Trial::test(format!("{}::{name}", b.name), move || {
-                let rt = runtime();
-                let r = rt.block_on(async {
-                    match tokio::time::timeout(Duration::from_secs(120), case(b)).await {
-                        Ok(r) => r,
-                        Err(_) => Err("case did not finish within 120 s".into()),
-                    }
-                });
-                rt.shutdown_timeout(Duration::from_secs(5));
-                r
-            });
-            trials.push(t.with_ignored_flag(up.is_err()));
-        }
-    }
-    let out = libtest_mimic::run(&args, trials);
+    let out = leasehold_testkit::run_suite(
+        &backends(&dir, "shards.db"),
+        &cases,
+        Duration::from_secs(120),
+        Vec::new(),
+    );
     let _ = std::fs::remove_dir_all(&dir);
     out.exit()
 }

@@ -24,13 +24,13 @@
 //!   candidate take the id it joined with.
 //!
 //! Backends: memory, PostgreSQL (`LEASE_POSTGRES_URL`), Redis (`LEASE_REDIS_URL`), etcd
-//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, default `/tmp/lease-test/k8s/kubeconfig`,
-//! namespace `LEASE_K8S_NAMESPACE` or `default`) and SQLite (a temporary file). A backend whose
-//! service is missing is reported ignored, or failed under `CI`/`LEASE_TEST_REQUIRE=1`.
+//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, namespace `LEASE_K8S_NAMESPACE`) and SQLite
+//! (a temporary file); the variables' defaults are leasehold-testkit's test store table
+//! (`leasehold_testkit::stores`). The suite runs on leasehold-testkit's multi-backend runner
+//! (`run_suite`): a backend whose service is missing has its cases reported ignored, or, under
+//! `CI`/`LEASE_TEST_REQUIRE=1`, its `service_available` and every one of its cases failed.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,8 +38,9 @@ use leasehold_core::election::{Candidate, DrainGuard, Election, ElectionEvent, S
 use leasehold_core::hook::{Hook, RenewalResult};
 use leasehold_core::supervisor::{Health, SupervisorConfig};
 use leasehold_core::{FencingToken, Lease, LeaseKey, OwnerId};
+use leasehold_testkit::SuiteCase;
 use leasehold_testkit::history::{Attempt, History, Op};
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Failed, Trial};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,7 +55,7 @@ const DRAIN: Duration = Duration::from_millis(300);
 
 #[path = "support/backends.rs"]
 mod backends;
-use backends::{Backend, available, backends, runtime};
+use backends::{Backend, backends};
 
 /// The id a candidate joined with, from the instance owner its leases are held under.
 fn ident(instance: &str) -> String {
@@ -392,7 +393,7 @@ impl Setup {
     }
 
     async fn join(&self, who: &str) -> Result<Driven, Failed> {
-        let store = (self.backend.connect.as_ref().expect("connect"))().await?;
+        let store = self.backend.connect().await?;
         let e = Election::from_arc(store, self.key.clone(), self.config())
             .with_drain_timeout(DRAIN * 10)
             .with_preferred(self.preferred.clone())
@@ -713,7 +714,7 @@ async fn same_id(b: Backend) -> Result<(), Failed> {
 /// ended in between) must be reported, and so must a grant while the old term's work token is
 /// still live.
 fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
-    let rt = runtime();
+    let rt = leasehold_testkit::env::runtime();
     rt.block_on(async {
         let rec = Recorder::new(LeaseKey::new("el-known-bad")?);
         let far = Instant::now() + Duration::from_secs(60);
@@ -765,59 +766,25 @@ fn recorder_reports_overlapping_leaders() -> Result<(), Failed> {
 }
 
 fn main() {
-    let args = Arguments::from_args();
     let dir = std::env::temp_dir().join(format!("lease-election-{}", std::process::id()));
     let _ = std::fs::create_dir_all(&dir);
-    let require = leasehold_testkit::require_services();
-    let mut trials = vec![Trial::test(
-        "recorder_reports_overlapping_leaders",
-        recorder_reports_overlapping_leaders,
-    )];
-    type Case = fn(Backend) -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
-    let cases: [(&str, Case); 4] = [
-        ("handover", |b| Box::pin(handover(b))),
-        ("absent_successor", |b| Box::pin(absent_successor(b))),
-        ("preferred", |b| Box::pin(preferred(b))),
-        ("same_id", |b| Box::pin(same_id(b))),
+    let cases = [
+        SuiteCase::new("handover", |b| Box::pin(handover(Backend::of(b)))),
+        SuiteCase::new("absent_successor", |b| {
+            Box::pin(absent_successor(Backend::of(b)))
+        }),
+        SuiteCase::new("preferred", |b| Box::pin(preferred(Backend::of(b)))),
+        SuiteCase::new("same_id", |b| Box::pin(same_id(Backend::of(b)))),
     ];
-    for b in backends(&dir, "election.db") {
-        let up = if args.list { Ok(()) } else { available(&b) };
-        match &up {
-            Err(reason) if require => {
-                let msg = format!("backend {} is required but unavailable: {reason}", b.name);
-                trials.push(Trial::test(
-                    format!("{}::service_available", b.name),
-                    move || Err(Failed::from(msg)),
-                ));
-            }
-            Err(reason) => {
-                eprintln!(
-                    "WARNING: backend {} unavailable, its cases are ignored: {reason}",
-                    b.name
-                );
-            }
-            Ok(()) => trials.push(Trial::test(
-                format!("{}::service_available", b.name),
-                || Ok(()),
-            )),
-        }
-        for (name, case) in cases {
-            let b = b.clone();
-            let t = Trial::test(format!("{}::{name}", b.name), move || {
-                let rt = runtime();
-                let r = rt.block_on(async {
-                    match tokio::time::timeout(Duration::from_secs(60), case(b)).await {
-                        Ok(r) => r,
-                        Err(_) => Err("case did not finish within 60 s".into()),
-                    }
-                });
-                rt.shutdown_timeout(Duration::from_secs(5));
-                r
-            });
-            trials.push(t.with_ignored_flag(up.is_err()));
-        }
-    }
-    let out = libtest_mimic::run(&args, trials);
+    let out = leasehold_testkit::run_suite(
+        &backends(&dir, "election.db"),
+        &cases,
+        Duration::from_secs(60),
+        vec![Trial::test(
+            "recorder_reports_overlapping_leaders",
+            recorder_reports_overlapping_leaders,
+        )],
+    );
     let _ = std::fs::remove_dir_all(&dir);
     out.exit()
 }
