@@ -9,6 +9,9 @@ use leasehold_etcd::{EtcdLeaseStore, EtcdOptions, LeaseSharing};
 use leasehold_testkit::{Backend, BoxFuture, Failed};
 use tokio::time::Instant;
 
+#[path = "wipe.rs"]
+mod wipe;
+
 /// The lease sharing mode of this test binary (set once in `main`).
 static SHARING: OnceLock<LeaseSharing> = OnceLock::new();
 
@@ -53,23 +56,17 @@ impl Backend for Etcd {
 
     fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let options = options();
-            if let Ok(store) = EtcdLeaseStore::connect_with(&url(), options.clone()).await {
-                let mut client = store.client();
-                for prefix in [options.prefix(), options.fence_prefix()] {
-                    let opts = etcd_client::DeleteOptions::new().with_prefix();
-                    let _ = client
-                        .delete(format!("{prefix}{namespace}"), Some(opts))
-                        .await;
-                }
+            if let Ok(store) = EtcdLeaseStore::connect_with(&url(), options()).await {
+                wipe::delete_case_namespace(&store, namespace).await;
             }
         })
     }
 }
 
-/// The shared member's endpoints: `LEASE_ETCD_ENDPOINTS`, default `http://127.0.0.1:23790`.
+/// The shared member's endpoints: `LEASE_ETCD_ENDPOINTS`, or its default in leasehold-testkit's
+/// test store table.
 pub(crate) fn endpoints() -> String {
-    std::env::var("LEASE_ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:23790".to_string())
+    leasehold_testkit::stores::ETCD_ENDPOINTS.get()
 }
 
 /// The `etcd://` URL of the shared member.

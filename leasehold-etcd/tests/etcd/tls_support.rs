@@ -15,6 +15,9 @@ use leasehold_testkit::case;
 use leasehold_testkit::cases::Case;
 use leasehold_testkit::{Backend, BoxFuture, CaseResult, Ctx, Failed};
 
+#[path = "wipe.rs"]
+mod wipe;
+
 /// How a store authenticates to the TLS member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Auth {
@@ -97,14 +100,7 @@ impl Backend for EtcdTls {
     fn cleanup<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             if let Ok(store) = connect(self.0).await {
-                let mut client = store.client();
-                let options = store.options().clone();
-                for prefix in [options.prefix(), options.fence_prefix()] {
-                    let opts = etcd_client::DeleteOptions::new().with_prefix();
-                    let _ = client
-                        .delete(format!("{prefix}{namespace}"), Some(opts))
-                        .await;
-                }
+                wipe::delete_case_namespace(&store, namespace).await;
             }
         })
     }

@@ -7,37 +7,22 @@ use leasehold_redis::{RedisLeaseStore, RedisOptions};
 use leasehold_testkit::Failed;
 use tokio::time::Instant;
 
+#[path = "wipe.rs"]
+#[allow(dead_code)]
+mod wipe;
+
 /// The key prefix the suite uses on the shared server.
 pub(crate) const PREFIX: &str = "lease-test";
 
-/// The shared server's URL: `LEASE_REDIS_URL`, default `redis://127.0.0.1:6379`.
+/// The shared server's URL: `LEASE_REDIS_URL`, or its default in leasehold-testkit's test store
+/// table.
 pub(crate) fn url() -> String {
-    std::env::var("LEASE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_string())
+    leasehold_testkit::stores::REDIS_URL.get()
 }
 
-/// Deletes every key matching `pattern` (best effort).
+/// Deletes every key matching `pattern` (best effort), over the store's connection.
 pub(crate) async fn delete_matching(store: &RedisLeaseStore, pattern: &str) {
-    let mut con = store.connection();
-    let mut cursor: u64 = 0;
-    loop {
-        let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut con)
-            .await;
-        let Ok((next, keys)) = page else { return };
-        if !keys.is_empty() {
-            let _: redis::RedisResult<i64> =
-                redis::cmd("DEL").arg(&keys).query_async(&mut con).await;
-        }
-        if next == 0 {
-            return;
-        }
-        cursor = next;
-    }
+    wipe::delete_matching(store.connection(), pattern).await;
 }
 
 /// Retries `op` while it fails with a retryable error (a store reconnecting after a restart),

@@ -3,16 +3,17 @@
 
 use leasehold_redis::{RedisLeaseStore, RedisOptions};
 
+#[path = "wipe.rs"]
+#[allow(dead_code)]
+mod wipe;
+
 /// The key prefix the cluster tests use.
 pub(crate) const PREFIX: &str = "lease-test";
 
-/// The cluster's URL: `LEASE_TEST_REDIS_CLUSTER_URL`, default the service script's ports.
+/// The cluster's URL: `LEASE_TEST_REDIS_CLUSTER_URL`, or its default (the service script's
+/// ports) in leasehold-testkit's test store table.
 pub(crate) fn url() -> String {
-    std::env::var("LEASE_TEST_REDIS_CLUSTER_URL").unwrap_or_else(|_| {
-        "redis+cluster://127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103,\
-         127.0.0.1:7104,127.0.0.1:7105,127.0.0.1:7106"
-            .to_string()
-    })
+    leasehold_testkit::stores::REDIS_CLUSTER_URL.get()
 }
 
 /// The `redis://host:port` of every node the URL lists.
@@ -33,32 +34,5 @@ pub(crate) async fn store() -> leasehold_core::Result<RedisLeaseStore> {
 /// Deletes every key matching `pattern` on every node (best effort: a replica refuses the
 /// `DEL`s, its master does them).
 pub(crate) async fn delete_matching(pattern: &str) {
-    for node in node_urls() {
-        let Ok(client) = redis::Client::open(node.as_str()) else {
-            continue;
-        };
-        let Ok(mut con) = client.get_multiplexed_async_connection().await else {
-            continue;
-        };
-        let mut cursor: u64 = 0;
-        loop {
-            let page: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut con)
-                .await;
-            let Ok((next, keys)) = page else { break };
-            for key in keys {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("DEL").arg(&key).query_async(&mut con).await;
-            }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
+    wipe::delete_matching_on_nodes(&node_urls(), pattern).await;
 }
