@@ -117,6 +117,8 @@ mod events;
 mod mailbox;
 mod membership;
 mod plan;
+#[cfg(test)]
+mod plan_model;
 mod set;
 
 pub use config::{MAX_WORKERS, ShardSetConfig};

@@ -59,7 +59,7 @@ impl Ctx<'_> {
 }
 
 /// The worker's book: everything its decisions depend on besides the scan.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Book {
     /// The shards held, by index.
     pub(crate) held: BTreeMap<usize, Held>,
