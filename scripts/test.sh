@@ -139,3 +139,9 @@ cargo test --workspace --doc "$@"
 # it, about 3 in 100 seeds replay differently).
 log "RUSTFLAGS='--cfg tokio_unstable' LEASE_SIM_SEEDS=5000 cargo test --profile sim -p leasehold-sim --test sim -- seeds"
 RUSTFLAGS="--cfg tokio_unstable" LEASE_SIM_SEEDS=5000 cargo test --profile sim -p leasehold-sim --test sim -- seeds
+# A rotating sample of the protocol mutants (the full run writes docs/mutants.md): two mutants
+# chosen by the commit hash, each run through its backend's test targets against the real server,
+# after the control and the unmutated suites of the sampled backends. The run fails if a sampled
+# mutant survives without an explanation or its switch point is not reached.
+log "cargo run -p leasehold-mutants -- --sample 2 --no-faults"
+cargo run -p leasehold-mutants -- --sample 2 --no-faults
