@@ -1,32 +1,28 @@
 //! Health and leadership gating: a probe for a lease holder or an election candidate
 //! ([`HealthCheck`], served by [`HealthService`]), and a layer that serves only while this
-//! process leads ([`LeaderGateLayer`]).
+//! process leads ([`LeaderGateLayer`](crate::LeaderGateLayer), in `gate.rs`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::{Ready, ready};
 use std::marker::PhantomData;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
-use leasehold_core::election::{Candidate, Election, Observer, Role};
+use leasehold_core::election::{Candidate, Election, Role};
 use leasehold_core::hook::{Hook, RenewalResult};
 use leasehold_core::supervisor::{Health, LeaseGuardView};
 use leasehold_core::{FencingToken, Lease, LeaseKey, OwnerId, ReleaseOutcome};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::problem::Problem;
-
-/// The response header of [`LeaderGateLayer`]'s `503`: the identity of the current leader
+/// The response header of [`LeaderGateLayer`](crate::LeaderGateLayer)'s `503`: the identity of the current leader
 /// (absent when nobody leads).
 pub const LEASE_LEADER: http::HeaderName = http::HeaderName::from_static("lease-leader");
 
@@ -509,250 +505,6 @@ impl<ReqB, B: From<Bytes>> Service<Request<ReqB>> for HealthService<B> {
         ready(Ok(self.check.report().response()))
     }
 }
-
-/// A tower [`Layer`] that lets requests through only while this process leads an election;
-/// otherwise it answers `503 Service Unavailable` ([`Problem::NotLeader`], problem+json, with
-/// `Retry-After: 1`) naming the current leader in the body and in the [`LEASE_LEADER`] header,
-/// so that a client or proxy can go there instead. The inner service is not called then.
-///
-/// "Leads" is the candidate's [role](Candidate::role): it turns to follower when the term ends
-/// (lost, resigned, handed over). A role is a belief, not authority: writes the inner service
-/// makes must still carry the term (fencing token), see [`FenceLayer`](crate::FenceLayer).
-///
-/// ```
-/// use std::time::Duration;
-/// use bytes::Bytes;
-/// use http::{Request, Response};
-/// use leasehold_core::election::{Election, ElectionEvent};
-/// use leasehold_core::supervisor::SupervisorConfig;
-/// use leasehold_core::{LeaseKey, MemoryLeaseStore, OwnerId};
-/// use leasehold_http::LeaderGateLayer;
-/// use tower::{ServiceBuilder, ServiceExt, service_fn};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let ttl = Duration::from_secs(5);
-/// let election = Election::new(MemoryLeaseStore::new(), LeaseKey::new("api")?,
-///     SupervisorConfig::new(ttl).with_acquire_wait(ttl));
-/// let mut me = election.join(OwnerId::with_label("a"));
-/// let svc = ServiceBuilder::new()
-///     .layer(LeaderGateLayer::new(&me, election.observe()))
-///     .service(service_fn(|_req: Request<()>| async {
-///         Ok::<_, std::convert::Infallible>(Response::new(Bytes::from("leader work")))
-///     }));
-/// assert!(matches!(me.next_event().await, Some(ElectionEvent::Elected { .. })));
-/// let res = svc.clone().oneshot(Request::new(())).await?;
-/// assert_eq!(res.status(), 200);
-/// me.resign().await;
-/// let res = svc.oneshot(Request::new(())).await?;
-/// assert_eq!(res.status(), 503);
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub struct LeaderGateLayer {
-    gate: Arc<Gate>,
-}
-
-#[derive(Debug)]
-struct Gate {
-    role: watch::Receiver<Role>,
-    observer: Observer,
-}
-
-impl LeaderGateLayer {
-    /// A gate open while `candidate` leads; `observer` (from [`Election::observe`] of the same
-    /// election) names the leader in refusals.
-    pub fn new(candidate: &Candidate, observer: Observer) -> Self {
-        LeaderGateLayer {
-            gate: Arc::new(Gate {
-                role: candidate.subscribe(),
-                observer,
-            }),
-        }
-    }
-
-    /// Whether the gate is open now (this candidate leads).
-    pub fn is_open(&self) -> bool {
-        self.gate.problem().is_none()
-    }
-}
-
-impl Gate {
-    /// `None` while leading, else the refusal.
-    fn problem(&self) -> Option<Problem> {
-        if matches!(*self.role.borrow(), Role::Leader { .. }) {
-            return None;
-        }
-        let seen = self.observer.current();
-        Some(Problem::NotLeader {
-            leader: seen.leader.map(|l| l.as_str().to_owned()),
-            term: seen.term,
-        })
-    }
-}
-
-impl<S> Layer<S> for LeaderGateLayer {
-    type Service = LeaderGate<S>;
-    fn layer(&self, inner: S) -> LeaderGate<S> {
-        LeaderGate {
-            inner,
-            gate: self.gate.clone(),
-        }
-    }
-}
-
-/// The service [`LeaderGateLayer`] produces.
-#[derive(Debug, Clone)]
-pub struct LeaderGate<S> {
-    inner: S,
-    gate: Arc<Gate>,
-}
-
-impl<S, ReqB, ResB> Service<Request<ReqB>> for LeaderGate<S>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqB: Send + 'static,
-    ResB: From<Bytes> + Send + 'static,
-{
-    type Response = Response<ResB>;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<ResB>, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        if let Some(problem) = self.gate.problem() {
-            let mut res: Response<ResB> = problem.response();
-            if let Problem::NotLeader {
-                leader: Some(l), ..
-            } = &problem
-                && let Ok(v) = HeaderValue::from_str(l)
-            {
-                res.headers_mut().insert(LEASE_LEADER, v);
-            }
-            return Box::pin(ready(Ok(res)));
-        }
-        // The clone that was driven to readiness handles this request; the fresh clone stays.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(inner.call(req))
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn lease(token: u64, ttl: Duration) -> leasehold_core::Result<Lease> {
-        Ok(Lease::resume(
-            LeaseKey::new("ctl")?,
-            OwnerId::new("pod-a-1")?,
-            FencingToken::new(token)?,
-            ttl,
-        ))
-    }
-
-    /// A leader whose lease's deadline passes without a confirmed renewal (the campaign is
-    /// wedged: its role still says leader) is `stalled` and unhealthy; within the tolerance, or
-    /// after a confirmed renewal, it is healthy; a follower is healthy.
-    #[tokio::test(start_paused = true)]
-    async fn a_leader_past_its_deadline_is_stalled() -> leasehold_core::Result<()> {
-        let tracker = LeaderTracker::new();
-        let l = lease(7, Duration::from_secs(3))?;
-        tracker.hook().acquired(&l, Duration::ZERO);
-        let (role_tx, role) = watch::channel(Role::Leader { term: l.token() });
-        let check = HealthCheck::new(Source::Candidate {
-            key: l.key().clone(),
-            owner: l.owner().clone(),
-            id: OwnerId::new("pod-a")?,
-            role,
-            tracker: tracker.clone(),
-        });
-        let lenient = check.clone().with_tolerance(Duration::from_secs(2));
-        let r = check.report();
-        assert!(r.healthy && r.state == "leader", "{r:?}");
-        assert_eq!(r.token, Some(l.token()));
-
-        tokio::time::advance(l.remaining() + Duration::from_millis(1)).await;
-        let r = check.report();
-        assert!(!r.healthy && r.state == "stalled", "{r:?}");
-        assert_eq!(
-            r.response::<Bytes>().status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert!(lenient.report().healthy, "within the tolerance");
-        tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(!lenient.report().healthy, "past the tolerance");
-
-        // A confirmed renewal moves the deadline: healthy again.
-        let renewed = l.renewed(Duration::from_secs(3), Instant::now());
-        tracker.hook().renewal(
-            &renewed,
-            RenewalResult::Confirmed {
-                remaining_before: Duration::ZERO,
-            },
-            Duration::ZERO,
-        );
-        assert!(check.report().healthy);
-        // An unconfirmed renewal does not.
-        tokio::time::advance(Duration::from_secs(4)).await;
-        tracker
-            .hook()
-            .renewal(&renewed, RenewalResult::TimedOut, Duration::ZERO);
-        assert_eq!(check.report().state, "stalled");
-
-        role_tx.send_replace(Role::Follower);
-        let r = check.report();
-        assert!(r.healthy && r.state == "follower", "{r:?}");
-        assert!(!check.clone().require_leading().report().healthy);
-        Ok(())
-    }
-
-    /// The tracker forgets a lease when it ends, and passes every call on to the wrapped hook.
-    #[tokio::test(start_paused = true)]
-    async fn the_tracker_forgets_ended_leases_and_passes_calls_on() -> leasehold_core::Result<()> {
-        #[derive(Debug, Default)]
-        struct Count(std::sync::atomic::AtomicUsize);
-        impl Hook for Count {
-            fn acquired(&self, _: &Lease, _: Duration) {
-                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            }
-            fn ended(&self, _: &Lease, _: Duration, _: Option<ReleaseOutcome>) {
-                self.0.fetch_add(10, std::sync::atomic::Ordering::SeqCst);
-            }
-        }
-        let count = Arc::new(Count::default());
-        let tracker = LeaderTracker::wrapping(count.clone());
-        let l = lease(3, Duration::from_secs(3))?;
-        tracker.hook().acquired(&l, Duration::ZERO);
-        assert!(tracker.record(l.key(), l.owner()).is_some());
-        tracker
-            .hook()
-            .ended(&l, Duration::ZERO, Some(ReleaseOutcome::Released));
-        assert!(tracker.record(l.key(), l.owner()).is_none());
-        assert_eq!(count.0.load(std::sync::atomic::Ordering::SeqCst), 11);
-        Ok(())
-    }
-
-    /// A tolerance that overflows the clock means "never stalled", not a panic.
-    #[tokio::test(start_paused = true)]
-    async fn a_huge_tolerance_never_stalls() -> leasehold_core::Result<()> {
-        let tracker = LeaderTracker::new();
-        let l = lease(1, Duration::from_millis(10))?;
-        tracker.hook().acquired(&l, Duration::ZERO);
-        let (_tx, role) = watch::channel(Role::Leader { term: l.token() });
-        let check = HealthCheck::new(Source::Candidate {
-            key: l.key().clone(),
-            owner: l.owner().clone(),
-            id: OwnerId::new("pod-a")?,
-            role,
-            tracker,
-        })
-        .with_tolerance(Duration::MAX);
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        assert!(check.report().healthy);
-        Ok(())
-    }
-}
+#[path = "leader_tests.rs"]
+mod tests;

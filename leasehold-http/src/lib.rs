@@ -96,6 +96,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
+mod gate;
 mod key;
 mod leader;
 mod problem;
@@ -108,11 +109,9 @@ pub use client::{ClientError, FencingClient, FencingClientLayer, NotHolder, fenc
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub use client::{FencedRequest, FencedRequestExt, SendError};
+pub use gate::{LeaderGate, LeaderGateLayer};
 pub use key::KeySource;
-pub use leader::{
-    HealthCheck, HealthReport, HealthService, LEASE_LEADER, LeaderGate, LeaderGateLayer,
-    LeaderTracker,
-};
+pub use leader::{HealthCheck, HealthReport, HealthService, LEASE_LEADER, LeaderTracker};
 pub use problem::{PROBLEM_JSON, Problem};
 pub use server::{AcceptedToken, DEFAULT_CHECK_TIMEOUT, FenceLayer, FenceService, Requirement};
 
