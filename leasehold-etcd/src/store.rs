@@ -1,3 +1,6 @@
+// This file stays whole past 600 lines (664 with its tests): the `LeaseStore` implementation in
+// the contract's order, each operation with its txn, retries and error mapping; the protocol's
+// txns are in protocol.rs, inspection in inspect.rs and the watch in watch.rs.
 //! [`EtcdLeaseStore`]: leases as etcd locks, one etcd lease per grant.
 
 use std::fmt;

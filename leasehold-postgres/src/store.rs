@@ -1,3 +1,6 @@
+// This file stays whole past 600 lines (657 with its tests): the `LeaseStore` implementation in
+// the contract's order, each operation with its statement's bounded query and error mapping; the
+// statements are in protocol.rs, batches in batch.rs and inspection in inspect.rs.
 //! [`PostgresLeaseStore`]: the lease contract on a PostgreSQL table.
 
 use std::str::FromStr;

@@ -1,3 +1,7 @@
+// This file stays whole past 600 lines (672 with its tests): connecting (single, cluster,
+// Sentinel, TLS) and the `LeaseStore` implementation in the contract's order, each operation with
+// its script call and error mapping; the scripts are in protocol.rs, batches in batch.rs and
+// inspection in inspect.rs.
 //! [`RedisLeaseStore`]: connecting, and the [`LeaseStore`] implementation.
 
 use std::fmt;

@@ -1,3 +1,7 @@
+// This file stays whole past 600 lines (675 with its tests): opening the file and the `LeaseStore`
+// implementation in the contract's order, each operation with its statement, its place in the
+// writer queue and its error mapping; the statements are in protocol.rs, batches in batch.rs and
+// inspection in inspect.rs.
 //! [`SqliteLeaseStore`]: the [`LeaseStore`] on one SQLite file.
 
 use std::path::{Path, PathBuf};
