@@ -23,6 +23,10 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("mysql", tokens_are_floored_by_the_server_clock),
         case!("mysql", concurrent_first_acquires_grant_exactly_one),
         case!("mysql", fenced_transaction_commits_only_under_the_lease),
+        case!(
+            "mysql",
+            fenced_transaction_rechecks_expiry_before_commit_and_before_the_closure
+        ),
         case!("mysql", advisory_lock_excludes_and_dies_with_its_connection),
         case!("mysql", a_missing_schema_is_a_config_error),
         case!("mysql", url_options_and_the_mariadb_scheme),
@@ -205,6 +209,114 @@ async fn fenced_transaction_commits_only_under_the_lease(ctx: Ctx) -> CaseResult
         .execute(store.pool())
         .await?;
     Ok(())
+}
+
+/// A lease that expires while the fenced transaction's closure runs: the re-check before
+/// `COMMIT` finds it expired, so the transaction rolls back (`LeaseLost`, the closure's row is
+/// not written). A fenced transaction on a lease that has already expired does not run its
+/// closure at all (the row lock's validation refuses it first).
+async fn fenced_transaction_rechecks_expiry_before_commit_and_before_the_closure(
+    ctx: Ctx,
+) -> CaseResult {
+    let store = store().await?;
+    let audit = format!("{TABLE}_audit");
+    sqlx::query(AssertSqlSafe(format!(
+        "CREATE TABLE IF NOT EXISTS {audit} (k VARCHAR(255) NOT NULL, token BIGINT NOT NULL) \
+         ENGINE=InnoDB"
+    )))
+    .execute(store.pool())
+    .await?;
+    let key = ctx.key("ftx-expiry");
+    let lease = ctx
+        .must_acquire_with(
+            &store,
+            &key,
+            &OwnerId::with_label("a"),
+            Duration::from_millis(1000),
+        )
+        .await?;
+    let body = insert_then_wait_for_expiry(
+        audit.clone(),
+        key.as_str().to_string(),
+        lease.token().to_i64(),
+    );
+    let out = store.fenced_transaction(&lease, body).await?;
+    let count = sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM {audit} WHERE k = ?"
+    )))
+    .bind(key.as_str())
+    .fetch_one(store.pool())
+    .await?;
+    assert_eq!(
+        (out, count),
+        (FencedTx::LeaseLost, 0),
+        "a fenced transaction committed although its lease expired before COMMIT"
+    );
+
+    // The lease has expired: the closure is not run.
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ran.clone();
+    let out = store.fenced_transaction(&lease, mark_ran(flag)).await?;
+    assert_eq!(out, FencedTx::LeaseLost);
+    assert!(
+        !ran.load(std::sync::atomic::Ordering::SeqCst),
+        "the closure ran on an expired lease"
+    );
+    sqlx::query(AssertSqlSafe(format!("DELETE FROM {audit} WHERE k = ?")))
+        .bind(key.as_str())
+        .execute(store.pool())
+        .await?;
+    Ok(())
+}
+
+/// A fenced-transaction body: one audit row, then a poll of the server's clock (the one that
+/// decides expiry) until the lease row of `k`, locked by this transaction, has expired.
+fn insert_then_wait_for_expiry(
+    audit: String,
+    k: String,
+    t: i64,
+) -> impl for<'c> FnOnce(&'c mut sqlx::MySqlConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> + Send
+{
+    move |conn| {
+        Box::pin(async move {
+            sqlx::query(AssertSqlSafe(format!(
+                "INSERT INTO {audit} (k, token) VALUES (?, ?)"
+            )))
+            .bind(&k)
+            .bind(t)
+            .execute(&mut *conn)
+            .await?;
+            let give_up = tokio::time::Instant::now() + Duration::from_secs(8);
+            loop {
+                let expired: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+                    "SELECT lease_until <= UTC_TIMESTAMP(6) FROM {TABLE} WHERE resource_key = ?"
+                )))
+                .bind(&k)
+                .fetch_one(&mut *conn)
+                .await?;
+                if expired {
+                    return Ok(());
+                }
+                if tokio::time::Instant::now() >= give_up {
+                    return Err(sqlx::Error::Protocol(
+                        "the lease did not expire within 8 s".into(),
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    }
+}
+
+/// A fenced-transaction body that only records that it ran.
+fn mark_ran(
+    ran: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> impl for<'c> FnOnce(&'c mut sqlx::MySqlConnection) -> BoxFuture<'c, Result<(), sqlx::Error>> + Send
+{
+    move |_conn| {
+        ran.store(true, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A fenced-transaction body: one audit row, then (if `fail`) a failing statement.
