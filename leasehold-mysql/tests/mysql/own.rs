@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use leasehold_core::{AcquireOutcome, Error, LeaseStore, OwnerId};
+use leasehold_core::{AcquireOutcome, Error, LeaseStore, OwnerId, ReleaseOutcome};
 use leasehold_mysql::{AdvisoryLocks, FencedTx, MysqlLeaseStore, MysqlOptions, TableName};
 use leasehold_testkit::cases::Case;
 use leasehold_testkit::{CaseResult, Ctx, case};
@@ -27,6 +27,7 @@ pub(crate) fn cases() -> Vec<Case> {
             "mysql",
             fenced_transaction_rechecks_expiry_before_commit_and_before_the_closure
         ),
+        case!("mysql", release_after_expiry_is_not_held),
         case!("mysql", advisory_lock_excludes_and_dies_with_its_connection),
         case!("mysql", a_missing_schema_is_a_config_error),
         case!("mysql", url_options_and_the_mariadb_scheme),
@@ -266,6 +267,43 @@ async fn fenced_transaction_rechecks_expiry_before_commit_and_before_the_closure
         .bind(key.as_str())
         .execute(store.pool())
         .await?;
+    Ok(())
+}
+
+/// A release that arrives after the lease expired by the server's clock is `NotHeld` and changes
+/// nothing: the ownership had ended, and the release must not report it as its own (the same
+/// answer the other stores give, whose release statements carry the same expiry check).
+async fn release_after_expiry_is_not_held(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let key = ctx.key("late-release");
+    let a = OwnerId::with_label("a");
+    let lease = ctx
+        .must_acquire_with(&store, &key, &a, ctx.short_ttl())
+        .await?;
+    let give_up = tokio::time::Instant::now() + ctx.expiry_deadline(ctx.short_ttl());
+    loop {
+        let expired: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT lease_until <= UTC_TIMESTAMP(6) FROM {TABLE} WHERE resource_key = ?"
+        )))
+        .bind(key.as_str())
+        .fetch_one(store.pool())
+        .await?;
+        if expired {
+            break;
+        }
+        if tokio::time::Instant::now() >= give_up {
+            return Err("the lease did not expire by the server's clock in time".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        store.release(&lease).await?,
+        ReleaseOutcome::NotHeld,
+        "a release after expiry reported the ended ownership as released"
+    );
+    let state = store.inspect(&key).await?;
+    assert!(state.holder.is_none(), "the expired key is held: {state:?}");
+    assert_eq!(state.last_token, Some(lease.token()));
     Ok(())
 }
 
