@@ -280,22 +280,14 @@ async fn release_after_expiry_is_not_held(ctx: Ctx) -> CaseResult {
     let lease = ctx
         .must_acquire_with(&store, &key, &a, ctx.short_ttl())
         .await?;
-    let give_up = tokio::time::Instant::now() + ctx.expiry_deadline(ctx.short_ttl());
-    loop {
-        let expired: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT lease_until <= UTC_TIMESTAMP(6) FROM {TABLE} WHERE resource_key = ?"
-        )))
-        .bind(key.as_str())
-        .fetch_one(store.pool())
-        .await?;
-        if expired {
-            break;
-        }
-        if tokio::time::Instant::now() >= give_up {
-            return Err("the lease did not expire by the server's clock in time".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut conn = store.pool().acquire().await?;
+    wait_for_server_expiry(
+        &mut conn,
+        key.as_str(),
+        ctx.expiry_deadline(ctx.short_ttl()),
+    )
+    .await?;
+    drop(conn);
     assert_eq!(
         store.release(&lease).await?,
         ReleaseOutcome::NotHeld,
@@ -324,25 +316,35 @@ fn insert_then_wait_for_expiry(
             .bind(t)
             .execute(&mut *conn)
             .await?;
-            let give_up = tokio::time::Instant::now() + Duration::from_secs(8);
-            loop {
-                let expired: bool = sqlx::query_scalar(AssertSqlSafe(format!(
-                    "SELECT lease_until <= UTC_TIMESTAMP(6) FROM {TABLE} WHERE resource_key = ?"
-                )))
-                .bind(&k)
-                .fetch_one(&mut *conn)
-                .await?;
-                if expired {
-                    return Ok(());
-                }
-                if tokio::time::Instant::now() >= give_up {
-                    return Err(sqlx::Error::Protocol(
-                        "the lease did not expire within 8 s".into(),
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            wait_for_server_expiry(conn, &k, Duration::from_secs(8)).await
         })
+    }
+}
+
+/// Polls the server's clock (the one that decides expiry) on `conn` until the lease row of `key`
+/// has expired, for at most `within`.
+async fn wait_for_server_expiry(
+    conn: &mut sqlx::MySqlConnection,
+    key: &str,
+    within: Duration,
+) -> Result<(), sqlx::Error> {
+    let give_up = tokio::time::Instant::now() + within;
+    loop {
+        let expired: bool = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT lease_until <= UTC_TIMESTAMP(6) FROM {TABLE} WHERE resource_key = ?"
+        )))
+        .bind(key)
+        .fetch_one(&mut *conn)
+        .await?;
+        if expired {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= give_up {
+            return Err(sqlx::Error::Protocol(format!(
+                "the lease did not expire within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
