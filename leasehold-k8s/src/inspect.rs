@@ -8,7 +8,6 @@ use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use kube::api::ListParams;
 use leasehold_core::{KeyState, LeaseKey, LeaseStore, Result};
 
-use crate::error::timed;
 use crate::protocol::Record;
 use crate::store::{K8sLeaseStore, LIST_PAGE, LIST_THRESHOLD, RENEW_MANY_IN_FLIGHT};
 
@@ -30,7 +29,8 @@ impl K8sLeaseStore {
             if let Some(token) = &next {
                 lp = lp.continue_token(token);
             }
-            let page = timed("list", self.timeout, self.api.list(&lp))
+            let page = self
+                .timed("list", self.api.list(&lp))
                 .await
                 .map_err(|e| e.into_error("list"))?;
             for obj in page.items {

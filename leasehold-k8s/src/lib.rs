@@ -212,6 +212,7 @@
 mod config;
 mod error;
 mod fenced;
+mod grouped;
 mod inspect;
 pub mod protocol;
 mod store;
@@ -224,6 +225,10 @@ pub use config::{
 #[doc(hidden)]
 pub use config::{TestHook, TestPoint};
 pub use fenced::K8sFencedResource;
+pub use grouped::{
+    DEFAULT_GROUPS, GROUP_COUNT_ANNOTATION, GROUP_SET_LABEL, K8sGroupedStore, MAX_GROUPS,
+    MAX_SET_LEN,
+};
 pub use store::{K8sLeaseStore, RENEW_MANY_IN_FLIGHT};
 
 // The README's example (what crates.io shows) is compiled as a doc test, and run when it needs no

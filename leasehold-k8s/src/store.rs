@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -97,6 +98,9 @@ pub struct K8sLeaseStore {
     pub(crate) timeout: Duration,
     state: Arc<Mutex<State>>,
     hook: Option<TestHook>,
+    /// API requests this store (and its clones and grouped stores) sent: see
+    /// [`requests_sent`](K8sLeaseStore::requests_sent).
+    requests: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for K8sLeaseStore {
@@ -114,7 +118,7 @@ impl K8sLeaseStore {
     /// [capabilities](LeaseStore::capabilities)' `min_ttl` and
     /// [`MAX_TTL`](leasehold_core::MAX_TTL), in whole seconds rounded up (`leaseDurationSeconds`). The one check of acquire,
     /// renew and their batches.
-    fn grantable_ttl(&self, ttl: Duration) -> Result<RoundedTtl> {
+    pub(crate) fn grantable_ttl(&self, ttl: Duration) -> Result<RoundedTtl> {
         validate_ttl(ttl, self.capabilities().min_ttl).and_then(|()| ttl_secs(ttl))
     }
 
@@ -213,6 +217,7 @@ impl K8sLeaseStore {
             timeout: options.timeout,
             state: Arc::default(),
             hook: options.hook,
+            requests: Arc::default(),
         })
     }
 
@@ -239,6 +244,35 @@ impl K8sLeaseStore {
     /// The timeout of each API request ([`K8sOptions::with_request_timeout`]).
     pub fn request_timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How many API requests this store has sent since it was built: every GET, LIST, create
+    /// and replace of its [`LeaseStore`] operations, counted when sent (whatever their outcome),
+    /// shared by its clones and by the [`K8sGroupedStore`](crate::K8sGroupedStore)s made from
+    /// it. Watches ([`LeaseStore::watch`]) and the [fenced resource](Self::fenced_resource) are
+    /// not counted. For measuring what a workload costs the apiserver.
+    ///
+    /// ```no_run
+    /// use leasehold_core::{LeaseKey, LeaseStore};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = leasehold_k8s::K8sLeaseStore::connect("k8s://payments").await?;
+    /// let before = store.requests_sent();
+    /// store.inspect(&LeaseKey::new("ledger")?).await?;
+    /// assert_eq!(store.requests_sent() - before, 1); // one GET
+    /// # Ok(()) }
+    /// ```
+    pub fn requests_sent(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// [`timed`](crate::error::timed) with this store's request timeout, counting the request.
+    pub(crate) async fn timed<T>(
+        &self,
+        operation: &'static str,
+        fut: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+    ) -> std::result::Result<T, K8sError> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        timed(operation, self.timeout, fut).await
     }
 
     /// Awaits the test hook at `point`, if one is installed.
@@ -310,8 +344,9 @@ impl K8sLeaseStore {
     }
 
     /// Reads the object and records the observation.
-    async fn read(&self, name: &str) -> Result<Option<(KubeLease, Record, Instant)>> {
-        match timed("get", self.timeout, self.api.get_opt(name))
+    pub(crate) async fn read(&self, name: &str) -> Result<Option<(KubeLease, Record, Instant)>> {
+        match self
+            .timed("get", self.api.get_opt(name))
             .await
             .map_err(|e| e.into_error("get"))?
         {
@@ -459,7 +494,7 @@ impl K8sLeaseStore {
     }
 }
 
-fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
+pub(crate) fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
     // Mutation switch points (false unless a mutant is active).
     if mutation::on("k8s.expiry.never") {
         return false;
@@ -471,7 +506,7 @@ fn expired(rec: &Record, first_seen: Instant, now: Instant) -> bool {
 }
 
 /// An [`OwnerId`] for a `holderIdentity` written by someone else (made legal if needed).
-fn owner_of(holder: &str) -> Result<OwnerId> {
+pub(crate) fn owner_of(holder: &str) -> Result<OwnerId> {
     OwnerId::new(holder).or_else(|_| {
         let clean: String = holder
             .chars()
@@ -510,12 +545,9 @@ impl LeaseStore for K8sLeaseStore {
                     let obj = protocol::new_claim(&name, &req.owner, secs);
                     self.pause(TestPoint::BeforeCreate, &name).await;
                     let sent = Instant::now();
-                    let created = match timed(
-                        "create",
-                        self.timeout,
-                        self.api.create(&PostParams::default(), &obj),
-                    )
-                    .await
+                    let created = match self
+                        .timed("create", self.api.create(&PostParams::default(), &obj))
+                        .await
                     {
                         Ok(created) => created,
                         Err(K8sError::AlreadyExists) => continue,
@@ -535,12 +567,12 @@ impl LeaseStore for K8sLeaseStore {
                     self.observe(&name, &created, &rec);
                     let token = self.next_token(&name, rec.rv, None)?;
                     let next = protocol::with_token(&created, &req.owner, token);
-                    match timed(
-                        "replace",
-                        self.timeout,
-                        self.api.replace(&name, &PostParams::default(), &next),
-                    )
-                    .await
+                    match self
+                        .timed(
+                            "replace",
+                            self.api.replace(&name, &PostParams::default(), &next),
+                        )
+                        .await
                     {
                         Ok(obj) => {
                             return Ok(AcquireOutcome::Acquired(
@@ -579,12 +611,12 @@ impl LeaseStore for K8sLeaseStore {
                     let token = self.next_token(&name, at_least, rec.token)?;
                     let next = protocol::regrant(&obj, &req.owner, token, secs);
                     let sent = Instant::now();
-                    match timed(
-                        "replace",
-                        self.timeout,
-                        self.api.replace(&name, &PostParams::default(), &next),
-                    )
-                    .await
+                    match self
+                        .timed(
+                            "replace",
+                            self.api.replace(&name, &PostParams::default(), &next),
+                        )
+                        .await
                     {
                         Ok(obj) => {
                             return Ok(AcquireOutcome::Acquired(
@@ -630,12 +662,12 @@ impl LeaseStore for K8sLeaseStore {
             // recognise it as ours. A confirmed write forgets it.
             self.remember_pending(&name, &next);
             let sent = Instant::now();
-            match timed(
-                "replace",
-                self.timeout,
-                self.api.replace(&name, &PostParams::default(), &next),
-            )
-            .await
+            match self
+                .timed(
+                    "replace",
+                    self.api.replace(&name, &PostParams::default(), &next),
+                )
+                .await
             {
                 Ok(obj) => {
                     let rec = self.wrote(&name, &obj)?;
@@ -687,13 +719,13 @@ impl LeaseStore for K8sLeaseStore {
             {
                 return Ok(ReleaseOutcome::NotHeld);
             }
-            match timed(
-                "replace",
-                self.timeout,
-                self.api
-                    .replace(&name, &PostParams::default(), &protocol::released(&obj)),
-            )
-            .await
+            match self
+                .timed(
+                    "replace",
+                    self.api
+                        .replace(&name, &PostParams::default(), &protocol::released(&obj)),
+                )
+                .await
             {
                 Ok(obj) => {
                     self.wrote(&name, &obj)?;

@@ -1,11 +1,15 @@
-//! Watch-driven waiting: a field-selected watch on one Lease, reconnected from the last seen
+//! Watch-driven waiting: a field-selected watch on one object (a Lease, or a grouped store's
+//! group ConfigMap), reconnected from the last seen
 //! resourceVersion, with bounded fallback polling while it is broken.
 
 use std::pin::pin;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use std::fmt;
+
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::Resource;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use leasehold_core::{KeyWatch, Result};
 use tokio::sync::mpsc;
@@ -23,20 +27,25 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Lists the one object (to learn the revision to watch from), then spawns the watch task.
 pub(crate) async fn start(store: &K8sLeaseStore, name: &str) -> Result<KeyWatch> {
-    let rv = list_rv(store.api(), name, store.request_timeout()).await?;
+    start_on(store.api().clone(), name, store.request_timeout()).await
+}
+
+/// As [`start`], on the object `name` of any kind.
+pub(crate) async fn start_on<K>(api: Api<K>, name: &str, timeout: Duration) -> Result<KeyWatch>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
+    let rv = list_rv(&api, name, timeout).await?;
     let (tx, mut rx) = mpsc::channel::<Result<()>>(1);
-    tokio::spawn(run(
-        store.api().clone(),
-        name.to_string(),
-        rv,
-        store.request_timeout(),
-        tx,
-    ));
+    tokio::spawn(run(api, name.to_string(), rv, timeout, tx));
     let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     Ok(KeyWatch::new(Box::pin(stream)))
 }
 
-async fn list_rv(api: &Api<KubeLease>, name: &str, timeout: Duration) -> Result<String> {
+async fn list_rv<K>(api: &Api<K>, name: &str, timeout: Duration) -> Result<String>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug,
+{
     let list = timed(
         "list",
         timeout,
@@ -57,13 +66,15 @@ fn hint(tx: &mpsc::Sender<Result<()>>) -> bool {
     )
 }
 
-async fn run(
-    api: Api<KubeLease>,
+async fn run<K>(
+    api: Api<K>,
     name: String,
     mut rv: String,
     timeout: Duration,
     tx: mpsc::Sender<Result<()>>,
-) {
+) where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + 'static,
+{
     let params = WatchParams::default()
         .fields(&name_selector(&name))
         .timeout(WATCH_SECS);
@@ -85,7 +96,7 @@ async fn run(
                     Some(Ok(
                         WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o),
                     )) => {
-                        if let Some(v) = o.metadata.resource_version {
+                        if let Some(v) = o.meta().resource_version.clone() {
                             rv = v;
                         }
                         backoff = MIN_BACKOFF;
