@@ -98,8 +98,8 @@ impl AdvisoryLocks {
             ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
             + Send,
     {
+        let operation = "advisory lock";
         let cx = ErrCtx {
-            operation: "advisory lock",
             table: &"GET_LOCK",
             timeout: wait,
         };
@@ -111,13 +111,13 @@ impl AdvisoryLocks {
         };
         let mut conn = Guarded::acquire(&self.pool)
             .await
-            .map_err(|e| e.into_error(cx))?;
+            .map_err(|e| e.into_error(operation, cx))?;
         let got: Option<i64> = sqlx::query_scalar(GET_LOCK)
             .bind(&name)
             .bind(secs)
             .fetch_one(conn.get())
             .await
-            .map_err(|e| error::map(e, cx))?;
+            .map_err(|e| error::map(operation, e, cx))?;
         if got != Some(1) {
             conn.finish();
             return Ok(None);
@@ -127,8 +127,8 @@ impl AdvisoryLocks {
             .bind(&name)
             .execute(conn.get())
             .await
-            .map_err(|e| error::map(e, cx))?;
+            .map_err(|e| error::map(operation, e, cx))?;
         conn.finish();
-        out.map(Some).map_err(|e| error::map(e, cx))
+        out.map(Some).map_err(|e| error::map(operation, e, cx))
     }
 }

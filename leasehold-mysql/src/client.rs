@@ -1,4 +1,5 @@
-//! The shared internals of a store (pool, options, statements), the bounded-call helpers, and
+//! The shared internals of a store (pool, options, statements), the bounded-call helpers
+//! ([`Client::query`], [`Client::query_retrying`]) that the store and the schema checks use, and
 //! the pooled connection that is closed rather than reused when its operation is cancelled.
 
 use std::future::Future;
@@ -27,12 +28,56 @@ impl Client {
     }
 
     /// The error context of a lease operation.
-    pub(crate) fn cx(&self, operation: &'static str) -> ErrCtx<'_> {
+    pub(crate) fn cx(&self) -> ErrCtx<'_> {
         ErrCtx {
-            operation,
             table: self.options.table(),
             timeout: self.options.op_timeout(),
         }
+    }
+
+    /// Runs `statement` on a pooled connection within the operation timeout and maps its failure
+    /// as `operation`'s: the shell of the calls that are not retried (inspection, schema checks,
+    /// tooling). The connection is held in a [`Guarded`], so one abandoned by the timeout (or by
+    /// a dropped future) is closed, not returned to the pool with an answer still on the wire.
+    pub(crate) async fn query<T>(
+        &self,
+        operation: &'static str,
+        statement: impl AsyncFnOnce(&mut MySqlConnection) -> std::result::Result<T, sqlx::Error>,
+    ) -> Result<T> {
+        self.bounded(operation, async {
+            let mut conn = Guarded::acquire(&self.pool).await?;
+            let r = statement(conn.get()).await;
+            conn.finish();
+            Ok(r?)
+        })
+        .await
+        .map_err(|e| e.into_error(operation, self.cx()))
+    }
+
+    /// As [`query`](Self::query), and a conflict the server rolled back
+    /// ([`MyError::is_conflict`]: deadlock, lock wait timeout, duplicate key) runs `statement`
+    /// again on a fresh pooled connection after a [`Backoff`] pause, within the same operation
+    /// timeout: the shell of every lease call (acquire, renew, release, a batch's chunk). Each
+    /// attempt calls a clone of `statement` (a closure over references: an `AsyncFnMut` called
+    /// in the loop would make the store's futures fail the `Send` bound `async_trait` needs).
+    pub(crate) async fn query_retrying<T>(
+        &self,
+        operation: &'static str,
+        statement: impl AsyncFnOnce(&mut MySqlConnection) -> std::result::Result<T, sqlx::Error> + Clone,
+    ) -> Result<T> {
+        self.bounded(operation, async {
+            let mut backoff = Backoff::new();
+            loop {
+                let mut conn = Guarded::acquire(&self.pool).await?;
+                let r = statement.clone()(conn.get()).await.map_err(MyError::from);
+                conn.finish();
+                if let Some(r) = backoff.retry(operation, r).await {
+                    return r;
+                }
+            }
+        })
+        .await
+        .map_err(|e| e.into_error(operation, self.cx()))
     }
 
     /// Runs `fut` within the operation timeout.

@@ -28,11 +28,11 @@ impl From<sqlx::Error> for MyError {
 }
 
 impl MyError {
-    /// The core error, with `cx` naming the operation.
-    pub(crate) fn into_error(self, cx: ErrCtx<'_>) -> Error {
+    /// The core error of `operation` (a timeout names the operation it was raised for).
+    pub(crate) fn into_error(self, operation: &'static str, cx: ErrCtx<'_>) -> Error {
         match self {
-            MyError::Unsent(e) => map_unsent(e, cx),
-            MyError::Sql(e) => map(e, cx),
+            MyError::Unsent(e) => map_unsent(operation, e, cx),
+            MyError::Sql(e) => map(operation, e, cx),
             MyError::TimedOut(op, after) => timeout(op, after),
         }
     }
@@ -45,11 +45,9 @@ impl MyError {
     }
 }
 
-/// What the failing call was doing, for the error message.
+/// What the mapping needs besides the operation and the error: the settings the message names.
 #[derive(Clone, Copy)]
 pub(crate) struct ErrCtx<'a> {
-    /// The operation (`"acquire"`, `"fenced transaction"`, ...).
-    pub(crate) operation: &'static str,
     /// The lease table, named when it is missing.
     pub(crate) table: &'a (dyn fmt::Display + Sync),
     /// The bound reported when the server gives up waiting for a lock.
@@ -108,9 +106,8 @@ pub(crate) fn number(e: &sqlx::Error) -> Option<u16> {
     }
 }
 
-/// Maps a driver error of a call that may have reached the server into the core error.
-pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
-    let op = cx.operation;
+/// Maps a driver error of `op`, a call that may have reached the server, into the core error.
+pub(crate) fn map(op: &'static str, e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
     if let sqlx::Error::Database(db) = &e {
         let n = number(&e).unwrap_or(0);
         let said = db.message().to_string();
@@ -189,8 +186,8 @@ pub(crate) fn map(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
 
 /// Maps an error from taking a connection (nothing was sent): an unavailable server is
 /// [`Error::refused`], so [`Error::outcome_unknown`] is false.
-pub(crate) fn map_unsent(e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
-    match map(e, cx) {
+pub(crate) fn map_unsent(op: &'static str, e: sqlx::Error, cx: ErrCtx<'_>) -> Error {
+    match map(op, e, cx) {
         Error::Unavailable {
             backend,
             message,
@@ -228,17 +225,17 @@ mod tests {
 
     #[test]
     fn pool_timeout_is_retryable_and_unapplied_and_configuration_is_not() {
+        let op = "acquire";
         let cx = ErrCtx {
-            operation: "acquire",
             table: &"`leases`",
             timeout: Duration::from_secs(1),
         };
-        let pool = map(sqlx::Error::PoolTimedOut, cx);
+        let pool = map(op, sqlx::Error::PoolTimedOut, cx);
         assert!(pool.is_retryable() && !pool.outcome_unknown(), "{pool:?}");
         let io = || sqlx::Error::Io(std::io::Error::other("reset"));
-        assert!(map(io(), cx).outcome_unknown());
-        assert!(!map_unsent(io(), cx).outcome_unknown());
-        let cfg = map(sqlx::Error::Configuration("bad".into()), cx);
+        assert!(map(op, io(), cx).outcome_unknown());
+        assert!(!map_unsent(op, io(), cx).outcome_unknown());
+        let cfg = map(op, sqlx::Error::Configuration("bad".into()), cx);
         assert!(matches!(cfg, Error::Config { .. }) && !cfg.is_retryable());
     }
 }

@@ -19,6 +19,18 @@ use crate::config::{TableName, lock_wait_secs};
 use crate::error::{self, BACKEND, ErrCtx, MyError};
 use crate::protocol::Statements;
 
+impl crate::MysqlLeaseStore {
+    /// The high-water-mark [`FencedResource`](leasehold_core::FencedResource) next to this
+    /// store's lease table (`<table>_fence`), sharing the pool.
+    pub fn fenced_resource(&self) -> MysqlFencedResource {
+        MysqlFencedResource::from_pool(
+            self.pool().clone(),
+            self.table(),
+            self.options().op_timeout(),
+        )
+    }
+}
+
 /// The result of [`MysqlLeaseStore::fenced_transaction`](crate::MysqlLeaseStore::fenced_transaction).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
@@ -56,16 +68,16 @@ where
         + Send,
 {
     let timeouts = client.options.tx_timeouts();
+    let operation = "fenced transaction";
     let cx = ErrCtx {
-        operation: "fenced transaction",
         table: client.options.table(),
         timeout: timeouts.lock_timeout,
     };
-    within(timeouts.deadline, cx.operation, async {
+    within(timeouts.deadline, operation, async {
         let mut conn = Guarded::acquire(&client.pool)
             .await
-            .map_err(|e| e.into_error(cx))?;
-        let map = |e| error::map(e, cx);
+            .map_err(|e| e.into_error(operation, cx))?;
+        let map = |e| error::map(operation, e, cx);
         let c = conn.get();
         sqlx::query(AssertSqlSafe(format!(
             "SET SESSION innodb_lock_wait_timeout = {}",
@@ -74,7 +86,7 @@ where
         .execute(&mut *c)
         .await
         .map_err(map)?;
-        let out = fenced_tx_on(c, &client.sql, cx, lease, f).await;
+        let out = fenced_tx_on(c, &client.sql, operation, cx, lease, f).await;
         // Back to the store's own bound before the connection returns to the pool.
         if let Err(e) = sqlx::query(AssertSqlSafe(format!(
             "SET SESSION innodb_lock_wait_timeout = {}",
@@ -98,6 +110,7 @@ where
 async fn fenced_tx_on<T, F>(
     conn: &mut MySqlConnection,
     sql: &Statements,
+    operation: &'static str,
     cx: ErrCtx<'_>,
     lease: &Lease,
     f: F,
@@ -109,7 +122,7 @@ where
         ) -> BoxFuture<'c, std::result::Result<T, sqlx::Error>>
         + Send,
 {
-    let map = |e| error::map(e, cx);
+    let map = |e| error::map(operation, e, cx);
     let mut tx = conn.begin().await.map_err(map)?;
     let locked = sqlx::query(AssertSqlSafe(sql.lock_row.as_str()))
         .bind(lease.key().as_str())
@@ -190,9 +203,8 @@ impl MysqlFencedResource {
         }
     }
 
-    fn cx(&self, operation: &'static str) -> ErrCtx<'_> {
+    fn cx(&self) -> ErrCtx<'_> {
         ErrCtx {
-            operation,
             table: &self.table,
             timeout: self.op_timeout,
         }
@@ -214,10 +226,9 @@ impl MysqlFencedResource {
         key: &LeaseKey,
         token: FencingToken,
     ) -> Result<WriteOutcome> {
-        let cx = self.cx("fenced write");
         apply_on(&self.sql, conn, key, token, None)
             .await
-            .map_err(|e| e.into_error(cx))?
+            .map_err(|e| e.into_error("fenced write", self.cx()))?
     }
 }
 
@@ -280,13 +291,13 @@ impl FencedResource for MysqlFencedResource {
             None => "fenced install",
         };
         let op = op.into_write_op();
-        let cx = self.cx(operation);
+        let cx = self.cx();
         within(self.op_timeout, operation, async {
             let mut backoff = Backoff::new();
             loop {
                 let mut conn = Guarded::acquire(&self.pool)
                     .await
-                    .map_err(|e| e.into_error(cx))?;
+                    .map_err(|e| e.into_error(operation, cx))?;
                 let r = async {
                     let mut tx = conn.get().begin().await?;
                     let out = apply_on(&self.sql, &mut tx, key, token, op.clone()).await?;
@@ -296,7 +307,7 @@ impl FencedResource for MysqlFencedResource {
                 .await;
                 conn.finish();
                 if let Some(r) = backoff.retry(operation, r).await {
-                    return r.map_err(|e| e.into_error(cx))?;
+                    return r.map_err(|e| e.into_error(operation, cx))?;
                 }
             }
         })
@@ -304,26 +315,28 @@ impl FencedResource for MysqlFencedResource {
     }
 
     async fn read(&self, key: &LeaseKey) -> Result<ResourceState> {
-        let cx = self.cx("fenced read");
-        let row = within(self.op_timeout, "fenced read", async {
+        let operation = "fenced read";
+        let cx = self.cx();
+        let map = |e| error::map(operation, e, cx);
+        let row = within(self.op_timeout, operation, async {
             let mut conn = Guarded::acquire(&self.pool)
                 .await
-                .map_err(|e| e.into_error(cx))?;
+                .map_err(|e| e.into_error(operation, cx))?;
             let r = sqlx::query(AssertSqlSafe(self.sql.fence_read.as_str()))
                 .bind(key.as_str())
                 .fetch_optional(conn.get())
                 .await;
             conn.finish();
-            r.map_err(|e| error::map(e, cx))
+            r.map_err(map)
         })
         .await?;
         let Some(row) = row else {
             return Ok(ResourceState::default());
         };
-        let mark: i64 = row.try_get(0).map_err(|e| error::map(e, cx))?;
-        let value: Option<Vec<u8>> = row.try_get(1).map_err(|e| error::map(e, cx))?;
-        let counter: i64 = row.try_get(2).map_err(|e| error::map(e, cx))?;
-        let accepted: i64 = row.try_get(3).map_err(|e| error::map(e, cx))?;
+        let mark: i64 = row.try_get(0).map_err(map)?;
+        let value: Option<Vec<u8>> = row.try_get(1).map_err(map)?;
+        let counter: i64 = row.try_get(2).map_err(map)?;
+        let accepted: i64 = row.try_get(3).map_err(map)?;
         Ok(ResourceState {
             high_water: Some(decode_token(BACKEND, key.as_str(), mark)?),
             value,

@@ -111,10 +111,12 @@
 //! built with [`Error::refused`](leasehold_core::Error::refused): nothing was sent.
 
 pub mod advisory;
+mod batch;
 mod client;
 mod config;
 mod error;
 mod fenced;
+mod inspect;
 pub mod protocol;
 mod schema;
 mod store;

@@ -35,7 +35,7 @@ pub(crate) async fn migrate(c: &Client) -> Result<()> {
         Ok(())
     })
     .await
-    .map_err(|e| e.into_error(c.cx("migrate")))
+    .map_err(|e| e.into_error("migrate", c.cx()))
 }
 
 /// Checks that the tables and triggers of this version exist.
@@ -43,10 +43,10 @@ pub(crate) async fn verify(c: &Client) -> Result<()> {
     let t = c.options.table();
     let db = t.database().map(str::to_string);
     let name = |s: &str| format!("{}{s}", t.table());
+    let operation = "verify schema";
     let row = c
-        .bounded("verify schema", async {
-            let mut conn = Guarded::acquire(&c.pool).await?;
-            let r = sqlx::query(protocol::VERIFY_SCHEMA)
+        .query(operation, async |conn| {
+            sqlx::query(protocol::VERIFY_SCHEMA)
                 .bind(&db)
                 .bind(name(""))
                 .bind(name("_floor"))
@@ -58,17 +58,14 @@ pub(crate) async fn verify(c: &Client) -> Result<()> {
                 .bind(&db)
                 .bind(name(""))
                 .bind(SCHEMA_VERSION)
-                .fetch_one(conn.get())
-                .await;
-            conn.finish();
-            Ok(r?)
+                .fetch_one(&mut *conn)
+                .await
         })
-        .await
-        .map_err(|e| e.into_error(c.cx("verify schema")))?;
-    let cx = c.cx("verify schema");
-    let tables: i64 = row.try_get(0).map_err(|e| error::map(e, cx))?;
-    let triggers: i64 = row.try_get(1).map_err(|e| error::map(e, cx))?;
-    let versioned: i64 = row.try_get(2).map_err(|e| error::map(e, cx))?;
+        .await?;
+    let map = |e| error::map(operation, e, c.cx());
+    let tables: i64 = row.try_get(0).map_err(map)?;
+    let triggers: i64 = row.try_get(1).map_err(map)?;
+    let versioned: i64 = row.try_get(2).map_err(map)?;
     if tables == 3 && triggers == 3 && versioned == 1 {
         return Ok(());
     }

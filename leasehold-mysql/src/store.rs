@@ -6,21 +6,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
-use leasehold_core::backend::{
-    RoundedTtl, decode_owner, decode_token, granted_lease, ttl_millis, validate_ttl,
-};
+use leasehold_core::backend::{RoundedTtl, decode_token, granted_lease, ttl_millis, validate_ttl};
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, Holder,
-    KeyState, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
+    AcquireOutcome, AcquireRequest, Capabilities, Error, ExpiryClock, FencingToken, KeyState,
+    Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::{AssertSqlSafe, Executor, Row};
 use tokio::time::Instant;
 
-use crate::client::{Backoff, Client, Guarded};
+use crate::client::Client;
 use crate::config::{MysqlOptions, TableName, lock_wait_secs};
-use crate::error::{self, BACKEND, ErrCtx, MyError};
-use crate::fenced::{FencedTx, MysqlFencedResource};
+use crate::error::{self, BACKEND, ErrCtx};
+use crate::fenced::FencedTx;
+use crate::inspect::holder_from;
 use crate::protocol::Statements;
 use crate::schema;
 
@@ -61,7 +60,7 @@ const LONGEST_POOL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// A cloneable handle: clones share the pool.
 #[derive(Debug, Clone)]
 pub struct MysqlLeaseStore {
-    client: Arc<Client>,
+    pub(crate) client: Arc<Client>,
 }
 
 impl MysqlLeaseStore {
@@ -102,7 +101,7 @@ impl MysqlLeaseStore {
         let pool = pool_options
             .connect_with(connect_options)
             .await
-            .map_err(|e| error::map_unsent(e, err_ctx("connect", &options)))?;
+            .map_err(|e| error::map_unsent("connect", e, err_ctx(&options)))?;
         let store = MysqlLeaseStore::from_pool(pool, options);
         if store.options().migrate() {
             if let Err(e) = store.migrate().await
@@ -158,16 +157,6 @@ impl MysqlLeaseStore {
     /// The statements this store sends.
     pub fn statements(&self) -> &Statements {
         &self.client.sql
-    }
-
-    /// The high-water-mark [`FencedResource`](leasehold_core::FencedResource) next to this
-    /// store's lease table (`<table>_fence`), sharing the pool.
-    pub fn fenced_resource(&self) -> MysqlFencedResource {
-        MysqlFencedResource::from_pool(
-            self.pool().clone(),
-            self.table(),
-            self.options().op_timeout(),
-        )
     }
 
     /// Creates the lease table, its floor table, the high-water-mark table and the token
@@ -272,18 +261,14 @@ impl MysqlLeaseStore {
         let mut n = 0;
         for stmt in &c.sql.delete_prefix {
             n += c
-                .bounded("delete", async {
-                    let mut conn = Guarded::acquire(&c.pool).await?;
-                    let r = sqlx::query(AssertSqlSafe(stmt.as_str()))
+                .query("delete", async |conn| {
+                    sqlx::query(AssertSqlSafe(stmt.as_str()))
                         .bind(prefix)
                         .bind(prefix)
-                        .execute(conn.get())
-                        .await;
-                    conn.finish();
-                    Ok(r?)
+                        .execute(&mut *conn)
+                        .await
                 })
-                .await
-                .map_err(|e| e.into_error(c.cx("delete")))?
+                .await?
                 .rows_affected();
         }
         Ok(n)
@@ -291,19 +276,19 @@ impl MysqlLeaseStore {
 }
 
 /// What one acquire attempt found.
-enum Acquired {
+pub(crate) enum Acquired {
     Granted(u64),
     Held(MySqlRow),
 }
 
 /// One acquire attempt on `conn` (see [`MysqlLeaseStore`]): a conflict reported by the server
 /// is retried by the caller on a new connection.
-async fn acquire_on(
+pub(crate) async fn acquire_on(
     conn: &mut MySqlConnection,
     sql: &Statements,
     req: &AcquireRequest,
     ttl: RoundedTtl,
-) -> std::result::Result<Acquired, MyError> {
+) -> std::result::Result<Acquired, sqlx::Error> {
     let ttl_us = ttl.as_i64().saturating_mul(1000);
     loop {
         let r = sqlx::query(AssertSqlSafe(sql.acquire_free.as_str()))
@@ -351,64 +336,12 @@ async fn acquire_on(
     }
 }
 
-/// How many requests of an [`acquire_many`](LeaseStore::acquire_many) one transaction
-/// decides: its row locks are held until its commit, and the whole transaction must fit in the
-/// operation timeout.
-const ACQUIRE_MANY_CHUNK: usize = 250;
-
-/// How many transactions of one [`acquire_many`](LeaseStore::acquire_many) run at once.
-const ACQUIRE_MANY_TXNS: usize = 8;
-
-/// One chunk of an [`acquire_many`](LeaseStore::acquire_many) decided in one transaction on a
-/// pooled connection, within the operation timeout, run again after a conflict: the chunk, the
-/// instant its transaction was first sent, and what each request found.
-async fn decide_chunk<'a>(
-    c: &Client,
-    reqs: &[AcquireRequest],
-    chunk: &'a [(usize, RoundedTtl)],
-) -> Result<(&'a [(usize, RoundedTtl)], Instant, Vec<Acquired>)> {
-    let sent = Instant::now();
-    let found = c
-        .bounded("acquire", async {
-            let mut backoff = Backoff::new();
-            loop {
-                let mut conn = Guarded::acquire(&c.pool).await?;
-                let r = acquire_chunk(conn.get(), &c.sql, reqs, chunk).await;
-                conn.finish();
-                if let Some(r) = backoff.retry("acquire", r).await {
-                    return r;
-                }
-            }
-        })
-        .await
-        .map_err(|e| e.into_error(c.cx("acquire")))?;
-    Ok((chunk, sent, found))
-}
-
-/// The requests `chunk` (indexes into `reqs`, in key order, with their rounded TTLs) decided
-/// by [`acquire_on`] in one transaction on `conn`.
-async fn acquire_chunk(
-    conn: &mut MySqlConnection,
-    sql: &Statements,
-    reqs: &[AcquireRequest],
-    chunk: &[(usize, RoundedTtl)],
-) -> std::result::Result<Vec<Acquired>, MyError> {
-    use sqlx::Connection;
-    let mut tx = conn.begin().await?;
-    let mut found = Vec::with_capacity(chunk.len());
-    for &(i, ttl) in chunk {
-        found.push(acquire_on(&mut tx, sql, &reqs[i], ttl).await?);
-    }
-    tx.commit().await?;
-    Ok(found)
-}
-
 /// The session's `LAST_INSERT_ID()`: the value of the last `LAST_INSERT_ID(expr)` this
 /// connection evaluated.
-async fn last_insert_id(conn: &mut MySqlConnection) -> std::result::Result<u64, MyError> {
-    Ok(sqlx::query_scalar(crate::protocol::LAST_INSERT_ID)
+async fn last_insert_id(conn: &mut MySqlConnection) -> std::result::Result<u64, sqlx::Error> {
+    sqlx::query_scalar(crate::protocol::LAST_INSERT_ID)
         .fetch_one(&mut *conn)
-        .await?)
+        .await
 }
 
 /// The URL's options applied on top of `options`, and the driver's pool and connect options.
@@ -471,49 +404,11 @@ fn pool_config(
 }
 
 /// The error context of an operation before the store exists.
-fn err_ctx<'a>(operation: &'static str, options: &'a MysqlOptions) -> ErrCtx<'a> {
+fn err_ctx(options: &MysqlOptions) -> ErrCtx<'_> {
     ErrCtx {
-        operation,
         table: options.table(),
         timeout: options.op_timeout(),
     }
-}
-
-/// Text from a binary column.
-fn text(row: &MySqlRow, col: &str) -> std::result::Result<String, sqlx::Error> {
-    let bytes: Vec<u8> = row.try_get(col)?;
-    String::from_utf8(bytes).map_err(|e| sqlx::Error::Decode(Box::new(e)))
-}
-
-/// A holder from a row of [`Statements::holder`]: the remaining time (at most the TTL) and the
-/// TTL (the row's, or the remaining time for rows written by other tools).
-fn holder_from(key: &LeaseKey, row: &MySqlRow, cx: ErrCtx<'_>) -> Result<Holder> {
-    let owner = text(row, "owner").map_err(|e| error::map(e, cx))?;
-    let token: i64 = row
-        .try_get("fencing_token")
-        .map_err(|e| error::map(e, cx))?;
-    let ttl_ms: Option<i64> = row.try_get("ttl_ms").map_err(|e| error::map(e, cx))?;
-    let remaining_us: Option<i64> = row.try_get("remaining_us").map_err(|e| error::map(e, cx))?;
-    let token = decode_token(BACKEND, key.as_str(), token)?;
-    let remaining = Duration::from_micros(
-        remaining_us
-            .and_then(|us| u64::try_from(us).ok())
-            .unwrap_or(0)
-            .max(1),
-    );
-    let (remaining, ttl) = match ttl_ms.map(u64::try_from) {
-        Some(Ok(ms)) if ms > 0 => {
-            let ttl = Duration::from_millis(ms);
-            (remaining.min(ttl), ttl)
-        }
-        _ => (remaining, remaining),
-    };
-    Ok(Holder {
-        owner: decode_owner(BACKEND, key.as_str(), &owner)?,
-        token,
-        remaining,
-        ttl,
-    })
 }
 
 /// A granted token from the OK packet's insert id (`LAST_INSERT_ID(expr)`).
@@ -522,6 +417,42 @@ fn granted_token(key: &LeaseKey, id: u64) -> Result<FencingToken> {
         leasehold_core::backend::corrupt(BACKEND, key.as_str(), format_args!("token {id}"))
     })?;
     decode_token(BACKEND, key.as_str(), id)
+}
+
+/// `ttl` checked against [`MIN_TTL`] and the largest TTL, rounded up to whole milliseconds.
+pub(crate) fn grantable_ttl(ttl: Duration) -> Result<RoundedTtl> {
+    validate_ttl(ttl, MIN_TTL).and_then(|()| ttl_millis(ttl))
+}
+
+/// The outcome of a request from what its acquire attempt found: a grant (the lease, its local
+/// deadline counted from `sent`) or the holder. `what` is the debug line of a grant.
+pub(crate) fn outcome(
+    req: &AcquireRequest,
+    found: Acquired,
+    ttl: RoundedTtl,
+    sent: Instant,
+    what: &'static str,
+    cx: ErrCtx<'_>,
+) -> Result<AcquireOutcome> {
+    match found {
+        Acquired::Granted(id) => {
+            let token = granted_token(&req.key, id)?;
+            tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "{what}");
+            Ok(AcquireOutcome::Acquired(granted_lease(
+                req.key.clone(),
+                req.owner.clone(),
+                token,
+                ttl.granted(),
+                req.drift_margin(),
+                sent,
+            )))
+        }
+        Acquired::Held(row) => {
+            let holder = holder_from(&req.key, &row, "acquire", cx)?;
+            tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
+            Ok(AcquireOutcome::Held(holder))
+        }
+    }
 }
 
 #[async_trait]
@@ -541,43 +472,15 @@ impl LeaseStore for MysqlLeaseStore {
     }
 
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        validate_ttl(req.ttl, MIN_TTL)?;
-        let ttl = ttl_millis(req.ttl)?;
+        let ttl = grantable_ttl(req.ttl)?;
         let sent = Instant::now();
         let c = &self.client;
         let found = c
-            .bounded("acquire", async {
-                let mut backoff = Backoff::new();
-                loop {
-                    let mut conn = Guarded::acquire(&c.pool).await?;
-                    let r = acquire_on(conn.get(), &c.sql, req, ttl).await;
-                    conn.finish();
-                    if let Some(r) = backoff.retry("acquire", r).await {
-                        return r;
-                    }
-                }
+            .query_retrying("acquire", async |conn| {
+                acquire_on(conn, &c.sql, req, ttl).await
             })
-            .await
-            .map_err(|e| e.into_error(c.cx("acquire")))?;
-        match found {
-            Acquired::Granted(id) => {
-                let token = granted_token(&req.key, id)?;
-                tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired");
-                Ok(AcquireOutcome::Acquired(granted_lease(
-                    req.key.clone(),
-                    req.owner.clone(),
-                    token,
-                    ttl.granted(),
-                    req.drift_margin(),
-                    sent,
-                )))
-            }
-            Acquired::Held(row) => {
-                let holder = holder_from(&req.key, &row, c.cx("acquire"))?;
-                tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
-                Ok(AcquireOutcome::Held(holder))
-            }
-        }
+            .await?;
+        outcome(req, found, ttl, sent, "lease acquired", c.cx())
     }
 
     /// One transaction per 250 requests (`ACQUIRE_MANY_CHUNK`), 8 at once (`ACQUIRE_MANY_TXNS`), in key
@@ -588,85 +491,25 @@ impl LeaseStore for MysqlLeaseStore {
     /// chunk back and runs it again, as for a single acquire. Requests with an invalid TTL get
     /// their error in their slot and are not sent.
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
-        leasehold_core::store::validate_acquire_many(reqs)?;
-        let mut slots: Vec<Option<Result<AcquireOutcome>>> = Vec::with_capacity(reqs.len());
-        let mut batch = Vec::with_capacity(reqs.len());
-        for (i, req) in reqs.iter().enumerate() {
-            match validate_ttl(req.ttl, MIN_TTL).and_then(|()| ttl_millis(req.ttl)) {
-                Ok(ttl) => {
-                    batch.push((i, ttl));
-                    slots.push(None);
-                }
-                Err(e) => slots.push(Some(Err(e))),
-            }
-        }
-        batch.sort_unstable_by(|a, b| reqs[a.0].key.cmp(&reqs[b.0].key));
-        let c = &self.client;
-        // Chunks are disjoint and each locks its keys in ascending order, so the transactions
-        // in flight at once cannot deadlock each other.
-        let mut chunks = batch.chunks(ACQUIRE_MANY_CHUNK);
-        let mut in_flight = futures::stream::FuturesOrdered::new();
-        loop {
-            while in_flight.len() < ACQUIRE_MANY_TXNS {
-                match chunks.next() {
-                    Some(chunk) => in_flight.push_back(decide_chunk(c, reqs, chunk)),
-                    None => break,
-                }
-            }
-            let Some(done) = futures::StreamExt::next(&mut in_flight).await else {
-                break;
-            };
-            let (chunk, sent, found) = done?;
-            for (&(i, ttl), found) in chunk.iter().zip(found) {
-                let req = &reqs[i];
-                slots[i] = Some(match found {
-                    Acquired::Granted(id) => granted_token(&req.key, id).map(|token| {
-                        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "lease acquired (batch)");
-                        AcquireOutcome::Acquired(granted_lease(
-                            req.key.clone(),
-                            req.owner.clone(),
-                            token,
-                            ttl.granted(),
-                            req.drift_margin(),
-                            sent,
-                        ))
-                    }),
-                    Acquired::Held(row) => {
-                        holder_from(&req.key, &row, c.cx("acquire")).map(AcquireOutcome::Held)
-                    }
-                });
-            }
-        }
-        Ok(slots.into_iter().flatten().collect())
+        self.acquire_batch(reqs).await
     }
 
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        validate_ttl(lease.ttl(), MIN_TTL)?;
-        let ttl = ttl_millis(lease.ttl())?;
+        let ttl = grantable_ttl(lease.ttl())?;
         let sent = Instant::now();
         let c = &self.client;
         let done = c
-            .bounded("renew", async {
-                let mut backoff = Backoff::new();
-                loop {
-                    let mut conn = Guarded::acquire(&c.pool).await?;
-                    let r = sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
-                        .bind(ttl.as_i64().saturating_mul(1000))
-                        .bind(ttl.as_i64())
-                        .bind(lease.key().as_str())
-                        .bind(lease.owner().as_str())
-                        .bind(lease.token().to_i64())
-                        .execute(conn.get())
-                        .await
-                        .map_err(MyError::from);
-                    conn.finish();
-                    if let Some(r) = backoff.retry("renew", r).await {
-                        return r;
-                    }
-                }
+            .query_retrying("renew", async |conn| {
+                sqlx::query(AssertSqlSafe(c.sql.renew.as_str()))
+                    .bind(ttl.as_i64().saturating_mul(1000))
+                    .bind(ttl.as_i64())
+                    .bind(lease.key().as_str())
+                    .bind(lease.owner().as_str())
+                    .bind(lease.token().to_i64())
+                    .execute(&mut *conn)
+                    .await
             })
-            .await
-            .map_err(|e| e.into_error(c.cx("renew")))?;
+            .await?;
         if done.rows_affected() == 1 {
             tracing::trace!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "lease renewed");
             Ok(RenewOutcome::Renewed(lease.renewed(ttl.granted(), sent)))
@@ -679,25 +522,15 @@ impl LeaseStore for MysqlLeaseStore {
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let c = &self.client;
         let done = c
-            .bounded("release", async {
-                let mut backoff = Backoff::new();
-                loop {
-                    let mut conn = Guarded::acquire(&c.pool).await?;
-                    let r = sqlx::query(AssertSqlSafe(c.sql.release.as_str()))
-                        .bind(lease.key().as_str())
-                        .bind(lease.owner().as_str())
-                        .bind(lease.token().to_i64())
-                        .execute(conn.get())
-                        .await
-                        .map_err(MyError::from);
-                    conn.finish();
-                    if let Some(r) = backoff.retry("release", r).await {
-                        return r;
-                    }
-                }
+            .query_retrying("release", async |conn| {
+                sqlx::query(AssertSqlSafe(c.sql.release.as_str()))
+                    .bind(lease.key().as_str())
+                    .bind(lease.owner().as_str())
+                    .bind(lease.token().to_i64())
+                    .execute(&mut *conn)
+                    .await
             })
-            .await
-            .map_err(|e| e.into_error(c.cx("release")))?;
+            .await?;
         if done.rows_affected() == 1 {
             tracing::debug!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "lease released");
             Ok(ReleaseOutcome::Released)
@@ -707,41 +540,7 @@ impl LeaseStore for MysqlLeaseStore {
     }
 
     async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
-        let c = &self.client;
-        let row = c
-            .bounded("inspect", async {
-                let mut conn = Guarded::acquire(&c.pool).await?;
-                let r = sqlx::query(AssertSqlSafe(c.sql.holder.as_str()))
-                    .bind(key.as_str())
-                    .fetch_optional(conn.get())
-                    .await;
-                conn.finish();
-                Ok(r?)
-            })
-            .await
-            .map_err(|e| e.into_error(c.cx("inspect")))?;
-        let cx = c.cx("inspect");
-        let Some(row) = row else {
-            return Ok(KeyState {
-                key: key.clone(),
-                holder: None,
-                last_token: None,
-            });
-        };
-        let token: i64 = row
-            .try_get("fencing_token")
-            .map_err(|e| error::map(e, cx))?;
-        let held: bool = row.try_get("held").map_err(|e| error::map(e, cx))?;
-        let holder = if held {
-            Some(holder_from(key, &row, cx)?)
-        } else {
-            None
-        };
-        Ok(KeyState {
-            key: key.clone(),
-            holder,
-            last_token: Some(decode_token(BACKEND, key.as_str(), token)?),
-        })
+        self.key_state(key).await
     }
 }
 
