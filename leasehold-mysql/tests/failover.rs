@@ -34,10 +34,7 @@ struct Pair {
 
 impl Pair {
     fn setup() -> Pair {
-        let state = std::env::var("LEASE_STATE_DIR")
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| "/tmp/lease-test".to_string());
+        let state = leasehold_testkit::stores::state_dir();
         let dir = PathBuf::from(state).join(format!(
             "mariadb-failover-{}-{}",
             std::process::id(),

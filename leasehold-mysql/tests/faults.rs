@@ -4,7 +4,8 @@
 //! storms (`LEASE_FAULTS_STORMS`, default 20). Each is a named test; a run fails on any
 //! violation (named by kind) and on any error of the test itself.
 //!
-//! Server: `LEASE_MYSQL_URL`, as the main test target.
+//! Server: `LEASE_MYSQL_URL`, as the main test target (through leasehold-testkit's test store
+//! table).
 
 use std::net::ToSocketAddrs;
 use std::time::Duration;
@@ -38,13 +39,11 @@ fn scenario_list() -> Vec<(&'static str, Run)> {
     ]
 }
 
-/// The target: `LEASE_MYSQL_URL` with its `host:port` replaced by the proxy's (`{addr}`), the
-/// tables of the main test target, and the TTLs of the PostgreSQL target.
+/// The target: `LEASE_MYSQL_URL` (or its default in leasehold-testkit's test store table) with
+/// its `host:port` replaced by the proxy's (`{addr}`), the tables of the main test target, and
+/// the TTLs of the PostgreSQL target.
 fn target() -> Result<Target, String> {
-    let url = std::env::var("LEASE_MYSQL_URL")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "mysql://root@127.0.0.1:3306/test".to_string());
+    let url = leasehold_testkit::stores::MYSQL_URL.get();
     let rest = url.split_once("://").ok_or("no scheme")?.1;
     let rest = rest.rsplit_once('@').map_or(rest, |(_, r)| r);
     let hp = rest.split(['/', '?']).next().unwrap_or(rest);

@@ -8,8 +8,9 @@
 //! nothing written.
 //!
 //! Servers: `LEASE_MYSQL_TLS_CERT_URL` (client certificate), `LEASE_MYSQL_TLS_URL` (password, TLS
-//! required for the user), as the script exports them. Missing, the backend is reported
-//! unavailable (a failure under CI / LEASE_TEST_REQUIRE).
+//! required for the user), as the script exports them, read through leasehold-testkit's test
+//! store table (`stores::MYSQL`). Missing, the backend is reported unavailable (a failure under
+//! CI / LEASE_TEST_REQUIRE).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,17 +28,14 @@ const REFUSAL_BOUND: Duration = Duration::from_secs(15);
 /// The table of the suite over TLS (the plain suite's is `lease_my_test`).
 const TABLE: &str = "lease_my_tls";
 
+/// The value of the variable `name` of leasehold-testkit's test store `mysql` (the TLS URLs have
+/// no default), or a configuration error naming it.
 fn env(name: &str) -> leasehold_core::Result<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .ok_or_else(|| {
-            Error::config(
-                "mysql",
-                format!("{name} is not set: run scripts/services/mariadb.sh start"),
-                None,
-            )
-        })
+    leasehold_testkit::stores::MYSQL
+        .var(name)
+        .ok_or_else(|| format!("{name} is not in leasehold-testkit's test store table"))
+        .and_then(|v| v.require())
+        .map_err(|e| Error::config("mysql", e, None))
 }
 
 /// `url` with its query parameter `name` set to `value` (added, or replaced).
