@@ -7,23 +7,23 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use leasehold_core::backend::{corrupt, decode_token, granted_lease, validate_acquire_many};
+use leasehold_core::backend::granted_lease;
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Capabilities, Error, FencingToken, Holder, KeyState, KeyWatch,
-    Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Error, FencingToken, Holder, Lease, LeaseKey, LeaseStore,
+    OwnerId, RenewOutcome, Result,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
 use crate::K8sFencedResource;
 use crate::error::{BACKEND, K8sError};
-use crate::protocol::{MAX_OBJECT_NAME_LEN, Record, parse_resource_version};
-use crate::store::{K8sLeaseStore, expired};
+use crate::protocol::{MAX_OBJECT_NAME_LEN, parse_resource_version};
+use crate::store::K8sLeaseStore;
+use entry::{Assigned, Entry, Term, fnv1a, group_of, judge_term, next_token, validate_set};
 
 /// The number of group objects a [`K8sGroupedStore`] uses unless told otherwise
 /// ([`K8sLeaseStore::grouped`]).
@@ -65,162 +65,10 @@ const MEMBER_ATTEMPTS: u32 = 12;
 /// owner's term; released at once.
 const REVOKE_TTL: Duration = Duration::from_secs(1);
 
-/// One key's entry in its group object: the key's last token (kept after release, so that the
-/// entry also records the key's generation) and, while assigned, whom to and under which term
-/// of which membership Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Entry {
-    pub(crate) token: FencingToken,
-    pub(crate) held: Option<Assigned>,
-}
-
-/// An assignment: the owner, the token of the owner's membership Lease when the key was granted
-/// (the term, "incarnation"), and the TTL in seconds (which membership Lease: one per owner and
-/// TTL).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Assigned {
-    pub(crate) inc: FencingToken,
-    pub(crate) secs: u32,
-    pub(crate) owner: OwnerId,
-}
-
-impl Entry {
-    /// `TOKEN` for a free key, `TOKEN INCARNATION SECONDS OWNER` for an assigned one (an owner
-    /// id has no whitespace, so the encoding is unambiguous).
-    pub(crate) fn encode(&self) -> String {
-        match &self.held {
-            None => self.token.get().to_string(),
-            Some(a) => format!(
-                "{} {} {} {}",
-                self.token.get(),
-                a.inc.get(),
-                a.secs,
-                a.owner.as_str()
-            ),
-        }
-    }
-
-    /// The entry of `key` in group `group`, or a corrupt-record error naming both.
-    pub(crate) fn decode(group: &str, key: &str, text: &str) -> Result<Entry> {
-        let bad = |what: &str| corrupt(BACKEND, key, format_args!("group {group:?}: {what}"));
-        let parts: Vec<&str> = text.split(' ').collect();
-        let token = |s: &str| -> Result<FencingToken> {
-            let n: u64 = s.parse().map_err(|_| bad("token is not a number"))?;
-            decode_token(BACKEND, key, n)
-        };
-        match parts.as_slice() {
-            [t] => Ok(Entry {
-                token: token(t)?,
-                held: None,
-            }),
-            [t, inc, secs, owner] => Ok(Entry {
-                token: token(t)?,
-                held: Some(Assigned {
-                    inc: token(inc)?,
-                    secs: secs
-                        .parse()
-                        .ok()
-                        .filter(|s| *s > 0)
-                        .ok_or_else(|| bad("TTL is not a positive number of seconds"))?,
-                    owner: OwnerId::new(*owner)
-                        .map_err(|_| bad("owner is not a legal owner id"))?,
-                }),
-            }),
-            _ => Err(bad("entry is neither `TOKEN` nor `TOKEN INC SECS OWNER`")),
-        }
-    }
-}
-
-/// FNV-1a, 64 bits: a hash that never changes between builds or platforms (the group of a key
-/// and the name of an owner's membership Lease must be computed alike by every process).
-pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// The group (0..groups) that holds `key`'s entry.
-pub(crate) fn group_of(key: &str, groups: u16) -> u16 {
-    // The remainder is below `groups`, a u16.
-    u16::try_from(fnv1a(key.as_bytes()) % u64::from(groups.max(1))).unwrap_or(0)
-}
-
-/// The token of a grant written by a replace conditioned on group version `rv`: above that
-/// version (every token issued in the group so far is at most its current version, and the
-/// replace writes a version above `rv`) and above the key's recorded token.
-pub(crate) fn next_token(rv: u64, previous: Option<FencingToken>) -> Result<FencingToken> {
-    let at_least = rv.checked_add(1).ok_or_else(|| {
-        Error::store_fault(BACKEND, format!("resourceVersion {rv} overflows"), None)
-    })?;
-    let floor = previous.map_or(0, |p| p.get().saturating_add(1));
-    FencingToken::new(at_least.max(floor))
-}
-
-/// What a reader concludes about an owner's term from the owner's membership Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Term {
-    /// The Lease names the owner with the term's token and this store has not yet seen it
-    /// unchanged for its duration: the keys of the term are held.
-    Live { remaining: Duration, ttl: Duration },
-    /// The Lease still names the owner with the term's token, but this store has seen it
-    /// unchanged for its whole duration: the term may be ended (revoked) by a conditional write.
-    Expired,
-    /// The Lease is gone, free, or names another holder or token: the term is over for good
-    /// (tokens never go back, so that term never returns).
-    Over,
-}
-
-/// Judges the term `inc` of `owner` from the owner's membership Lease record as this store read
-/// it (`None`: no such object) and first saw it (`first_seen`, on this store's monotonic clock),
-/// at `now`. Never compares timestamps written by other hosts.
-pub(crate) fn judge_term(
-    owner: &OwnerId,
-    inc: FencingToken,
-    read: Option<(&Record, Instant)>,
-    now: Instant,
-) -> Term {
-    let Some((rec, first_seen)) = read else {
-        return Term::Over;
-    };
-    if !rec.is_held_by(owner, inc) {
-        return Term::Over;
-    }
-    if expired(rec, first_seen, now) {
-        Term::Expired
-    } else {
-        Term::Live {
-            remaining: (first_seen + rec.duration).saturating_duration_since(now),
-            ttl: rec.duration,
-        }
-    }
-}
-
-/// Checks a set name: a DNS-1123 label of at most [`MAX_SET_LEN`] bytes, not `fence` (whose
-/// group names could meet the fenced resource's ConfigMaps).
-pub(crate) fn validate_set(set: &str) -> Result<()> {
-    let ok = !set.is_empty()
-        && set.len() <= MAX_SET_LEN
-        && set
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !set.starts_with('-')
-        && !set.ends_with('-')
-        && set != "fence";
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::config(
-            BACKEND,
-            format!(
-                "set name {set:?} must be a DNS-1123 label (lowercase letters, digits, '-') of 1 to {MAX_SET_LEN} bytes, and not \"fence\""
-            ),
-            None,
-        ))
-    }
-}
+pub(crate) mod entry;
+mod ops;
+#[cfg(test)]
+mod tests;
 
 /// One group object as read: its name, version and entries (`object` is `None` when it does not
 /// exist yet).
@@ -276,10 +124,10 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///
 /// A key is **held** while its entry names an owner whose membership Lease still carries the
 /// entry's term and has not been seen unchanged for its duration. So:
-/// - [`renew_many`](LeaseStore::renew_many) of all of an owner's keys is **one** conditional
-///   replace of its membership Lease plus one read of the groups (a GET for one or two groups,
-///   one LIST for more) that confirms each key's entry: two requests per owner and TTL, whatever
-///   the number of keys. [`renew`](LeaseStore::renew) costs the same for one key, and extends
+/// - [`renew_many`](LeaseStore::renew_many) of all of an owner's keys is one read of the groups
+///   (a GET for one or two groups, one LIST for more) that checks each key's entry, and **one**
+///   conditional replace of the owner's membership Lease: two requests per owner and TTL,
+///   whatever the number of keys. [`renew`](LeaseStore::renew) costs the same for one key, and extends
 ///   every key of the owner's term (as an etcd lease shared by many keys does).
 /// - [`acquire_many`](LeaseStore::acquire_many) renews (or takes) the owner's membership Lease,
 ///   then writes each group it touches once: a GET and a replace conditioned on the version read,
@@ -785,38 +633,30 @@ impl K8sGroupedStore {
             .and_then(|t| FencingToken::new(t).ok())
     }
 
-    /// Renews the membership Lease of `owner` for `secs` whose term is `term` (the lease's
-    /// handle; `None`: whatever term this store holds, else the one the Lease carries). Returns
-    /// the term renewed and when the renewal was sent, or `None` if that term is over.
+    /// Renews term `term` of `owner`'s membership Lease for `secs`: the Lease this store holds
+    /// if it has that term, else the term as the Lease carries it. Returns when the renewal was
+    /// sent (the term's keys are valid until `sent + ttl - drift`), or `None` if the term is over.
     async fn renew_member(
         &self,
         owner: &OwnerId,
         secs: u32,
         ttl: Duration,
-        term: Option<FencingToken>,
-    ) -> Result<Option<(FencingToken, Instant)>> {
+        term: FencingToken,
+    ) -> Result<Option<Instant>> {
         let mut members = self.members.lock().await;
         let slot = (owner.clone(), secs);
-        let key = self.member_key(owner, secs)?;
-        let local = members.get(&slot).cloned();
-        let lease = match (local, term) {
-            (Some(m), Some(t)) if m.token() == t => m,
-            (Some(m), None) => m,
-            (_, Some(t)) => Lease::resume(key, owner.clone(), t, ttl),
-            (None, None) => match self.inner.inspect(&key).await?.holder {
-                Some(h) if &h.owner == owner => Lease::resume(key, owner.clone(), h.token, ttl),
-                _ => return Ok(None),
-            },
+        let lease = match members.get(&slot) {
+            Some(m) if m.token() == term => m.clone(),
+            _ => Lease::resume(self.member_key(owner, secs)?, owner.clone(), term, ttl),
         };
         let sent = Instant::now();
         match self.inner.renew(&lease).await? {
             RenewOutcome::Renewed(next) => {
-                let t = next.token();
                 members.insert(slot, next);
-                Ok(Some((t, sent)))
+                Ok(Some(sent))
             }
             RenewOutcome::Lost => {
-                if members.get(&slot).map(Lease::token) == Some(lease.token()) {
+                if members.get(&slot).map(Lease::token) == Some(term) {
                     members.remove(&slot);
                 }
                 Ok(None)
@@ -862,467 +702,5 @@ impl K8sGroupedStore {
                 ((owner, secs, inc), term)
             })
             .collect())
-    }
-}
-
-#[async_trait]
-impl LeaseStore for K8sGroupedStore {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    /// Those of [`K8sLeaseStore`]: durable tokens, expiry observed locally, whole-second TTLs
-    /// of at least 1 s, and watch.
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    /// A batch of one ([`acquire_many`](LeaseStore::acquire_many)): a membership renewal (or a
-    /// new term), a GET and a replace of the key's group.
-    ///
-    /// Not cancel safe: a dropped acquire may have granted the key (it is then held until the
-    /// owner's term ends or the owner acquires it again).
-    async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
-        let mut out = self.acquire_many(std::slice::from_ref(req)).await?;
-        out.pop().unwrap_or_else(|| {
-            Err(Error::store_fault(
-                BACKEND,
-                "acquire_many returned no outcome",
-                None,
-            ))
-        })
-    }
-
-    /// A batch of one ([`renew_many`](LeaseStore::renew_many)): the owner's membership Lease
-    /// and a GET of the key's group.
-    ///
-    /// Cancel safe in the sense of [`LeaseStore::renew`]: a dropped renewal may or may not have
-    /// extended the owner's term, and the previous deadline stays correct either way.
-    async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
-        let mut out = self.renew_many(std::slice::from_ref(lease)).await?;
-        out.pop().unwrap_or_else(|| {
-            Err(Error::store_fault(
-                BACKEND,
-                "renew_many returned no outcome",
-                None,
-            ))
-        })
-    }
-
-    /// Frees the key if `lease` holds it: a GET of its group and a replace conditioned on it
-    /// (plus a GET of the owner's membership Lease when this store does not hold a valid one).
-    /// The entry keeps the key's token.
-    ///
-    /// Not cancel safe: a dropped release may or may not have freed the key.
-    async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let index = group_of(lease.key().as_str(), self.groups);
-        let wanted_term = Self::term_of(lease);
-        for _ in 0..MAX_RACES {
-            let group = self.read_group(index).await?;
-            let Some(entry) = group.entries.get(lease.key().as_str()) else {
-                return Ok(ReleaseOutcome::NotHeld);
-            };
-            let Some(held) = &entry.held else {
-                return Ok(ReleaseOutcome::NotHeld);
-            };
-            if &held.owner != lease.owner()
-                || entry.token != lease.token()
-                || wanted_term.is_some_and(|t| t != held.inc)
-            {
-                return Ok(ReleaseOutcome::NotHeld);
-            }
-            let local_live = self
-                .members
-                .lock()
-                .await
-                .get(&(held.owner.clone(), held.secs))
-                .is_some_and(|m| m.token() == held.inc && m.is_valid());
-            if !local_live {
-                let name = self
-                    .inner
-                    .object_name(&self.member_key(&held.owner, held.secs)?);
-                let read = self.inner.read(&name).await?;
-                let term = judge_term(
-                    &held.owner,
-                    held.inc,
-                    read.as_ref().map(|(_, rec, seen)| (rec, *seen)),
-                    Instant::now(),
-                );
-                if !matches!(term, Term::Live { .. }) {
-                    return Ok(ReleaseOutcome::NotHeld);
-                }
-            }
-            let mut entries = group.entries.clone();
-            entries.insert(
-                lease.key().as_str().to_string(),
-                Entry {
-                    token: entry.token,
-                    held: None,
-                },
-            );
-            match self.write_group(&group, &entries).await {
-                Ok(()) => {
-                    tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "grouped lease released");
-                    return Ok(ReleaseOutcome::Released);
-                }
-                Err(K8sError::Conflict) => continue,
-                Err(K8sError::NotFound(_)) => return Ok(ReleaseOutcome::NotHeld),
-                Err(e) => return Err(e.into_error("replace")),
-            }
-        }
-        Err(Error::refused(
-            BACKEND,
-            format!(
-                "lost {MAX_RACES} consecutive write races on group {:?}",
-                self.group_name(index)
-            ),
-            None,
-        ))
-    }
-
-    /// A GET of the key's group and, if the key is assigned, of its owner's membership Lease.
-    ///
-    /// Cancel safe (read only).
-    async fn inspect(&self, key: &LeaseKey) -> Result<KeyState> {
-        let mut out = self.inspect_many(std::slice::from_ref(key)).await?;
-        out.pop()
-            .ok_or_else(|| Error::store_fault(BACKEND, "inspect_many returned no state", None))
-    }
-
-    /// One membership write per distinct owner and TTL among `leases`, then one read of the
-    /// groups they touch (a GET each for one or two groups, else one LIST of the set): a lease
-    /// is renewed when its owner's term was renewed and its entry still names it with its token
-    /// and that term. Outcomes in input order; an invalid TTL is reported in its slot.
-    ///
-    /// Cancel safe in the sense of [`LeaseStore::renew`]: a dropped batch may or may not have
-    /// extended the owners' terms; the previous deadlines stay correct either way.
-    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        let mut out: Vec<Option<Result<RenewOutcome>>> = (0..leases.len()).map(|_| None).collect();
-        // Per membership Lease (owner, seconds) and the term each lease names.
-        let mut by_term: BTreeMap<(OwnerId, u32, Option<FencingToken>), Vec<usize>> =
-            BTreeMap::new();
-        let mut granted = vec![Duration::ZERO; leases.len()];
-        for (i, lease) in leases.iter().enumerate() {
-            match self.inner.grantable_ttl(lease.ttl()) {
-                Ok(r) => {
-                    granted[i] = r.granted();
-                    by_term
-                        .entry((lease.owner().clone(), r.get(), Self::term_of(lease)))
-                        .or_default()
-                        .push(i);
-                }
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let mut renewed: Vec<(usize, FencingToken, Instant)> = Vec::new();
-        for ((owner, secs, term), idxs) in by_term {
-            let ttl = granted[idxs[0]];
-            match self.renew_member(&owner, secs, ttl, term).await? {
-                Some((inc, sent)) => renewed.extend(idxs.into_iter().map(|i| (i, inc, sent))),
-                None => {
-                    for i in idxs {
-                        out[i] = Some(Ok(RenewOutcome::Lost));
-                    }
-                }
-            }
-        }
-        if !renewed.is_empty() {
-            // Read after the membership writes: an entry that still names the lease then was
-            // held at that moment, by a term renewed before it.
-            let mut indices: Vec<u16> = renewed
-                .iter()
-                .map(|(i, _, _)| group_of(leases[*i].key().as_str(), self.groups))
-                .collect();
-            indices.sort_unstable();
-            indices.dedup();
-            let groups = self.read_groups(&indices).await?;
-            for (i, inc, sent) in renewed {
-                let lease = &leases[i];
-                let group = &groups[&group_of(lease.key().as_str(), self.groups)];
-                let held = group.entries.get(lease.key().as_str()).is_some_and(|e| {
-                    e.token == lease.token()
-                        && e.held
-                            .as_ref()
-                            .is_some_and(|a| &a.owner == lease.owner() && a.inc == inc)
-                });
-                out[i] = Some(Ok(if held {
-                    RenewOutcome::Renewed(
-                        lease
-                            .renewed(granted[i], sent)
-                            .with_handle(inc.get().to_string()),
-                    )
-                } else {
-                    tracing::info!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "grouped renewal lost: the key's entry changed or the owner's term ended");
-                    RenewOutcome::Lost
-                }));
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(Error::store_fault(BACKEND, "renewal without outcome", None))
-                })
-            })
-            .collect())
-    }
-
-    /// The groups the keys live in (a GET each for one or two, else one LIST of the set) and
-    /// the membership Leases their entries name (a GET each, at most 16 at once).
-    ///
-    /// Cancel safe (read only).
-    async fn inspect_many(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
-        let mut indices: Vec<u16> = keys
-            .iter()
-            .map(|k| group_of(k.as_str(), self.groups))
-            .collect();
-        indices.sort_unstable();
-        indices.dedup();
-        let groups = self.read_groups(&indices).await?;
-        let entries: Vec<Option<&Entry>> = keys
-            .iter()
-            .map(|k| {
-                groups[&group_of(k.as_str(), self.groups)]
-                    .entries
-                    .get(k.as_str())
-            })
-            .collect();
-        let terms = self.terms_of(entries.iter().flatten().copied()).await?;
-        Ok(keys
-            .iter()
-            .zip(entries)
-            .map(|(key, entry)| {
-                let holder = entry.and_then(|e| {
-                    let a = e.held.as_ref()?;
-                    match terms.get(&(a.owner.clone(), a.secs, a.inc)) {
-                        Some(Term::Live { remaining, ttl }) => Some(Holder {
-                            owner: a.owner.clone(),
-                            token: e.token,
-                            remaining: *remaining,
-                            ttl: *ttl,
-                        }),
-                        _ => None,
-                    }
-                });
-                KeyState {
-                    key: key.clone(),
-                    holder,
-                    last_token: entry.map(|e| e.token),
-                }
-            })
-            .collect())
-    }
-
-    /// Validates the batch, renews (or takes) each distinct owner's membership Lease once, then
-    /// writes each group touched with one conditional replace granting all its free keys (at
-    /// most 8 groups at once), retrying lost races per group.
-    ///
-    /// Not cancel safe: a dropped batch may have granted any of its keys.
-    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
-        validate_acquire_many(reqs)?;
-        let mut out: Vec<Option<Result<AcquireOutcome>>> = (0..reqs.len()).map(|_| None).collect();
-        let mut members: BTreeMap<(OwnerId, u32), Duration> = BTreeMap::new();
-        let mut by_group: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-        for (i, req) in reqs.iter().enumerate() {
-            match self.inner.grantable_ttl(req.ttl) {
-                Ok(r) => {
-                    members.insert((req.owner.clone(), r.get()), r.granted());
-                    by_group
-                        .entry(group_of(req.key.as_str(), self.groups))
-                        .or_default()
-                        .push(i);
-                }
-                Err(e) => out[i] = Some(Err(e)),
-            }
-        }
-        let mut terms = HashMap::with_capacity(members.len());
-        for ((owner, secs), ttl) in members {
-            let (inc, sent) = self.ensure_member(&owner, secs, ttl).await?;
-            terms.insert((owner, secs), (inc, sent, ttl));
-        }
-        let judged = Judged::default();
-        let calls: Vec<_> = by_group
-            .into_iter()
-            .map(|(index, idxs)| self.acquire_in_group(index, idxs, reqs, &terms, &judged))
-            .collect();
-        let results: Vec<Result<Vec<(usize, AcquireOutcome)>>> = stream::iter(calls)
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .collect()
-            .await;
-        for r in results {
-            for (i, outcome) in r? {
-                out[i] = Some(Ok(outcome));
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|o| {
-                o.unwrap_or_else(|| {
-                    Err(Error::store_fault(BACKEND, "acquire without outcome", None))
-                })
-            })
-            .collect())
-    }
-
-    /// Watches the key's group object: any change of the group is a hint.
-    ///
-    /// Cancel safe: nothing is held until the watch is returned.
-    async fn watch(&self, key: &LeaseKey) -> Result<Option<KeyWatch>> {
-        crate::watch::start_on(
-            self.maps.clone(),
-            &self.group_object_name(key),
-            self.inner.request_timeout(),
-        )
-        .await
-        .map(Some)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn token(n: u64) -> FencingToken {
-        FencingToken::new(n).unwrap()
-    }
-
-    #[test]
-    fn entries_round_trip_free_and_assigned() {
-        let free = Entry {
-            token: token(42),
-            held: None,
-        };
-        assert_eq!(free.encode(), "42");
-        assert_eq!(Entry::decode("g", "k", "42").unwrap(), free);
-        let held = Entry {
-            token: token(9001),
-            held: Some(Assigned {
-                inc: token(77),
-                secs: 15,
-                owner: OwnerId::new("worker-3:ab12").unwrap(),
-            }),
-        };
-        assert_eq!(held.encode(), "9001 77 15 worker-3:ab12");
-        assert_eq!(Entry::decode("g", "k", &held.encode()).unwrap(), held);
-    }
-
-    #[test]
-    fn malformed_entries_are_typed_errors_not_panics() {
-        for bad in [
-            "",
-            "x",
-            "0",
-            "-1",
-            "1 2",
-            "1 2 3",
-            "1 2 0 owner",
-            "1 2 x owner",
-            "1 0 3 owner",
-            "1 2 3 owner extra",
-            "1 2 3 ",
-            "18446744073709551616",
-        ] {
-            let err = Entry::decode("grp", "key", bad).unwrap_err();
-            assert!(matches!(err, Error::Backend { .. }), "{bad:?}: {err}");
-            assert!(err.to_string().contains("key"), "{err}");
-        }
-    }
-
-    #[test]
-    fn the_group_of_a_key_is_stable_and_in_range() {
-        // Pinned: every process (and every version of this crate) must agree.
-        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(group_of("a", 16), 0xc);
-        assert_eq!(group_of("anything", 1), 0);
-        let mut counts = [0usize; 16];
-        for i in 0..10_000 {
-            counts[usize::from(group_of(&format!("shard-{i}"), 16))] += 1;
-        }
-        // Spread: no group gets more than twice its share.
-        assert!(counts.iter().all(|&c| c > 300 && c < 1250), "{counts:?}");
-    }
-
-    #[test]
-    fn tokens_are_above_the_version_and_the_recorded_token() {
-        assert_eq!(next_token(10, None).unwrap(), token(11));
-        assert_eq!(next_token(10, Some(token(5))).unwrap(), token(11));
-        assert_eq!(next_token(10, Some(token(20))).unwrap(), token(21));
-        assert!(next_token(u64::MAX, None).is_err());
-    }
-
-    #[test]
-    fn set_names_are_checked() {
-        for ok in ["shards", "a", "shard-set-1"] {
-            assert!(validate_set(ok).is_ok(), "{ok}");
-        }
-        for bad in ["", "Shards", "-a", "a-", "a.b", "fence", &"x".repeat(41)] {
-            assert!(
-                matches!(validate_set(bad), Err(Error::Config { .. })),
-                "{bad}"
-            );
-        }
-    }
-
-    fn record(holder: Option<&str>, token: Option<u64>, secs: u64) -> Record {
-        Record {
-            rv: 100,
-            holder: holder.map(str::to_string),
-            duration: Duration::from_secs(secs),
-            token: token.map(|t| FencingToken::new(t).unwrap()),
-            token_holder: holder.map(str::to_string),
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn terms_are_judged_by_local_elapsed_time_since_first_seen() {
-        let owner = OwnerId::new("w1").unwrap();
-        let seen = Instant::now();
-        let rec = record(Some("w1"), Some(7), 10);
-        let at = |secs: u64| seen + Duration::from_secs(secs);
-        assert_eq!(
-            judge_term(&owner, token(7), Some((&rec, seen)), at(4)),
-            Term::Live {
-                remaining: Duration::from_secs(6),
-                ttl: Duration::from_secs(10)
-            }
-        );
-        assert_eq!(
-            judge_term(&owner, token(7), Some((&rec, seen)), at(10)),
-            Term::Expired
-        );
-        // Another term of the same owner, another holder, a free or missing Lease: over.
-        assert_eq!(
-            judge_term(&owner, token(6), Some((&rec, seen)), at(0)),
-            Term::Over
-        );
-        let other = record(Some("w2"), Some(7), 10);
-        assert_eq!(
-            judge_term(&owner, token(7), Some((&other, seen)), at(0)),
-            Term::Over
-        );
-        let free = record(None, Some(7), 10);
-        assert_eq!(
-            judge_term(&owner, token(7), Some((&free, seen)), at(0)),
-            Term::Over
-        );
-        assert_eq!(judge_term(&owner, token(7), None, at(0)), Term::Over);
-    }
-
-    /// The greatest token ([`FencingToken`] stays within `i64`).
-    const MAX_TOKEN: u64 = i64::MAX as u64;
-
-    proptest! {
-        #[test]
-        fn any_entry_round_trips(t in 1u64..=MAX_TOKEN, inc in 1u64..=MAX_TOKEN, secs in 1u32..=86_400, owner in "[a-z0-9:._-]{1,40}") {
-            let e = Entry { token: token(t), held: Some(Assigned { inc: token(inc), secs, owner: OwnerId::new(owner).unwrap() }) };
-            prop_assert_eq!(Entry::decode("g", "k", &e.encode()).unwrap(), e);
-        }
-
-        #[test]
-        fn decoding_never_panics(s in "\\PC{0,60}") {
-            let _ = Entry::decode("g", "k", &s);
-        }
     }
 }
