@@ -10,6 +10,8 @@
 //! - [`K8sFencedResource`] ([`K8sLeaseStore::fenced_resource`]) implements
 //!   [`leasehold_core::FencedResource`] on ConfigMaps, and shows how a controller carries its term
 //!   into the objects it writes.
+//! - [`K8sGroupedStore`] ([`K8sLeaseStore::grouped`]) implements the same contract for thousands
+//!   of keys held by few owners (a shard set), with a renewal cost per owner instead of per key.
 //! - [`protocol`] holds the exact objects and annotations this backend writes.
 //!
 //! ## Quick start
@@ -90,6 +92,17 @@
 //! `holders_many`, the shard set's scan) reads up to 16 keys with one GET each, concurrently, and
 //! more with one paged LIST of the namespace (500 objects a page); every object listed counts as
 //! an observation for expiry, exactly as a GET.
+//!
+//! ## Thousands of keys: the grouped mode
+//! For many keys held by few owners (a shard set of 10,000 shards over 10 workers), one Lease per
+//! key costs one request per key and renewal interval. [`K8sLeaseStore::grouped`] returns a
+//! [`K8sGroupedStore`]: one membership Lease per owner (and TTL) whose token is the owner's term,
+//! and the keys' assignments in a fixed number of group ConfigMaps, each key still with its own
+//! token that never goes back. Renewing all of an owner's keys costs two requests (a read of the
+//! groups and the membership Lease's conditional replace), whatever the number of keys; a batch
+//! acquire writes each group it touches once. Expiry is then per owner, not per key, and the keys
+//! are not visible to client-go: see [`K8sGroupedStore`] for the layout, costs, guarantees and
+//! assumptions. The default mode above is unchanged.
 //!
 //! ## The client-go rules (LeaseLock interoperability)
 //! | field | meaning (client-go and this crate) |
