@@ -51,6 +51,10 @@
 //! - `election/plan.rs`: the campaign's decisions as pure functions (whom a reservation is for,
 //!   how long to reserve and to wait, when to give up on an unreadable reservation, why a term
 //!   ended, whom to yield to), unit-tested without a store.
+//! - `election/plan_model.rs` (tests only): a bounded model check that steps the plan's decisions
+//!   for 2-3 candidates through every interleaving against an abstract store (one leader, terms
+//!   ordered, reservations honoured, someone leads once faults stop), with a coverage guard and
+//!   negative controls.
 
 use std::fmt;
 use std::sync::Arc;
@@ -549,5 +553,7 @@ mod handover_tests;
 mod instance_tests;
 #[cfg(test)]
 mod namespace_tests;
+#[cfg(test)]
+mod plan_model;
 #[cfg(test)]
 mod reservation_tests;

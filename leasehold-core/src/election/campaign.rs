@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout};
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{self, Reservation};
+use super::plan::{self, Gate, Reservation, Won};
 use super::{DrainGuard, ElectionEvent, Leadership, Role, Setup, StepDownReason};
 use crate::fencing::FencingToken;
 use crate::lease::{AcquireOutcome, AcquireRequest, Lease, LeaseKey, OwnerId};
@@ -71,31 +71,33 @@ pub(super) async fn campaign(
         claim_presence(&presence_sup, &setup, &mut presence).await;
         // A handover reserved for someone else: stay out until it is claimed or expires. A
         // reservation that cannot be read is waited for (up to the bound), never ignored.
-        match known_reservation(&*store, &setup, sup.owner(), sup.config(), &stop).await {
-            None => break,
-            Some(Reservation::ForOther(left)) => {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = sleep(plan::recheck_after(left, tick)) => {}
-                }
-                continue;
+        let Some(seen) = known_reservation(&*store, &setup, sup.owner(), sup.config(), &stop).await
+        else {
+            break;
+        };
+        if let Gate::StayOut(wait) = plan::gate(seen, tick) {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = sleep(wait) => {}
             }
-            Some(Reservation::Clear) => {}
+            continue;
         }
         match sup.acquire_until_cancelled(&key, &stop).await {
             Ok(Acquisition::Acquired(guard)) => {
                 // Acquired while a reservation for someone else stands (or may stand: it cannot
                 // be read): give the key back, without announcing a term.
-                match known_reservation(&*store, &setup, sup.owner(), sup.config(), &stop).await {
+                let seen =
+                    known_reservation(&*store, &setup, sup.owner(), sup.config(), &stop).await;
+                match seen.map(plan::after_acquire) {
                     None => {
                         let _ = guard.release().await;
                         break;
                     }
-                    Some(Reservation::ForOther(_)) => {
+                    Some(Won::GiveBack) => {
                         let _ = guard.release().await;
                         continue;
                     }
-                    Some(Reservation::Clear) => {}
+                    Some(Won::Lead) => {}
                 }
                 failures = 0;
                 lead(&sup, &key, guard, &mut out, &stop, &mut setup).await;
@@ -366,9 +368,7 @@ async fn clear_reservation(
         return;
     };
     if let Ok(Ok(state)) = timeout(op, store.inspect(key)).await
-        && let Some(h) = state
-            .holder
-            .filter(|h| plan::reserved_for_me(&h.owner, &setup.identity, instance))
+        && let Some(h) = plan::to_clear(state.holder, &setup.identity, instance)
     {
         let lease = Lease::resume(key.clone(), h.owner, h.token, ttl);
         let _ = timeout(op, store.release(&lease)).await;

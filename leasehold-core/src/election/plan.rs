@@ -1,6 +1,9 @@
-//! The campaign's decisions, pure: whom a reservation is for, how long to reserve and to wait,
-//! when to give up on an unreadable reservation, why a term ended, whom to yield to. No I/O,
-//! no timers: the [campaign driver](super::campaign) reads the store and sleeps, and asks these.
+//! The campaign's decisions, pure: whom a reservation is for, whether to campaign or stay out
+//! (and how long), whether to lead or give the key back once acquired, which reservation a new
+//! leader clears, how long to reserve and to wait, when to give up on an unreadable reservation,
+//! why a term ended, whom to yield to. No I/O, no timers: the
+//! [campaign driver](super::campaign) reads the store and sleeps, and asks these. The bounded
+//! model check (`plan_model.rs`) steps them for a few candidates through every interleaving.
 
 use std::time::Duration;
 
@@ -41,6 +44,52 @@ pub(super) fn reservation_of(
 /// at most a renewal interval `tick`, at least a millisecond.
 pub(super) fn recheck_after(left: Duration, tick: Duration) -> Duration {
     left.min(tick).max(Duration::from_millis(1))
+}
+
+/// What a candidate does with the reservation it read before it campaigns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// Campaign for the key.
+    Campaign,
+    /// Stay out this long, then read the reservation again.
+    StayOut(Duration),
+}
+
+/// Before acquiring: campaign if the reservation is clear (none, or for this candidate); stay
+/// out while it stands for another ([`recheck_after`], `tick` a renewal interval).
+pub(super) fn gate(reservation: Reservation, tick: Duration) -> Gate {
+    match reservation {
+        Reservation::Clear => Gate::Campaign,
+        Reservation::ForOther(left) => Gate::StayOut(recheck_after(left, tick)),
+    }
+}
+
+/// What a candidate that has just acquired the key does with the reservation it read then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Won {
+    /// Take the lead (a term starts).
+    Lead,
+    /// Give the key back without announcing a term: a reservation stands for another (it may
+    /// have been written after the reading before the acquisition).
+    GiveBack,
+}
+
+/// After acquiring: lead only if the reservation is clear.
+pub(super) fn after_acquire(reservation: Reservation) -> Won {
+    match reservation {
+        Reservation::Clear => Won::Lead,
+        Reservation::ForOther(_) => Won::GiveBack,
+    }
+}
+
+/// The reservation a new leader removes: the one its key's `holder` shows, if it is for this
+/// candidate (`identity` or its `instance`). A reservation for another is left alone.
+pub(super) fn to_clear(
+    holder: Option<Holder>,
+    identity: &OwnerId,
+    instance: &OwnerId,
+) -> Option<Holder> {
+    holder.filter(|h| reserved_for_me(&h.owner, identity, instance))
 }
 
 /// While the reservation cannot be read: the pause before the next read, or `None` once the

@@ -41,6 +41,41 @@ fn a_reservation_is_clear_for_its_identity_or_instance_and_stands_for_others() {
 }
 
 #[test]
+fn a_candidate_campaigns_and_leads_only_while_the_reservation_is_clear() {
+    let ms = Duration::from_millis;
+    let tick = ms(300);
+    assert_eq!(gate(Reservation::Clear, tick), Gate::Campaign);
+    assert_eq!(
+        gate(Reservation::ForOther(ms(5_000)), tick),
+        Gate::StayOut(tick)
+    );
+    assert_eq!(
+        gate(Reservation::ForOther(ms(20)), tick),
+        Gate::StayOut(ms(20)),
+        "until it expires"
+    );
+    assert_eq!(after_acquire(Reservation::Clear), Won::Lead);
+    assert_eq!(
+        after_acquire(Reservation::ForOther(ms(1))),
+        Won::GiveBack,
+        "written between the reading and the acquisition"
+    );
+    // A new leader removes a reservation for itself (identity or instance), not another's.
+    let (id, inst) = (owner("a"), owner("a#0123456789abcdef"));
+    let s = Duration::from_secs(2);
+    assert_eq!(to_clear(None, &id, &inst), None);
+    assert_eq!(
+        to_clear(Some(holder("a", 4, s)), &id, &inst),
+        Some(holder("a", 4, s))
+    );
+    assert_eq!(
+        to_clear(Some(holder("a#0123456789abcdef", 4, s)), &id, &inst),
+        Some(holder("a#0123456789abcdef", 4, s))
+    );
+    assert_eq!(to_clear(Some(holder("b", 4, s)), &id, &inst), None);
+}
+
+#[test]
 fn waits_are_bounded_and_never_zero() {
     let ms = Duration::from_millis;
     assert_eq!(recheck_after(ms(5_000), ms(300)), ms(300));
