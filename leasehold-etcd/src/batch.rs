@@ -38,14 +38,17 @@ impl EtcdLeaseStore {
                 Err(e) => out[i] = Some(Err(e)),
             }
         }
-        // Keys decided one by one by `acquire`: all of them on shared etcd leases (the sweeper's
-        // bookkeeping is acquire's), and keys the batch found held by their own owner (a
-        // same-owner re-acquire replaces the key) or that changed hands too often.
+        // Keys decided one by one by `acquire`: those this store puts on shared etcd leases (the
+        // sweeper's bookkeeping is acquire's), and keys the batch found held by their own owner
+        // (a same-owner re-acquire replaces the key) or that changed hands too often.
         let mut single: Vec<usize> = Vec::new();
-        if self.shared.is_some() {
-            single.extend(valid.iter().map(|v| v.0));
-            valid.clear();
-        }
+        valid.retain(|&(i, _)| {
+            let shared = self.shared_for(&reqs[i].key).is_some();
+            if shared {
+                single.push(i);
+            }
+            !shared
+        });
         let mut pending = self.grant_all(reqs, &valid, &mut out).await?;
         for _ in 0..MAX_ATTEMPTS {
             if pending.is_empty() {

@@ -27,18 +27,36 @@ pub const URL_OPTIONS: &[&str] = &[
 
 /// How grants map to etcd leases.
 ///
+/// The default, [`LeaseSharing::ReservedPerTtl`], gives every key a caller names an etcd lease
+/// of its own (as [`PerGrant`](LeaseSharing::PerGrant): a single lease or an election is
+/// `etcdctl lock`'s lock with an etcd lease of its own, its expiry decided by etcd alone) and
+/// puts the keys the library derives for its many-key structures (the
+/// [reserved](leasehold_core::LeaseKey::reserved) namespace: a shard set's shards, membership
+/// slots and mailboxes, a semaphore's permits, an election's presence and handover keys) on one
+/// shared etcd lease per TTL (as [`PerTtl`](LeaseSharing::PerTtl)). So a shard worker over one
+/// default store renews its thousands of shards with a few keepalives, with nothing to
+/// configure.
+///
 /// ```
+/// use leasehold_core::LeaseKey;
 /// use leasehold_etcd::{EtcdOptions, LeaseSharing};
-/// let options = EtcdOptions::default().with_lease_sharing(LeaseSharing::PerTtl);
-/// assert_eq!(options.lease_sharing(), LeaseSharing::PerTtl);
+/// let sharing = EtcdOptions::default().lease_sharing();
+/// assert_eq!(sharing, LeaseSharing::ReservedPerTtl);
+/// let named = LeaseKey::new("orders")?;
+/// let shard = named.reserved("s.p0")?; // a shard set's key for shard p0 of set "orders"
+/// assert!(!sharing.shares_etcd_lease(&named));
+/// assert!(sharing.shares_etcd_lease(&shard));
+/// assert!(LeaseSharing::PerTtl.shares_etcd_lease(&named));
+/// assert!(!LeaseSharing::PerGrant.shares_etcd_lease(&shard));
+/// # Ok::<(), leasehold_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum LeaseSharing {
-    /// Every grant gets its own etcd lease (the default). Expiry of each key is decided by etcd
-    /// alone; a renewal is one keepalive; a process holding N keys sends N keepalives per
-    /// renewal interval.
-    #[default]
+    /// Every grant gets its own etcd lease. Expiry of each key is decided by etcd alone; a
+    /// renewal is one keepalive; a process holding N keys sends N keepalives per renewal
+    /// interval. (The default until keys in the reserved namespace moved to shared etcd leases:
+    /// [`ReservedPerTtl`](LeaseSharing::ReservedPerTtl) is this for every key a caller names.)
     PerGrant,
     /// All keys one store grants with the same TTL (in whole seconds) share one etcd lease.
     /// Renewals of those keys within a tenth of the TTL share one keepalive, so a process holding
@@ -56,6 +74,33 @@ pub enum LeaseSharing {
     /// key whose holder hangs while the process lives is freed by the sweeper rather than by etcd.
     /// See `docs/adr/0030-etcd-lease-sharing.md`.
     PerTtl,
+    /// The default: keys in the library's [reserved](leasehold_core::LeaseKey::reserved)
+    /// namespace (those [`LeaseKey::is_reserved`](leasehold_core::LeaseKey::is_reserved) names:
+    /// no caller can name one with [`LeaseKey::new`](leasehold_core::LeaseKey::new)) as with
+    /// [`PerTtl`](LeaseSharing::PerTtl), every other key as with
+    /// [`PerGrant`](LeaseSharing::PerGrant). The keys of a shard set, a semaphore or an
+    /// election's presence are held many per process and renewed together; a key a caller names
+    /// keeps an etcd lease of its own. The store's sweeper starts with the first shared etcd
+    /// lease it grants: a store that never grants a reserved key runs none.
+    #[default]
+    ReservedPerTtl,
+}
+
+impl LeaseSharing {
+    /// Whether a grant of `key` goes on a shared etcd lease (one per store and TTL) in this
+    /// mode; otherwise it gets an etcd lease of its own. See [`LeaseSharing`] for an example.
+    pub fn shares_etcd_lease(self, key: &LeaseKey) -> bool {
+        match self {
+            LeaseSharing::PerGrant => false,
+            LeaseSharing::PerTtl => true,
+            LeaseSharing::ReservedPerTtl => key.is_reserved(),
+        }
+    }
+
+    /// Whether any key shares an etcd lease in this mode (the store then keeps shared state).
+    pub(crate) fn shares_any(self) -> bool {
+        self != LeaseSharing::PerGrant
+    }
 }
 
 /// Options of an [`EtcdLeaseStore`](crate::EtcdLeaseStore) and its
@@ -96,14 +141,14 @@ impl fmt::Debug for Password {
 
 impl Default for EtcdOptions {
     /// The default prefixes ([`DEFAULT_PREFIX`], [`DEFAULT_FENCE_PREFIX`]), a 2 s connect
-    /// timeout, a 5 s request timeout and [`LeaseSharing::PerGrant`].
+    /// timeout, a 5 s request timeout and [`LeaseSharing::ReservedPerTtl`].
     fn default() -> Self {
         EtcdOptions {
             prefix: DEFAULT_PREFIX.to_string(),
             fence_prefix: DEFAULT_FENCE_PREFIX.to_string(),
             connect_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(5),
-            lease_sharing: LeaseSharing::PerGrant,
+            lease_sharing: LeaseSharing::ReservedPerTtl,
             tls_ca: None,
             tls_client_cert: None,
             user: None,
@@ -146,7 +191,7 @@ impl EtcdOptions {
         self
     }
 
-    /// Sets how grants map to etcd leases (default [`LeaseSharing::PerGrant`]).
+    /// Sets how grants map to etcd leases (default [`LeaseSharing::ReservedPerTtl`]).
     pub fn with_lease_sharing(mut self, sharing: LeaseSharing) -> Self {
         self.lease_sharing = sharing;
         self
@@ -284,7 +329,8 @@ impl EtcdOptions {
     ///
     /// # Errors
     /// [`Error::Config`] naming the parameter for an unknown, repeated or malformed one (a
-    /// duration without its unit, a sharing mode other than `per_grant` or `per_ttl`, an empty
+    /// duration without its unit, a sharing mode other than `per_grant`, `per_ttl` or
+    /// `reserved_per_ttl`, an empty
     /// TLS file), or `tls_cert` without `tls_key` (or the reverse).
     pub fn with_url(self, url: &str) -> Result<(String, EtcdOptions)> {
         let mut p = leasehold_core::backend::UrlParams::parse(BACKEND, url.trim())?;
@@ -304,7 +350,8 @@ impl EtcdOptions {
         if let Some(sharing) = p.take_with("lease_sharing", |v| match v {
             "per_grant" => Ok(LeaseSharing::PerGrant),
             "per_ttl" => Ok(LeaseSharing::PerTtl),
-            _ => Err("expected per_grant or per_ttl".into()),
+            "reserved_per_ttl" => Ok(LeaseSharing::ReservedPerTtl),
+            _ => Err("expected per_grant, per_ttl or reserved_per_ttl".into()),
         })? {
             o.lease_sharing = sharing;
         }
@@ -583,6 +630,11 @@ mod tests {
             .with_url("etcd://h:1?lease_sharing=per_grant")
             .unwrap();
         assert_eq!(o.lease_sharing(), LeaseSharing::PerGrant);
+        let (_, o) = EtcdOptions::default()
+            .with_lease_sharing(LeaseSharing::PerGrant)
+            .with_url("etcd://h:1?lease_sharing=reserved_per_ttl")
+            .unwrap();
+        assert_eq!(o.lease_sharing(), LeaseSharing::ReservedPerTtl);
         for (query, name) in [
             ("prefx=a/", "prefx"),
             ("connect_timeout=5", "connect_timeout"),
@@ -598,6 +650,26 @@ mod tests {
                 other => panic!("{query}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn by_default_only_reserved_keys_share_an_etcd_lease() {
+        let sharing = EtcdOptions::default().lease_sharing();
+        assert_eq!(sharing, LeaseSharing::default());
+        let set = LeaseKey::new("orders").unwrap();
+        for role in ["s.p0", "m.0", "x.worker-a", "permit.3", "handover"] {
+            let key = set.reserved(role).unwrap();
+            assert!(sharing.shares_etcd_lease(&key), "{key}");
+            assert!(LeaseSharing::PerTtl.shares_etcd_lease(&key), "{key}");
+            assert!(!LeaseSharing::PerGrant.shares_etcd_lease(&key), "{key}");
+        }
+        for named in ["orders", "nightly-report", "a.b-c.d"] {
+            let key = LeaseKey::new(named).unwrap();
+            assert!(!sharing.shares_etcd_lease(&key), "{key}");
+            assert!(LeaseSharing::PerTtl.shares_etcd_lease(&key), "{key}");
+        }
+        assert!(!LeaseSharing::PerGrant.shares_any());
+        assert!(LeaseSharing::PerTtl.shares_any() && sharing.shares_any());
     }
 
     #[test]

@@ -79,11 +79,11 @@
 //!
 //! [`LeaseStore::renew_many`] does the same for a whole batch in few requests: one keepalive per
 //! distinct etcd lease, then the batch's lock keys read back with range requests over their span
-//! (5,000 keys a page), each lease judged as a single renew would judge it. With
-//! [`LeaseSharing::PerTtl`] 10,000 leases of one TTL renew in about three requests.
+//! (5,000 keys a page), each lease judged as a single renew would judge it. On one shared etcd
+//! lease ([`LeaseSharing`]) 10,000 leases of one TTL renew in about three requests.
 //!
 //! ## One etcd lease per grant, or one per TTL
-//! By default ([`LeaseSharing::PerGrant`]) each grant has its own etcd lease: per-key TTLs are
+//! With [`LeaseSharing::PerGrant`] each grant has its own etcd lease: per-key TTLs are
 //! enforced by etcd alone and a release revokes just that lease, but a process holding thousands
 //! of keys renews thousands of etcd leases. With [`LeaseSharing::PerTtl`] all keys a store grants
 //! with the same TTL share one etcd lease, renewals within a tenth of the TTL share one
@@ -94,11 +94,20 @@
 //! (`InvalidInput`) to renew a key that lives on a shared etcd lease. The trade-offs are in
 //! `docs/adr/0030-etcd-lease-sharing.md`.
 //!
-//! **Use [`LeaseSharing::PerTtl`] for a process that holds thousands of keys** (a `leasehold-shard`
-//! worker with many shards). Measured by `leasehold-bench` on a 2-core host with a 3-member etcd
-//! (2026-12-04): with the default, 10,000 shards over 10 workers did not settle within 200 s
-//! (about 10,000 keepalives per renewal interval); with `PerTtl` they split in about a minute
-//! and a dead worker's shards were owned again within TTL + one interval.
+//! **The default, [`LeaseSharing::ReservedPerTtl`], is both, by key**: a key a caller names
+//! ([`LeaseKey::new`](leasehold_core::LeaseKey::new): a single lease, an election's key) gets an
+//! etcd lease of its own, as with `PerGrant` (the lock `etcdctl lock` sees, expiry by etcd
+//! alone); a key of the library's [reserved](leasehold_core::LeaseKey::reserved) namespace (a
+//! `leasehold-shard` set's shards, membership slots and mailboxes, a semaphore's permits, an
+//! election's presence and handover keys) goes on the store's shared etcd lease for its TTL, as
+//! with `PerTtl` ([`LeaseSharing::shares_etcd_lease`]). So a shard worker over a default store
+//! puts all its shards on one etcd lease and renews them with a few requests, with nothing to
+//! configure. Measured by `leasehold-bench` on a 2-core host with a 3-member etcd (2026-12-04):
+//! with one etcd lease per shard, 10,000 shards over 10 workers did not settle within 200 s
+//! (about 10,000 keepalives per renewal interval); with shared etcd leases they split in about a
+//! minute and a dead worker's shards were owned again within TTL + one interval. Choose
+//! `PerTtl` for a process that holds thousands of keys it names itself; `PerGrant` to keep
+//! every key, reserved ones too, on an etcd lease of its own.
 //!
 //! ## Requests
 //! The common path costs what the minimal etcd lease costs (a lease grant, a transaction guarded
@@ -115,8 +124,9 @@
 //!   lease) is released by one transaction comparing the key's create revision and owner (after
 //!   a read of the lock's holder if the lease has no handle), then a revoke of the key's etcd
 //!   lease only if the key sat alone on it. A shared etcd lease is never revoked by a release.
-//! - With [`LeaseSharing::PerTtl`] an acquire is one transaction (plus a keepalive of the
-//!   shared etcd lease at most once a tenth of the TTL) and a release one transaction.
+//! - On a shared etcd lease ([`LeaseSharing::PerTtl`], and the reserved keys by default) an
+//!   acquire is one transaction (plus a keepalive of the shared etcd lease at most once a tenth
+//!   of the TTL) and a release one transaction.
 //!
 //! A release by revocation reports [`ReleaseOutcome::NotHeld`](leasehold_core::ReleaseOutcome::NotHeld)
 //! when etcd no longer knows the etcd lease (expired, released or replaced before). If the lock
@@ -174,7 +184,7 @@
 //! | `fence_prefix` | [`EtcdOptions::with_fence_prefix`] | `fence_prefix=fence/` |
 //! | `connect_timeout` | [`EtcdOptions::with_connect_timeout`] | `connect_timeout=1s` |
 //! | `request_timeout` | [`EtcdOptions::with_request_timeout`] | `request_timeout=3s` |
-//! | `lease_sharing` | [`EtcdOptions::with_lease_sharing`]: `per_grant` or `per_ttl` | `lease_sharing=per_ttl` |
+//! | `lease_sharing` | [`EtcdOptions::with_lease_sharing`]: `per_grant`, `per_ttl` or `reserved_per_ttl` (the default) | `lease_sharing=per_ttl` |
 //! | `tls_ca`, `tls_cert`, `tls_key` | [`EtcdOptions::with_tls_ca`], [`EtcdOptions::with_tls_client_cert`] | `tls_ca=/etc/etcd/ca.crt` |
 //!
 //! ```no_run

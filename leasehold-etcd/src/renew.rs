@@ -29,8 +29,9 @@ use crate::store::{BATCH_CONCURRENCY, EtcdLeaseStore};
 /// A lease whose key was created on a shared etcd lease, given to a store without sharing.
 fn shared_key_without_sharing() -> Error {
     Error::InvalidInput(
-        "this lease's lock key lives on a shared etcd lease (LeaseSharing::PerTtl): renew it \
-         through a store with LeaseSharing::PerTtl, whose sweeper may otherwise delete it"
+        "this lease's lock key lives on a shared etcd lease (LeaseSharing::PerTtl, or a reserved \
+         key with the default LeaseSharing::ReservedPerTtl): renew it through a store that \
+         shares etcd leases (either mode), whose sweeper may otherwise delete it"
             .to_string(),
     )
 }
@@ -267,7 +268,7 @@ impl EtcdLeaseStore {
             .collect();
         futures::stream::iter(distinct)
             .map(|(id, ttl_secs)| async move {
-                let sent = match self.shared.as_ref() {
+                let sent = match self.shared.as_ref().filter(|s| s.owns(id)) {
                     Some(shared) => shared.refresh(self, id, ttl_secs).await?,
                     None => {
                         let sent = Instant::now();
@@ -355,7 +356,7 @@ impl EtcdLeaseStore {
             _ => {}
         }
         let granted = self.time_to_live(lease_id).await?.granted_ttl();
-        let sent = match &self.shared {
+        let sent = match self.shared.as_ref().filter(|s| s.owns(lease_id)) {
             Some(shared) => match shared.refresh(self, lease_id, granted).await? {
                 Some(sent) => sent,
                 None => return Ok(self.lost(lease)),

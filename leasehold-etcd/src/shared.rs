@@ -89,6 +89,9 @@ pub(crate) struct Shared {
     scans: Mutex<HashMap<i64, Scan>>,
     /// Distinguishes the lock keys of one etcd lease.
     nonce: std::sync::atomic::AtomicU64,
+    /// The store handle (without this shared state) the sweeper gets when it starts, with the
+    /// first etcd lease this store grants for sharing; `None` once it started.
+    sweeper: Mutex<Option<EtcdLeaseStore>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -96,12 +99,20 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Shared {
-    /// A fresh shared state and its sweeper, which runs until the state is dropped.
+    /// A fresh shared state. Its sweeper starts with the first etcd lease it grants (a store
+    /// that never puts a key on a shared etcd lease runs none) and runs until the state is
+    /// dropped; `store` must not hold this state, so that the sweeper ends with the store.
     pub(crate) fn start(store: EtcdLeaseStore) -> Arc<Shared> {
         let shared = Arc::new(Shared::default());
-        let weak = Arc::downgrade(&shared);
-        tokio::spawn(sweep(weak, store));
+        *lock(&shared.sweeper) = Some(store);
         shared
+    }
+
+    /// Starts the sweeper if it has not started yet.
+    fn start_sweeper(self: &Arc<Self>) {
+        if let Some(store) = lock(&self.sweeper).take() {
+            tokio::spawn(sweep(Arc::downgrade(self), store));
+        }
     }
 
     /// A suffix that makes a lock key unique even when this store's lease backs the same name
@@ -134,7 +145,7 @@ impl Shared {
     /// grant at a time per TTL: an acquire that finds none while another is granting waits for
     /// that grant and uses it.
     pub(crate) async fn lease_or_grant(
-        &self,
+        self: &Arc<Self>,
         store: &EtcdLeaseStore,
         req: &AcquireRequest,
         ttl_secs: i64,
@@ -148,6 +159,7 @@ impl Shared {
             return Ok(current);
         }
         let (id, sent) = store.grant_exactly(req, ttl_secs).await?;
+        self.start_sweeper();
         self.adopt(ttl_secs, id, sent);
         Ok((id, sent))
     }

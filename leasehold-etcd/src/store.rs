@@ -16,7 +16,9 @@ use leasehold_core::{
     KeyWatch, Lease, LeaseKey, LeaseStore, ReleaseOutcome, RenewOutcome, Result, TokenDurability,
 };
 
-use crate::config::{EtcdOptions, LeaseSharing, Target, target_of};
+#[cfg(doc)]
+use crate::config::LeaseSharing;
+use crate::config::{EtcdOptions, Target, target_of};
 use crate::error::{BACKEND, map, protocol};
 use crate::handle::{Handle, Secret, Tag, check_owner, our_owner, parse_handle, secs};
 use crate::inspect::holder_with;
@@ -40,8 +42,9 @@ pub(crate) const MAX_ATTEMPTS: usize = 8;
 /// A lease on key `k` is the etcd lock named `<prefix>k` (see [`EtcdOptions::with_prefix`]): the
 /// holder is the key under `<prefix>k/` with the lowest create revision, exactly as for
 /// `etcdctl lock` and Go's `concurrency.Mutex`, so all three exclude each other. Each grant
-/// attaches its key to an etcd lease with the granted TTL (its own, or one shared per TTL with
-/// [`LeaseSharing::PerTtl`]), so etcd's clock decides expiry, and the fencing token is the key's
+/// attaches its key to an etcd lease with the granted TTL (its own, or one shared per TTL: see
+/// [`LeaseSharing`]; by default a key a caller names has its own and the library's reserved
+/// keys share one), so etcd's clock decides expiry, and the fencing token is the key's
 /// create revision (see the crate docs for why it never goes back). Every ownership change is one
 /// transaction that compares create revisions.
 ///
@@ -66,7 +69,8 @@ pub struct EtcdLeaseStore {
     pub(crate) options: Arc<EtcdOptions>,
     pub(crate) endpoints: Arc<[String]>,
     pub(crate) min_ttl: Duration,
-    /// Present with [`LeaseSharing::PerTtl`].
+    /// Present unless the store runs [`LeaseSharing::PerGrant`]: the shared etcd leases of the
+    /// keys [`EtcdOptions::lease_sharing`] puts on one ([`EtcdLeaseStore::shared_for`]).
     pub(crate) shared: Option<Arc<Shared>>,
     /// The key of the tags this store puts in handles (see [`Secret`]).
     pub(crate) secret: Arc<Secret>,
@@ -178,7 +182,7 @@ impl EtcdLeaseStore {
             put_delay: Arc::new(AtomicU64::new(0)),
         };
         store.min_ttl = store.probe_min_ttl().await?;
-        if store.options.lease_sharing() == LeaseSharing::PerTtl {
+        if store.options.lease_sharing().shares_any() {
             // The sweeper gets a handle without the shared state, so that it ends with the store.
             store.shared = Some(Shared::start(store.clone()));
         }
@@ -267,10 +271,19 @@ impl EtcdLeaseStore {
         holder_with(kv, ttl)
     }
 
+    /// The shared state a grant of `key` goes through, if this store's
+    /// [`LeaseSharing`] puts `key` on a shared etcd lease
+    /// ([`LeaseSharing::shares_etcd_lease`]); `None`: an etcd lease of its own.
+    pub(crate) fn shared_for(&self, key: &LeaseKey) -> Option<&Arc<Shared>> {
+        self.shared
+            .as_ref()
+            .filter(|_| self.options.lease_sharing().shares_etcd_lease(key))
+    }
+
     /// Gives back the etcd lease an acquire granted and did not use: revoked if it is one of
-    /// its own; a shared one stays for the store's other keys.
-    async fn give_back(&self, lease_id: i64) {
-        if self.shared.is_none() {
+    /// its own (`shared` false); a shared one stays for the store's other keys.
+    async fn give_back(&self, lease_id: i64, shared: bool) {
+        if !shared {
             self.revoke_quietly(lease_id).await;
         }
     }
@@ -367,23 +380,24 @@ impl LeaseStore for EtcdLeaseStore {
             .with_ttl_granularity(Duration::from_secs(1))
     }
 
-    /// Grants (or, with [`LeaseSharing::PerTtl`], reuses) the etcd lease first, then sends one
-    /// transaction that creates the lock key if the lock is free and otherwise reads its holder:
-    /// two requests for a grant, as the minimal etcd lease takes. A refused acquire then asks
-    /// the holder's etcd lease for its remaining TTL and revokes the etcd lease it granted for
-    /// itself (concurrently). The same owner re-acquiring its own key replaces it in a second
+    /// Grants (or, for a key the store's [`LeaseSharing`] shares, reuses) the etcd lease
+    /// first, then sends one transaction that creates the lock key if the lock is free and
+    /// otherwise reads its holder: two requests for a grant, as the minimal etcd lease takes. A
+    /// refused acquire then asks the holder's etcd lease for its remaining TTL and revokes the
+    /// etcd lease it granted for itself (concurrently). The same owner re-acquiring its own key replaces it in a second
     /// transaction and revokes the old key's etcd lease.
     ///
     /// # Cancellation safety
     /// Not cancel safe: a dropped acquire may have granted the key (it then expires after its
-    /// TTL, or with [`LeaseSharing::PerTtl`] is deleted by the sweeper: within about 100 ms of
+    /// TTL, or on a shared etcd lease is deleted by the sweeper: within about 100 ms of
     /// being given up if the put has committed by then, else within about one TTL of its commit;
     /// see [`LeaseSharing::PerTtl`]).
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         let ttl_secs = self.grantable_ttl(req.ttl)?.as_i64();
         check_owner(&req.owner)?;
         let prefix = self.mutex_prefix(&req.key);
-        let (lease_id, sent, nonce) = match &self.shared {
+        let sharing = self.shared_for(&req.key);
+        let (lease_id, sent, nonce) = match sharing {
             Some(shared) => {
                 let (id, sent) = shared.lease_or_grant(self, req, ttl_secs).await?;
                 (id, sent, Some(shared.next_nonce()))
@@ -415,7 +429,7 @@ impl LeaseStore for EtcdLeaseStore {
             // With a shared etcd lease, the key is recorded before the put is sent: if the
             // outcome never becomes known (an error, or this future dropped), the sweeper deletes
             // it.
-            let pending = self.shared.as_ref().map(|shared| {
+            let pending = sharing.map(|shared| {
                 shared.pending(
                     lock_key.as_bytes(),
                     lease_id,
@@ -436,7 +450,7 @@ impl LeaseStore for EtcdLeaseStore {
                     // The outcome is unknown: revoking removes a grant that may have happened;
                     // with a shared etcd lease, `pending` is dropped here and the sweeper
                     // deletes the key if the put happened.
-                    if self.shared.is_none() {
+                    if sharing.is_none() {
                         self.revoke_quietly(lease_id).await;
                     }
                     return Err(e);
@@ -456,7 +470,7 @@ impl LeaseStore for EtcdLeaseStore {
                     _ => None,
                 });
                 let Some((current, count)) = read else {
-                    self.give_back(lease_id).await;
+                    self.give_back(lease_id, sharing.is_some()).await;
                     return Err(protocol("acquire txn failed without its holder read"));
                 };
                 previous = match current {
@@ -471,8 +485,8 @@ impl LeaseStore for EtcdLeaseStore {
                     // (they come first: replacing our key would hand the lock to the oldest
                     // waiter). The etcd lease granted for this acquire is not needed.
                     Some(kv) => {
-                        let (holder, ()) =
-                            futures::join!(self.holder_of(&kv), self.give_back(lease_id));
+                        let gone = self.give_back(lease_id, sharing.is_some());
+                        let (holder, ()) = futures::join!(self.holder_of(&kv), gone);
                         return Ok(AcquireOutcome::Held(holder?));
                     }
                 };
@@ -513,7 +527,7 @@ impl LeaseStore for EtcdLeaseStore {
             return Ok(AcquireOutcome::Acquired(lease));
         }
         // Every attempt's transaction failed its comparison: nothing was granted.
-        self.give_back(lease_id).await;
+        self.give_back(lease_id, sharing.is_some()).await;
         Err(Error::refused(
             BACKEND,
             format!(
@@ -524,14 +538,16 @@ impl LeaseStore for EtcdLeaseStore {
         ))
     }
 
-    /// With one etcd lease per grant ([`LeaseSharing::PerGrant`], the default): each key's
+    /// For the keys with an etcd lease of their own ([`LeaseSharing::PerGrant`], and the keys
+    /// a caller names with the default [`LeaseSharing::ReservedPerTtl`]): each key's
     /// etcd lease is granted first (at most 64 grants in flight), then the lock keys are created
     /// by transactions of up to 128 keys ([`protocol::acquire_many_txn`]: every lock free, or
     /// nothing is created and every holder is read). A transaction that found some locks held
     /// refuses those keys (reporting their holders) and tries the free ones again in the next
     /// transaction. Keys held by their own owner alone (a same-owner re-acquire replaces the
-    /// key), keys that changed hands in every attempt, and every key with
-    /// [`LeaseSharing::PerTtl`] are acquired by [`acquire`](LeaseStore::acquire), 64 at once.
+    /// key), keys that changed hands in every attempt, and every key the store puts on a shared
+    /// etcd lease ([`LeaseSharing::shares_etcd_lease`]) are acquired by
+    /// [`acquire`](LeaseStore::acquire), 64 at once.
     ///
     /// # Cancellation safety
     /// Not cancel safe, as [`acquire`](LeaseStore::acquire): a dropped batch may have created
@@ -553,7 +569,7 @@ impl LeaseStore for EtcdLeaseStore {
     }
 
     /// Renews the batch with one keepalive per distinct etcd lease (at most 64 in flight; with
-    /// [`LeaseSharing::PerTtl`] that is about one per TTL in use), then reads all lock keys back
+    /// shared etcd leases that is about one per TTL in use), then reads all lock keys back
     /// with range requests over the span of the batch's keys, 5,000 keys a page: 10,000 leases
     /// on one shared etcd lease cost about three requests. Leases without a handle (resumed) are
     /// renewed one by one, as by [`renew`](LeaseStore::renew).
@@ -620,7 +636,7 @@ impl LeaseStore for EtcdLeaseStore {
     /// (5,000 keys a page, each page jumping to the next prefix still wanted, all pages at the
     /// revision of the first, so every state is of one instant), then asks each distinct etcd
     /// lease of a holder for its remaining TTL (at most 64 requests in flight). With
-    /// [`LeaseSharing::PerTtl`] the holders of one store share few etcd leases; with one etcd
+    /// shared etcd leases the holders of one store share few etcd leases; with one etcd
     /// lease per grant, the TTL requests are one per held key.
     ///
     /// # Cancellation safety

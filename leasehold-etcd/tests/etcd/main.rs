@@ -20,6 +20,7 @@ mod options;
 mod release;
 mod renewal;
 mod sharing;
+mod shards;
 mod support;
 
 use leasehold_etcd::LeaseSharing;

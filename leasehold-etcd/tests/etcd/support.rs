@@ -107,6 +107,7 @@ pub(crate) fn run(sharing: LeaseSharing) -> ! {
         crate::release::cases,
         crate::renewal::cases,
         crate::sharing::cases,
+        crate::shards::cases,
     ]
     .iter()
     .flat_map(|cases| cases(sharing))
