@@ -60,16 +60,23 @@ pub(crate) fn legal_ttl(caps: &Capabilities, d: Duration) -> Duration {
 /// Calls counted by [`Wrapped`] (the bench's own counter; no test kit needed).
 #[derive(Debug, Default)]
 pub(crate) struct Calls {
+    /// Keys asked for: one per `acquire`, one per request of an `acquire_many`.
     acquire: AtomicU64,
+    /// Acquiring calls: one per `acquire` and one per `acquire_many`.
+    acquire_calls: AtomicU64,
     renew: AtomicU64,
     renew_wall_ns: AtomicU64,
     inspect_many: AtomicU64,
 }
 
 impl Calls {
-    /// Acquire calls so far.
+    /// Keys asked for so far: one per `acquire` call, one per request of an `acquire_many`.
     pub(crate) fn acquires(&self) -> u64 {
         self.acquire.load(Ordering::Relaxed)
+    }
+    /// Acquiring calls so far: `acquire` and `acquire_many` calls, one each.
+    pub(crate) fn acquire_calls(&self) -> u64 {
+        self.acquire_calls.load(Ordering::Relaxed)
     }
     /// `inspect_many` calls so far.
     pub(crate) fn inspect_manys(&self) -> u64 {
@@ -123,7 +130,16 @@ impl LeaseStore for Wrapped {
     }
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.calls.acquire.fetch_add(1, Ordering::Relaxed);
+        self.calls.acquire_calls.fetch_add(1, Ordering::Relaxed);
         self.inner.acquire(req).await
+    }
+    /// Forwarded as one batch (the store's own `acquire_many`, not the trait's default loop),
+    /// each request counted as an acquire and the call as one acquiring call.
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        let n = u64::try_from(reqs.len()).unwrap_or(u64::MAX);
+        self.calls.acquire.fetch_add(n, Ordering::Relaxed);
+        self.calls.acquire_calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.acquire_many(reqs).await
     }
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         self.calls.renew.fetch_add(1, Ordering::Relaxed);

@@ -43,6 +43,8 @@ pub(crate) struct ShardRun {
     pub(crate) kill: Phase,
     /// Leases lost by live workers during the whole run (a renewal not confirmed in time).
     pub(crate) lost: u64,
+    /// The split runs against the minimal split, before the rest ([`crate::split`]).
+    pub(crate) splits: std::result::Result<Vec<crate::split::Split>, String>,
 }
 
 /// A planned or unplanned change of membership and what it cost.
@@ -61,6 +63,8 @@ pub(crate) struct ShardPlan {
     pub(crate) shards: usize,
     pub(crate) workers: usize,
     pub(crate) ttl: Duration,
+    /// How many runs of the split against the minimal split ([`crate::split`]).
+    pub(crate) split_runs: usize,
 }
 
 /// Counts grants and losses (shared by every worker of a run).
@@ -118,6 +122,10 @@ impl LeaseStore for Link {
     async fn acquire(&self, req: &AcquireRequest) -> Result<AcquireOutcome> {
         self.check("acquire")?;
         self.inner.acquire(req).await
+    }
+    async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
+        self.check("acquire_many")?;
+        self.inner.acquire_many(reqs).await
     }
     async fn renew(&self, lease: &Lease) -> Result<RenewOutcome> {
         self.check("renew")?;
@@ -262,6 +270,22 @@ pub(crate) async fn shard_run(
     // Settling bounds: generous, so that a slow backend reports its figure rather than failing.
     let settle = ttl * 10 + interval * 30;
 
+    // 0. The split against the minimal split, in runs with staggered joins, on sets of their own.
+    let splits = crate::split::split_runs(
+        store,
+        raw,
+        ns,
+        plan.shards,
+        plan.workers,
+        &config,
+        plan.split_runs,
+        settle,
+    )
+    .await;
+    if let Err(e) = &splits {
+        eprintln!("  shards: split runs: {e}");
+    }
+
     // 1. All workers join at once.
     let mut names: Vec<String> = (0..plan.workers).map(|i| format!("w{i}")).collect();
     let started = Instant::now();
@@ -380,5 +404,6 @@ pub(crate) async fn shard_run(
         kill_owned,
         kill,
         lost,
+        splits,
     })
 }

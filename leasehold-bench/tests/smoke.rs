@@ -66,7 +66,7 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
         let rows = section(&report, heading);
         for b in &measured {
             // A row names its backend, followed by its store configuration where that is not
-            // the default (etcd's shard row: `| etcd (LeaseSharing::PerTtl) |`).
+            // the default (etcd's renewal row: `| etcd (LeaseSharing::PerTtl) |`).
             let (plain, configured) = (format!("| {b} |"), format!("| {b} ("));
             let row = rows
                 .lines()

@@ -42,8 +42,8 @@ impl Report {
              key with that lease (the token is the txn's revision), and a txn that deletes the \
              key if its create revision is still the token to release: two writes per pair. The \
              library's `LeaseSharing::PerTtl` is its counterpart (the `etcd (LeaseSharing::PerTtl)` \
-             rows of table 1); the default, `PerGrant`, grants and revokes an etcd lease per \
-             grant: three writes. \
+             rows of table 1); the default gives a named key (all keys here) an etcd lease of its \
+             own, as `PerGrant` does: it grants and revokes an etcd lease per grant, three writes. \
              Kubernetes: a GET and a resourceVersion-guarded REPLACE (or a CREATE), the token \
              being the written resourceVersion, and a REPLACE with an empty holder to release. \
              MySQL / MariaDB: one `INSERT .. ON DUPLICATE KEY UPDATE` on a plain InnoDB table \

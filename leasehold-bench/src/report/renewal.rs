@@ -23,8 +23,9 @@ impl Report {
              figure counts one request per lease, sent at most {RENEW_CONCURRENCY} at once, and \
              *renew wall ms / interval* is the time spent in those batches (summed over \
              overlapping calls). Backends with several configurations get one row each, the \
-             default first (etcd: `LeaseSharing::PerGrant`, one etcd lease and so one keepalive \
-             per grant, and `PerTtl`, one etcd lease shared per TTL). *Server requests* are counted by the server \
+             default first (etcd: the default `LeaseSharing::ReservedPerTtl`, which gives each of \
+             these named keys an etcd lease of its own and so one keepalive per grant, and \
+             `PerTtl`, one etcd lease shared per TTL). *Server requests* are counted by the server \
              itself over the same span, where it keeps such a counter (etcd: every gRPC message \
              received, keepalives included, from its `/metrics`; PostgreSQL: transactions of the \
              database in `pg_stat_database`, which backends publish up to 10 s late, so counting \
