@@ -27,7 +27,8 @@
 //!
 //! Coverage guard: each named class of state (a takeover after expiry, a handover claimed by its
 //! successor, a reservation waited on, a key given back, a yield to a preferred candidate, a
-//! reservation cut back, a candidate leaving while it leads) must be reached, so the bounds cannot
+//! reservation cut back, a new leader's clear of its reservation finding it rewritten by that
+//! cut-back, a candidate leaving while it leads) must be reached, so the bounds cannot
 //! make the check vacuous. Negative controls (a plan that ignores the reservation, one that does
 //! not read it again after acquiring, one that never leads) must be caught.
 
@@ -54,6 +55,8 @@ const WITHIN: Duration = Duration::from_secs(1);
 /// reservation (a yield's, the TTL plus the op timeout) and a lost holder's grant running out,
 /// plus one.
 const SETTLE_ROUNDS: usize = 6;
+/// The most candidates (and preferred ranks) a bound may have.
+const MAX: usize = 3;
 /// Steps a candidate may take in one settle round before the clock advances.
 const STEPS_PER_ROUND: usize = 8;
 
@@ -117,6 +120,13 @@ enum Phase {
         token: u64,
         seen: u64,
     },
+    /// Found the reservation held for it with token `clear`; releases it (if it still has that
+    /// token), then announces.
+    Announcing {
+        token: u64,
+        seen: u64,
+        clear: u64,
+    },
     /// Leads with `term`.
     Leading {
         term: u64,
@@ -143,14 +153,14 @@ enum Phase {
     Left,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Cand {
     phase: Phase,
     /// Its renewals fail (a lost renewal fault) until its grant is lost.
     stalled: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct State {
     now: u8,
     key: Option<Grant>,
@@ -158,8 +168,9 @@ struct State {
     resv: Option<Grant>,
     resv_gen: u64,
     /// Per preferred rank: the candidate holding its presence lease.
-    presence: Vec<Option<u8>>,
-    cands: Vec<Cand>,
+    presence: [Option<u8>; MAX],
+    /// The candidates; slots past the bounds' candidates stay `Left`.
+    cands: [Cand; MAX],
     last_term: u64,
     faults: u8,
     handovers: u8,
@@ -178,6 +189,8 @@ struct Found {
     yields: usize,
     handovers: usize,
     cut_backs: usize,
+    /// A new leader's clear of its reservation that found it rewritten (by a cut-back).
+    stale_clears: usize,
     leaves_while_leading: usize,
     max_settle_rounds: usize,
 }
@@ -228,6 +241,7 @@ fn valid(g: Option<Grant>, now: u8) -> Option<Grant> {
 
 impl Model {
     fn new(bounds: Bounds) -> Model {
+        assert!(bounds.candidates.len() <= MAX && bounds.preferred.len() <= MAX);
         let mut names: Vec<&str> = Vec::new();
         for c in bounds.candidates.iter().chain(bounds.absent) {
             if !names.contains(c) {
@@ -275,14 +289,15 @@ impl Model {
             key_gen: 0,
             resv: None,
             resv_gen: 0,
-            presence: vec![None; self.bounds.preferred.len()],
-            cands: vec![
-                Cand {
-                    phase: Phase::Start,
-                    stalled: false,
-                };
-                self.bounds.candidates.len()
-            ],
+            presence: [None; MAX],
+            cands: std::array::from_fn(|c| Cand {
+                phase: if c < self.bounds.candidates.len() {
+                    Phase::Start
+                } else {
+                    Phase::Left
+                },
+                stalled: false,
+            }),
             last_term: 0,
             faults: 0,
             handovers: 0,
@@ -425,21 +440,27 @@ impl Model {
                 }
             }
             Phase::Clearing { token, seen } => {
+                // The driver's clear_reservation: an inspect, then a release of what it showed.
                 let mine =
                     plan::to_clear(self.resv_holder(s), self.identity(c), &self.instances[c]);
-                if let Some(h) = mine
-                    && s.resv.is_some_and(|g| g.token == h.token.get())
-                {
-                    s.resv = None;
+                match mine {
+                    Some(h) => {
+                        s.cands[c].phase = Phase::Announcing {
+                            token,
+                            seen,
+                            clear: h.token.get(),
+                        };
+                    }
+                    None => return Model::announce(s, c, token, seen),
                 }
-                if token <= s.last_term {
-                    return Some(format!(
-                        "candidate {c} announces term {token} after term {}",
-                        s.last_term
-                    ));
+            }
+            Phase::Announcing { token, seen, clear } => {
+                match valid(s.resv, s.now) {
+                    Some(g) if g.token == clear => s.resv = None,
+                    Some(_) => found.stale_clears += 1,
+                    None => {}
                 }
-                s.last_term = token;
-                s.cands[c].phase = Phase::Leading { term: token, seen };
+                return Model::announce(s, c, token, seen);
             }
             Phase::Leading { term, .. } => {
                 // The hold loop's tick: a yield to a better preferred candidate present.
@@ -498,6 +519,19 @@ impl Model {
         None
     }
 
+    /// Candidate `c` announces its term `token`.
+    fn announce(s: &mut State, c: usize, token: u64, seen: u64) -> Option<String> {
+        if token <= s.last_term {
+            return Some(format!(
+                "candidate {c} announces term {token} after term {}",
+                s.last_term
+            ));
+        }
+        s.last_term = token;
+        s.cands[c].phase = Phase::Leading { term: token, seen };
+        None
+    }
+
     /// Leader `c` is asked to hand over to identity `to` (the driver's handover command).
     fn handover(&self, s: &mut State, c: usize, to: u8, found: &mut Found) {
         s.handovers += 1;
@@ -547,6 +581,7 @@ impl Model {
             let held = match s.cands[c].phase {
                 Phase::Acquired { token }
                 | Phase::Clearing { token, .. }
+                | Phase::Announcing { token, .. }
                 | Phase::Leading { term: token, .. }
                 | Phase::Handing { term: token, .. } => token,
                 _ => continue,
@@ -572,7 +607,10 @@ impl Model {
     fn holds(s: &State, c: usize) -> bool {
         matches!(
             s.cands[c].phase,
-            Phase::Acquired { .. } | Phase::Clearing { .. } | Phase::Leading { .. }
+            Phase::Acquired { .. }
+                | Phase::Clearing { .. }
+                | Phase::Announcing { .. }
+                | Phase::Leading { .. }
         )
     }
 
@@ -592,7 +630,7 @@ impl Model {
                     }
                     seen
                 }
-                Phase::Clearing { seen, .. } => seen,
+                Phase::Clearing { seen, .. } | Phase::Announcing { seen, .. } => seen,
                 _ => continue,
             };
             if let Some(g) = valid(s.resv, s.now)
@@ -628,10 +666,10 @@ impl Model {
     fn settle(&self, s: &State) -> Result<usize, String> {
         // What the settling steps reach is not counted as explored.
         let found = &mut Found::default();
-        let mut s = s.clone();
-        if s.cands.iter().all(|c| c.phase == Phase::Left) {
+        if Model::leads(s) || s.cands.iter().all(|c| c.phase == Phase::Left) {
             return Ok(0);
         }
+        let mut s = *s;
         for round in 0..=SETTLE_ROUNDS {
             if Model::leads(&s) {
                 return Ok(round);
@@ -715,7 +753,7 @@ impl Model {
         let mut seen = HashSet::new();
         let mut stack = vec![self.initial()];
         while let Some(s) = stack.pop() {
-            if !seen.insert(s.clone()) {
+            if !seen.insert(s) {
                 continue;
             }
             found.states += 1;
@@ -731,7 +769,7 @@ impl Model {
                 }
             }
             for m in self.moves(&s) {
-                let mut next = s.clone();
+                let mut next = s;
                 match self.apply(&mut next, m, &mut found) {
                     Some(bad) => found.violations.push(bad),
                     None => stack.push(next),
@@ -751,7 +789,7 @@ fn run(bounds: Bounds) -> Found {
     eprintln!(
         "{bounds:?}: {} states in {:?}; reached: {} takeovers after expiry, {} handovers and {} yields \
          reserved, {} successor claims, {} waits on a reservation, {} keys given back, {} cut \
-         backs, {} leaves while leading; someone leads within {} s of the faults stopping; \
+         backs, {} clears of a rewritten reservation, {} leaves while leading; someone leads within {} s of the faults stopping; \
          violations: {:?}",
         found.states,
         started.elapsed(),
@@ -762,6 +800,7 @@ fn run(bounds: Bounds) -> Found {
         found.waits,
         found.give_backs,
         found.cut_backs,
+        found.stale_clears,
         found.leaves_while_leading,
         found.max_settle_rounds,
         found.violations.first()
@@ -842,6 +881,7 @@ fn every_interleaving_of_the_campaign_keeps_one_leader_honours_reservations_and_
         total.yields += found.yields;
         total.handovers += found.handovers;
         total.cut_backs += found.cut_backs;
+        total.stale_clears += found.stale_clears;
         total.leaves_while_leading += found.leaves_while_leading;
     }
     // Coverage guard: every named class of state is reached, or the properties hold vacuously.
@@ -856,6 +896,10 @@ fn every_interleaving_of_the_campaign_keeps_one_leader_honours_reservations_and_
         ("a reservation waited on", total.waits),
         ("a key given back for a reservation", total.give_backs),
         ("a reservation cut back", total.cut_backs),
+        (
+            "a new leader's clear racing the cut-back",
+            total.stale_clears,
+        ),
         ("a leader leaving", total.leaves_while_leading),
     ];
     for (class, n) in reached {
