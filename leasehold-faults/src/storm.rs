@@ -135,8 +135,7 @@ impl Hook for Recorder {
         let reported = Instant::now();
         let failed = self.failed_probes.clone();
         let probe = tokio::spawn(async move {
-            let Ok(Ok(state)) = timeout(Duration::from_secs(2), observer.inspect(&key)).await
-            else {
+            let Some(state) = probe_read(|| observer.inspect(&key), PROBE_PATIENCE).await else {
                 // The check this read was for did not happen: count it, never drop it.
                 failed.fetch_add(1, Ordering::Relaxed);
                 return;
@@ -171,6 +170,34 @@ impl Hook for Recorder {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(probe);
+    }
+}
+
+/// How long a probe keeps trying to read the store at a loss report. A restart or failover
+/// scenario takes the store down on purpose (a kube-apiserver restart takes several seconds), so a
+/// read at a loss report may fail while it is down; the probe retries until the store answers
+/// again. A late read is still sound: the store's remaining time it finds is a lower bound on the
+/// margin, the false-expiry check compares with the holder's own deadline at the time of the read,
+/// and a loss is only called late when the read came within the loss lead of the report.
+const PROBE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The first successful read of `read`, each attempt bounded by 2 s and retried every 100 ms
+/// until `patience` has passed since the first; `None` when none succeeded (the probe then counts
+/// as failed).
+async fn probe_read<T, E, F, Fut>(mut read: F, patience: Duration) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let give_up = Instant::now() + patience;
+    loop {
+        if let Ok(Ok(state)) = timeout(Duration::from_secs(2), read()).await {
+            return Some(state);
+        }
+        if Instant::now() >= give_up {
+            return None;
+        }
+        sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -518,4 +545,50 @@ fn margins(history: &History) -> Vec<std::time::Duration> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Duration;
+
+    use super::{PROBE_PATIENCE, probe_read};
+
+    /// A store that is down for the first reads (a restart): the probe reads it once it is back.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_reads_the_store_once_it_is_back() {
+        let calls = AtomicU32::new(0);
+        let read = || {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                if n < 5 {
+                    Err("connection refused")
+                } else {
+                    Ok(n)
+                }
+            }
+        };
+        assert_eq!(probe_read(read, PROBE_PATIENCE).await, Some(5));
+    }
+
+    /// A store that hangs, then fails, for longer than the patience: the probe gives up (and is
+    /// counted as failed by its caller), after a bounded wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_gives_up_on_a_store_that_stays_down() {
+        let started = tokio::time::Instant::now();
+        let calls = AtomicU32::new(0);
+        let read = || {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                if n % 2 == 0 {
+                    std::future::pending::<()>().await;
+                }
+                Err::<u32, _>("connection refused")
+            }
+        };
+        assert_eq!(probe_read(read, Duration::from_secs(10)).await, None);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_secs(10), "{waited:?}");
+        assert!(waited <= Duration::from_secs(13), "{waited:?}");
+    }
 }

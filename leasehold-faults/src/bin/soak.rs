@@ -238,6 +238,16 @@ async fn soak_backend(
                         }
                     }
                 }
+                if let Ok(run) = &r
+                    && run.measured.failed_probes > 0
+                {
+                    eprintln!(
+                        "{} failover {}: {} FAILED PROBES (store reads at loss reports)",
+                        t.name,
+                        sc.name(),
+                        run.measured.failed_probes
+                    );
+                }
                 eprintln!("{} failover {} done", t.name, sc.name());
                 let as_measured = r
                     .as_ref()
