@@ -2,8 +2,9 @@
 //! asynchronous failover (ADR 0021). The choice is explicit: refused, warned
 //! about (the default of `connect_with_resource`), or accepted.
 //!
-//! The Redis cases that connect use `LEASE_REDIS_URL` (default `redis://127.0.0.1:6379`) and run
-//! only when the `redis` feature is on (for example `cargo test -p lease -p leasehold-cli`).
+//! The Redis cases that connect use `LEASE_REDIS_URL` (default `redis://127.0.0.1:6379`, from
+//! leasehold-testkit's table of test stores) and run only when the `redis` feature is on (for
+//! example `cargo test -p leasehold --features redis`).
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -93,10 +94,7 @@ fn capture_warnings<F: std::future::Future>(f: F) -> (F::Output, String) {
 
 #[cfg(feature = "redis")]
 fn redis_url() -> String {
-    std::env::var("LEASE_REDIS_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_string())
+    leasehold_testkit::stores::REDIS_URL.get()
 }
 
 #[cfg(feature = "redis")]

@@ -2,18 +2,20 @@
 //! backend reads its options from the query and refuses what it does not know.
 //!
 //! The cases that connect run when their backend's feature is on (as in the workspace test run,
-//! or `cargo test -p lease --features etcd,__docs_rs_k8s_version`). They use the services of
+//! or `cargo test -p leasehold --features etcd,__docs_rs_k8s_version`). They use the services of
 //! `scripts/services/etcd-tls.sh` (`LEASE_ETCD_TLS_ENDPOINTS`, `LEASE_ETCD_TLS_DIR`,
 //! `LEASE_ETCD_TLS_USER`, `LEASE_ETCD_TLS_PASSWORD`) and `scripts/services/k8s.sh` (`KUBECONFIG`,
 //! `LEASE_K8S_NAMESPACE`), and the Sentinel group of `scripts/services/redis-sentinel.sh`
-//! (`LEASE_REDIS_SENTINEL_URL`). A missing service skips with a message, and fails under `CI=true` or
-//! `LEASE_TEST_REQUIRE=1`.
+//! (`LEASE_REDIS_SENTINEL_URL`), read through leasehold-testkit's table of test stores. A case
+//! runs only where its service's first variable is set: unset, it skips with a message, and fails
+//! under `CI=true` or `LEASE_TEST_REQUIRE=1`.
 
 #![cfg(any(feature = "etcd", feature = "k8s", feature = "redis"))]
 
 use std::time::Duration;
 
 use leasehold::{AcquireRequest, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome};
+use leasehold_testkit::stores::{self, TestStore};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -22,22 +24,31 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// `name` from the environment; `None` (after saying so) when it is unset and the run does not
-/// require every backend, a panic when it does.
-fn service_env(name: &str, service: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => Some(v),
-        _ => {
-            let required = std::env::var("LEASE_TEST_REQUIRE").is_ok_and(|v| v == "1")
-                || std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(
-                !required,
-                "{name} is not set: start {service} and source its env file"
-            );
-            eprintln!("SKIPPED: {name} is not set (start {service})");
-            None
-        }
+/// The variables `names` of the test store `store` (leasehold-testkit's table), in order, when
+/// its first variable is set; `None` (after saying so) when it is unset and the run does not
+/// require every backend, a panic when it does (or when a named variable has no value).
+fn service_env<const N: usize>(store: &TestStore, names: [&str; N]) -> Option<[String; N]> {
+    let first = store.vars.first().map_or("", |v| v.name);
+    let service = format!(
+        "scripts/services/{}.sh",
+        store.service.unwrap_or(store.name)
+    );
+    if store.configured_url().is_none() {
+        let required = std::env::var("LEASE_TEST_REQUIRE").is_ok_and(|v| v == "1")
+            || std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(
+            !required,
+            "{first} is not set: start {service} and source its env file"
+        );
+        eprintln!("SKIPPED: {first} is not set (start {service})");
+        return None;
     }
+    Some(names.map(|name| {
+        let var = store
+            .var(name)
+            .unwrap_or_else(|| panic!("{name} is not a variable of {}", store.name));
+        var.require().unwrap_or_else(|e| panic!("{e}"))
+    }))
 }
 
 fn key(name: &str) -> LeaseKey {
@@ -81,12 +92,14 @@ fn config_error_naming(result: leasehold::Result<impl Sized>, url: &str, needles
 #[cfg(feature = "etcd")]
 #[test]
 fn etcd_reads_tls_files_and_user_from_the_url_given_to_connect() {
-    let service = "scripts/services/etcd-tls.sh";
-    let (Some(endpoint), Some(dir), Some(user), Some(password)) = (
-        service_env("LEASE_ETCD_TLS_ENDPOINTS", service),
-        service_env("LEASE_ETCD_TLS_DIR", service),
-        service_env("LEASE_ETCD_TLS_USER", service),
-        service_env("LEASE_ETCD_TLS_PASSWORD", service),
+    let Some([endpoint, dir, user, password]) = service_env(
+        &stores::ETCD_TLS,
+        [
+            "LEASE_ETCD_TLS_ENDPOINTS",
+            "LEASE_ETCD_TLS_DIR",
+            "LEASE_ETCD_TLS_USER",
+            "LEASE_ETCD_TLS_PASSWORD",
+        ],
     ) else {
         return;
     };
@@ -131,10 +144,10 @@ fn etcd_refuses_an_unknown_parameter_given_to_connect() {
 #[cfg(feature = "k8s")]
 #[test]
 fn k8s_reads_every_option_from_the_url_given_to_connect() {
-    let Some(kubeconfig) = service_env("KUBECONFIG", "scripts/services/k8s.sh") else {
+    let Some([kubeconfig, ns]) = service_env(&stores::K8S, ["KUBECONFIG", "LEASE_K8S_NAMESPACE"])
+    else {
         return;
     };
-    let ns = std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into());
     rt().block_on(async {
         let prefix = "url-query-";
         let url =
@@ -189,10 +202,7 @@ fn k8s_reads_every_option_from_the_url_given_to_connect() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_sentinel_url_given_to_connect_finds_the_master() {
-    let Some(url) = service_env(
-        "LEASE_REDIS_SENTINEL_URL",
-        "scripts/services/redis-sentinel.sh",
-    ) else {
+    let Some([url]) = service_env(&stores::REDIS_SENTINEL, ["LEASE_REDIS_SENTINEL_URL"]) else {
         return;
     };
     rt().block_on(async {
