@@ -538,20 +538,23 @@ impl LeaseStore for EtcdLeaseStore {
         ))
     }
 
-    /// For the keys with an etcd lease of their own ([`LeaseSharing::PerGrant`], and the keys
-    /// a caller names with the default [`LeaseSharing::ReservedPerTtl`]): each key's
-    /// etcd lease is granted first (at most 64 grants in flight), then the lock keys are created
-    /// by transactions of up to 128 keys ([`protocol::acquire_many_txn`]: every lock free, or
-    /// nothing is created and every holder is read). A transaction that found some locks held
-    /// refuses those keys (reporting their holders) and tries the free ones again in the next
-    /// transaction. Keys held by their own owner alone (a same-owner re-acquire replaces the
-    /// key), keys that changed hands in every attempt, and every key the store puts on a shared
-    /// etcd lease ([`LeaseSharing::shares_etcd_lease`]) are acquired by
-    /// [`acquire`](LeaseStore::acquire), 64 at once.
+    /// Each key's etcd lease comes first: for a key with an etcd lease of its own
+    /// ([`LeaseSharing::PerGrant`], and the keys a caller names with the default
+    /// [`LeaseSharing::ReservedPerTtl`]) a grant (at most 64 in flight); for a key the store
+    /// shares ([`LeaseSharing::shares_etcd_lease`]) the store's shared etcd lease for its TTL,
+    /// kept alive or granted once per batch. Then the lock keys are created by transactions of
+    /// up to 128 keys ([`protocol::acquire_many_txn`]: every lock free, or nothing is created and
+    /// every holder is read): 10,000 shared keys of one TTL cost about 80 transactions. A
+    /// transaction that found some locks held refuses those keys (reporting their holders) and
+    /// tries the free ones again in the next transaction. Keys held by their own owner alone (a
+    /// same-owner re-acquire replaces the key) and keys that changed hands in every attempt are
+    /// acquired by [`acquire`](LeaseStore::acquire), 64 at once. A key put on a shared etcd
+    /// lease is recorded for the sweeper before its transaction is sent, as by `acquire`.
     ///
     /// # Cancellation safety
     /// Not cancel safe, as [`acquire`](LeaseStore::acquire): a dropped batch may have created
-    /// keys, which expire with their etcd leases after their TTL.
+    /// keys, which expire with their etcd leases after their TTL (on a shared etcd lease, the
+    /// sweeper deletes them, as for a dropped `acquire`).
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
         leasehold_core::store::validate_acquire_many(reqs)?;
         self.acquire_batch(reqs).await

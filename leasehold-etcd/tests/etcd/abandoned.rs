@@ -20,6 +20,7 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
         LeaseSharing::PerTtl => vec![
             case!("etcd", a_dropped_acquire_leaves_no_key_alive),
             case!("etcd", a_failed_acquire_leaves_no_key_alive),
+            case!("etcd", a_dropped_batched_acquire_leaves_no_key_alive),
             case!(
                 "etcd",
                 a_put_committed_after_the_sweepers_read_leaves_no_key_alive
@@ -34,6 +35,8 @@ pub(crate) fn cases(sharing: LeaseSharing) -> Vec<Case> {
 enum Abandon {
     /// The acquire future is dropped (a `timeout` around it, a cancelled task).
     Drop,
+    /// The same, for an `acquire_many` of the one key (its batched transaction).
+    DropBatch,
     /// The connection is reset before the answer arrives: the acquire fails with an error.
     Reset,
 }
@@ -69,7 +72,13 @@ async fn abandoned_acquire_frees_the_key(ctx: Ctx, how: Abandon) -> CaseResult {
     }
     proxy.set_mode(Mode::Latency(Duration::from_millis(500)));
     let req = AcquireRequest::new(abandoned.clone(), OwnerId::with_label("b"), ttl);
-    let mut acquire = Box::pin(store.acquire(&req));
+    let mut acquire: futures::future::BoxFuture<'_, leasehold_core::Result<String>> = match how {
+        Abandon::DropBatch => Box::pin(async {
+            let out = store.acquire_many(std::slice::from_ref(&req)).await?;
+            Ok(format!("{out:?}"))
+        }),
+        _ => Box::pin(async { Ok(format!("{:?}", store.acquire(&req).await?)) }),
+    };
     let put_seen = async {
         loop {
             match events.message().await {
@@ -91,7 +100,7 @@ async fn abandoned_acquire_frees_the_key(ctx: Ctx, how: Abandon) -> CaseResult {
         }
     }
     match how {
-        Abandon::Drop => drop(acquire),
+        Abandon::Drop | Abandon::DropBatch => drop(acquire),
         Abandon::Reset => {
             proxy.set_mode(Mode::Reset);
             match acquire.await {
@@ -137,6 +146,12 @@ async fn abandoned_acquire_frees_the_key(ctx: Ctx, how: Abandon) -> CaseResult {
 /// shared etcd lease.
 pub(crate) async fn a_dropped_acquire_leaves_no_key_alive(ctx: Ctx) -> CaseResult {
     abandoned_acquire_frees_the_key(ctx, Abandon::Drop).await
+}
+
+/// An `acquire_many` future dropped after its batched transaction put the key: the key is freed,
+/// not kept alive by the shared etcd lease.
+pub(crate) async fn a_dropped_batched_acquire_leaves_no_key_alive(ctx: Ctx) -> CaseResult {
+    abandoned_acquire_frees_the_key(ctx, Abandon::DropBatch).await
 }
 
 /// An acquire that failed (connection reset) after its put was applied: the key is freed, not
