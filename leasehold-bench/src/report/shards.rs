@@ -114,7 +114,11 @@ impl Report {
              the shards whose index is i modulo n with the store's `acquire_many` (its natural \
              batch: one statement, script per slot, transactions, bounded concurrency), starting \
              at the same offsets, and ends when every batch has answered: no membership, no \
-             scan, no contest, the floor of a split over the store's API. Both use the same \
+             scan, no contest, the floor of a split over the store's API. Both sides' times \
+             include the spread, and the library's include its deliberate wait of a quarter of \
+             an interval between a join and the first take (so that workers started together \
+             count each other); a worker that joins alone takes every free shard and hands them \
+             over by steals as the others join. Both use the same \
              reserved shard keys. Times are median (least-greatest) over the runs; *ratio* is \
              the median of the runs' library / minimal ratios. *Acquires / shard* counts the \
              keys the library asked for (membership slots included); *calls / worker* counts the \
