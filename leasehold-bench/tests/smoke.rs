@@ -129,6 +129,33 @@ fn smoke_run_reports_every_section_for_every_reachable_backend() {
             );
         }
     }
+    // The split against the minimal split (table 6's second table) has a row per backend, with
+    // both sides timed and no violation in the workers' beliefs (the last cell:
+    // `beliefs / violations`).
+    let splits = section(&report, SECTIONS[6]);
+    let splits = &splits[splits
+        .find("### The initial split against a minimal split")
+        .unwrap_or_else(|| panic!("no split table in table 6:\n{splits}"))..];
+    for b in &measured {
+        let row = splits
+            .lines()
+            .find(|l| l.starts_with(&format!("| {b} |")))
+            .unwrap_or_else(|| panic!("no split row for {b}:\n{splits}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(!row.contains("error:"), "{b}: split failed: {row}");
+        for (column, what) in [(6, "library split"), (7, "minimal split")] {
+            let cell = cells.get(column).copied().unwrap_or_default();
+            assert!(
+                cell.ends_with(')') && cell.contains(" s ("),
+                "{b}: no {what} in {row}"
+            );
+        }
+        let beliefs = cells.get(12).copied().unwrap_or_default();
+        assert!(
+            beliefs.ends_with("/ 0") && !beliefs.starts_with("0 /"),
+            "{b}: beliefs / violations {beliefs:?} in {row}"
+        );
+    }
     // etcd's library with LeaseSharing::PerTtl has a throughput row of its own.
     if measured.contains(&"etcd") {
         assert!(
