@@ -157,9 +157,13 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///   holds with that TTL; a key whose renewal stops while its owner renews others stays held
 ///   until it is released. Let each owner renew all its keys at once (`renew_many`), as a shard
 ///   set does.
-/// - **One store per owner id at a time**: the store remembers its owners' membership Leases; a
-///   second process acquiring with the same owner id starts a new term, which ends the first
-///   process's term (its renewals are lost), as a restarted process taking its keys back should.
+/// - **The term belongs to the owner id, not to the process**: stores with the same owner id (two
+///   clients, or a process restarted with a stable id) share the owner's live term, each renewing
+///   it on top of the other's writes (one extra GET when the other wrote last). A key granted
+///   again to the same owner gets a greater token, so the earlier grant's renewals are lost; but
+///   keys of a crashed process that its successor with the same owner id does not take again
+///   stay held while the successor renews the term (they are its owner's). Give each process its
+///   own owner id (as [`OwnerId::with_label`] does) unless it should inherit them.
 /// - A key must be used in one mode only: a [`K8sLeaseStore`] and a grouped store keep separate
 ///   records for the same key. So must the set's group count: a store with another `groups` for
 ///   the same set uses other objects and does not see the first store's assignments.
@@ -439,9 +443,10 @@ impl K8sGroupedStore {
             .map(|_| ())
     }
 
-    /// Renews `owner`'s membership Lease for `secs`, or takes it (a new term) when this store
-    /// holds none that is still valid. Returns the term and when the deciding write was sent (a
-    /// lower bound: the grants of the term are valid until `sent + ttl - drift`).
+    /// Renews `owner`'s membership Lease for `secs`: the term this store holds, else a live term
+    /// of the owner that another store (a process with the same owner id) holds, else takes the
+    /// Lease (a new term). Returns the term and when the deciding write was sent (a lower bound:
+    /// the grants of the term are valid until `sent + ttl - drift`).
     async fn ensure_member(
         &self,
         owner: &OwnerId,
@@ -450,16 +455,31 @@ impl K8sGroupedStore {
     ) -> Result<(FencingToken, Instant)> {
         let mut members = self.members.lock().await;
         let slot = (owner.clone(), secs);
-        if let Some(m) = members.get(&slot).filter(|m| m.is_valid()).cloned() {
-            let sent = Instant::now();
-            if let RenewOutcome::Renewed(next) = self.inner.renew(&m).await? {
-                let term = next.token();
-                members.insert(slot, next);
-                return Ok((term, sent));
-            }
+        let key = self.member_key(owner, secs)?;
+        if let Some(m) = members.get(&slot).filter(|m| m.is_valid()).cloned()
+            && let Some((next, sent)) = self.renew_term(&m).await?
+        {
+            let term = next.token();
+            members.insert(slot, next);
+            return Ok((term, sent));
         }
         members.remove(&slot);
-        let req = AcquireRequest::new(self.member_key(owner, secs)?, owner.clone(), ttl);
+        // The owner's live term, if the Lease carries one: renewed, not replaced, so that every
+        // store of one owner id shares one term (and none ends the others' grants).
+        if let Some((_, rec, seen)) = self.inner.read(&self.inner.object_name(&key)).await?
+            && let Ok(term) = rec.holder_token()
+            && matches!(
+                judge_term(owner, term, Some((&rec, seen)), Instant::now()),
+                Term::Live { .. }
+            )
+            && let Some((next, sent)) = self
+                .renew_term(&Lease::resume(key.clone(), owner.clone(), term, ttl))
+                .await?
+        {
+            members.insert(slot, next);
+            return Ok((term, sent));
+        }
+        let req = AcquireRequest::new(key, owner.clone(), ttl);
         for attempt in 1..=MEMBER_ATTEMPTS {
             let sent = Instant::now();
             match self.inner.acquire(&req).await? {
@@ -484,6 +504,32 @@ impl K8sGroupedStore {
             ),
             None,
         ))
+    }
+
+    /// Renews the membership term `lease` stands for: with the version this store last wrote,
+    /// and, if someone else wrote since (another store of the same owner renewing the same
+    /// term), once more on top of the current version if the Lease still carries the term and
+    /// this store has not seen it expire. Returns the renewed Lease and when the deciding write
+    /// was sent, or `None` if the term is over.
+    async fn renew_term(&self, lease: &Lease) -> Result<Option<(Lease, Instant)>> {
+        let sent = Instant::now();
+        if let RenewOutcome::Renewed(next) = self.inner.renew(lease).await? {
+            return Ok(Some((next, sent)));
+        }
+        if lease.handle().is_none() {
+            return Ok(None);
+        }
+        let resumed = Lease::resume(
+            lease.key().clone(),
+            lease.owner().clone(),
+            lease.token(),
+            lease.ttl(),
+        );
+        let sent = Instant::now();
+        Ok(match self.inner.renew(&resumed).await? {
+            RenewOutcome::Renewed(next) => Some((next, sent)),
+            RenewOutcome::Lost => None,
+        })
     }
 
     /// Whether the term of `held` is live, as this store judges it; a term seen expired is
@@ -633,9 +679,12 @@ impl K8sGroupedStore {
             .and_then(|t| FencingToken::new(t).ok())
     }
 
-    /// Renews term `term` of `owner`'s membership Lease for `secs`: the Lease this store holds
-    /// if it has that term, else the term as the Lease carries it. Returns when the renewal was
-    /// sent (the term's keys are valid until `sent + ttl - drift`), or `None` if the term is over.
+    /// Renews term `term` of `owner`'s membership Lease for `secs` ([`renew_term`]): the Lease
+    /// this store holds if it has that term, else the term as the Lease carries it. Returns when
+    /// the renewal was sent (the term's keys are valid until `sent + ttl - drift`), or `None` if
+    /// the term is over.
+    ///
+    /// [`renew_term`]: Self::renew_term
     async fn renew_member(
         &self,
         owner: &OwnerId,
@@ -649,13 +698,12 @@ impl K8sGroupedStore {
             Some(m) if m.token() == term => m.clone(),
             _ => Lease::resume(self.member_key(owner, secs)?, owner.clone(), term, ttl),
         };
-        let sent = Instant::now();
-        match self.inner.renew(&lease).await? {
-            RenewOutcome::Renewed(next) => {
+        match self.renew_term(&lease).await? {
+            Some((next, sent)) => {
                 members.insert(slot, next);
                 Ok(Some(sent))
             }
-            RenewOutcome::Lost => {
+            None => {
                 if members.get(&slot).map(Lease::token) == Some(term) {
                     members.remove(&slot);
                 }
