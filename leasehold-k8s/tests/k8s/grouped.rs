@@ -259,10 +259,26 @@ async fn a_dead_owners_keys_are_taken_together_and_its_renewal_is_lost(ctx: Ctx)
                 new.token()
             );
         }
+        // A's term was revoked by a write on its membership Lease (so that a renewal of A's in
+        // flight during the takeover conflicts), not merely left to expire: the Lease no longer
+        // names A.
+        let member = sa.membership_object_name(&a, ttl)?;
+        let leases: Api<KubeLease> = Api::namespaced(env::client().await?, &env::namespace());
+        let spec = leases
+            .get(&member)
+            .await
+            .map_err(|e| err(&e))?
+            .spec
+            .unwrap_or_default();
+        assert_ne!(
+            spec.holder_identity.as_deref(),
+            Some(a.as_str()),
+            "A's expired term was taken over without a write on its membership Lease"
+        );
         for o in sa.renew_many(&held).await? {
             assert_eq!(o?, RenewOutcome::Lost);
         }
-        // A's own store still refuses A's old keys to nobody else: B holds them.
+        // A's own store reports B as the holder, with B's tokens.
         let states = sa.inspect_many(&keys).await?;
         for (s, l) in states.iter().zip(&taken) {
             let h = s.holder.as_ref().expect("held by B");
