@@ -25,11 +25,7 @@ fn services() -> PathBuf {
 
 /// A state directory of our own, under `LEASE_STATE_DIR` (default `/tmp/lease-test`).
 fn state_dir(what: &str) -> PathBuf {
-    let base = std::env::var("LEASE_STATE_DIR")
-        .ok()
-        .filter(|v| !v.trim().is_empty())
-        .unwrap_or_else(|| "/tmp/lease-test".to_string());
-    PathBuf::from(base).join(format!(
+    PathBuf::from(leasehold_testkit::stores::state_dir()).join(format!(
         "faults-{what}-{}-{}",
         std::process::id(),
         fastrand::u32(..)

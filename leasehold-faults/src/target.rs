@@ -8,6 +8,7 @@ use crate::proxy::FaultProxy;
 use async_trait::async_trait;
 use leasehold_core::{Error, FencedResource, LeaseStore, Result};
 use leasehold_testkit::faulty::FaultyStore;
+use leasehold_testkit::stores;
 
 use crate::link::{FaultyResource, Link, ProxyLink, StoreLink};
 use crate::storm::{Contender, StormBackend};
@@ -232,43 +233,37 @@ fn host_port(url: &str) -> Option<&str> {
     Some(rest.split(['/', '?']).next().unwrap_or(rest))
 }
 
-/// The backends configured in the environment (the same variables as the conformance suites),
-/// each with the reason it is unavailable if it cannot be set up.
+/// The backends configured in the environment, each with the reason it is unavailable if it
+/// cannot be set up. The addresses and their defaults come from the test store table
+/// (`leasehold_testkit::stores`), as in the conformance suites; etcd uses the first of its
+/// endpoints.
 pub fn targets_from_env() -> Vec<std::result::Result<Target, (&'static str, String)>> {
-    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
     let mut out = Vec::new();
-    let pg = env(
-        "LEASE_POSTGRES_URL",
-        "postgres://postgres@127.0.0.1:5432/test",
-    );
     out.push(url_target(
         "postgres",
-        &pg,
+        &stores::POSTGRES_URL.get(),
         Duration::from_millis(1000),
         Duration::from_millis(500),
     ));
-    let redis = env("LEASE_REDIS_URL", "redis://127.0.0.1:6379");
     out.push(url_target(
         "redis",
-        &redis,
+        &stores::REDIS_URL.get(),
         Duration::from_millis(1000),
         Duration::from_millis(500),
     ));
-    let etcd = env("LEASE_ETCD_ENDPOINTS", "http://127.0.0.1:23790");
-    let first = etcd.split(',').next().unwrap_or_default().to_string();
-    let etcd_url = format!("etcd://{}", host_port(&first).unwrap_or_default());
+    let endpoints = stores::ETCD_ENDPOINTS.get();
+    let first = endpoints.split(',').next().unwrap_or_default();
     out.push(url_target(
         "etcd",
-        &etcd_url,
+        &stores::etcd_url(first),
         Duration::from_secs(2),
         Duration::from_secs(2),
     ));
     out.push(kube_target());
     out.push(sqlite_target());
-    let mysql = env("LEASE_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
     out.push(url_target(
         "mysql",
-        &mysql,
+        &stores::MYSQL_URL.get(),
         Duration::from_millis(1000),
         Duration::from_millis(500),
     ));
@@ -332,8 +327,7 @@ fn url_target(
 }
 
 fn kube_target() -> std::result::Result<Target, (&'static str, String)> {
-    let kubeconfig =
-        std::env::var("KUBECONFIG").map_err(|_| ("k8s", "KUBECONFIG is not set".to_string()))?;
+    let kubeconfig = stores::KUBECONFIG.get();
     let text =
         std::fs::read_to_string(&kubeconfig).map_err(|e| ("k8s", format!("{kubeconfig}: {e}")))?;
     let server = text
@@ -344,7 +338,7 @@ fn kube_target() -> std::result::Result<Target, (&'static str, String)> {
     let upstream = host_port(server)
         .and_then(addr_of)
         .ok_or(("k8s", format!("cannot resolve {server}")))?;
-    let namespace = std::env::var("LEASE_K8S_NAMESPACE").unwrap_or_else(|_| "default".into());
+    let namespace = stores::K8S_NAMESPACE.get();
     Ok(Target {
         name: "k8s",
         endpoint: Endpoint::Kube {

@@ -36,10 +36,7 @@ struct Pair {
 
 impl Pair {
     fn setup() -> Result<Pair, String> {
-        let state = std::env::var("LEASE_STATE_DIR")
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| "/tmp/lease-test".to_string());
+        let state = leasehold_testkit::stores::state_dir();
         reap_leftovers(&PathBuf::from(&state));
         let dir = PathBuf::from(state).join(format!(
             "pg-failover-{}-{}",

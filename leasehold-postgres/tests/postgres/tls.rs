@@ -21,17 +21,25 @@ use leasehold_testkit::{Backend, BoxFuture, CaseResult, Ctx, case};
 /// below "hangs".
 const REFUSAL_BOUND: Duration = Duration::from_secs(15);
 
+/// The `postgres-tls` variable `name` of the test store table (`leasehold_testkit::stores`):
+/// these have no default, so an unset one is a typed configuration error.
 fn env(name: &str) -> leasehold_core::Result<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|v| !v.trim().is_empty())
+    let var = leasehold_testkit::stores::POSTGRES_TLS
+        .var(name)
         .ok_or_else(|| {
             Error::config(
                 "postgres",
-                format!("{name} is not set: run scripts/services/postgres-tls.sh start"),
+                format!("{name} is not a postgres-tls variable of the test store table"),
                 None,
             )
-        })
+        })?;
+    var.require().map_err(|e| {
+        Error::config(
+            "postgres",
+            format!("{e}: run scripts/services/postgres-tls.sh start"),
+            None,
+        )
+    })
 }
 
 /// `url` with its query parameter `name` set to `value` (added, or replaced).
