@@ -965,9 +965,7 @@ fn run_binary(
     }
     if end.is_some() {
         // The whole process group: the suite's child processes too.
-        let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pid}")])
-            .status();
+        kill_group(pid, "KILL");
     }
     let status = child.wait().map_err(|e| format!("wait: {e}"))?;
     let _ = reader.join();
@@ -979,6 +977,17 @@ fn run_binary(
             tail.last().map_or("", String::as_str)
         )),
     })
+}
+
+/// Sends `signal` to the process group `pgid` (a test binary spawned with `process_group(0)`).
+///
+/// The `--` matters: procps-ng 4.0's `kill -KILL -1234` takes `-1234` for an option and calls
+/// `kill(-1, SIGKILL)` (seen with strace: `kill -0 -PGID` made `kill(-1, 0)`), which as root kills
+/// every process of the machine, the services and the shell that started the run included.
+fn kill_group(pgid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .args(["-s", signal, "--", &format!("-{pgid}")])
+        .status();
 }
 
 /// The crate directory of a test binary: cargo runs tests there (some read files relative to it).
@@ -1078,4 +1087,43 @@ fn report(
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::kill_group;
+
+    /// The group is killed and nothing else: a process outside it (here in a group of its own)
+    /// is still running afterwards.
+    #[test]
+    fn kill_group_kills_the_group_and_nothing_else() {
+        let spawn = || {
+            Command::new("sleep")
+                .arg("30")
+                .stdin(Stdio::null())
+                .process_group(0)
+                .spawn()
+                .expect("spawn sleep")
+        };
+        let mut target = spawn();
+        let mut bystander = spawn();
+        kill_group(target.id(), "KILL");
+        let status = target.wait().expect("wait for the target");
+        assert!(!status.success(), "the target was killed: {status}");
+        // The bystander must still be running (poll briefly: a kill would land at once).
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            assert!(
+                bystander.try_wait().expect("try_wait").is_none(),
+                "a process outside the group was killed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = bystander.kill();
+        let _ = bystander.wait();
+    }
 }
