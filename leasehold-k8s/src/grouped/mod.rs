@@ -508,15 +508,18 @@ impl K8sGroupedStore {
 
     /// Renews the membership term `lease` stands for: with the version this store last wrote,
     /// and, if someone else wrote since (another store of the same owner renewing the same
-    /// term), once more on top of the current version if the Lease still carries the term and
-    /// this store has not seen it expire. Returns the renewed Lease and when the deciding write
+    /// term), once more on top of the current version if `lease` is still valid (its local
+    /// deadline has not passed), the Lease still carries the term and this store has not seen it
+    /// expire. Returns the renewed Lease and when the deciding write
     /// was sent, or `None` if the term is over.
     async fn renew_term(&self, lease: &Lease) -> Result<Option<(Lease, Instant)>> {
         let sent = Instant::now();
         if let RenewOutcome::Renewed(next) = self.inner.renew(lease).await? {
             return Ok(Some((next, sent)));
         }
-        if lease.handle().is_none() {
+        // Only for a conflict on a term still valid here: a lease past its local deadline is
+        // never renewed on top of another store's write (that would revive it).
+        if lease.handle().is_none() || !lease.is_valid() {
             return Ok(None);
         }
         let resumed = Lease::resume(
