@@ -11,6 +11,10 @@ mod env;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 use futures::future::try_join_all;
 use k8s_openapi::api::coordination::v1::Lease as KubeLease;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -111,6 +115,21 @@ async fn delete_set(set: &str) -> leasehold_core::Result<()> {
     Ok(())
 }
 
+/// Runs a case body on `set`, then deletes the set's objects, also when the body panicked (an
+/// assertion), whose panic then goes on.
+async fn with_set(set: &str, body: impl Future<Output = CaseResult>) -> CaseResult {
+    let outcome = AssertUnwindSafe(body).catch_unwind().await;
+    let deleted = delete_set(set).await;
+    match outcome {
+        Ok(result) => {
+            result?;
+            deleted?;
+            Ok(())
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 fn err(e: &kube::Error) -> leasehold_core::Error {
     leasehold_core::Error::store_fault("k8s", e.to_string(), None)
 }
@@ -140,7 +159,7 @@ async fn renewal_of_10000_keys_over_10_owners_costs_requests_per_owner(ctx: Ctx)
     const KEYS: usize = 10_000;
     let set = own_set(&ctx, "scale");
     let ttl = Duration::from_secs(60);
-    let result = async {
+    with_set(&set, async {
         let mut stores = Vec::with_capacity(OWNERS);
         for _ in 0..OWNERS {
             stores.push(grouped(&set).await?);
@@ -206,10 +225,8 @@ async fn renewal_of_10000_keys_over_10_owners_costs_requests_per_owner(ctx: Ctx)
         }
         assert!(scan_requests <= 1 + OWNERS as u64, "scan cost {scan_requests}");
         Ok::<(), Failed>(())
-    }
-    .await;
-    delete_set(&set).await?;
-    result
+    })
+    .await
 }
 
 /// An owner holding three keys stops renewing. Another owner, polling, takes all three once it
@@ -218,7 +235,7 @@ async fn renewal_of_10000_keys_over_10_owners_costs_requests_per_owner(ctx: Ctx)
 /// and its stale tokens are refused by the fenced resource.
 async fn a_dead_owners_keys_are_taken_together_and_its_renewal_is_lost(ctx: Ctx) -> CaseResult {
     let set = own_set(&ctx, "dead");
-    let result = async {
+    with_set(&set, async {
         let (sa, sb) = (grouped(&set).await?, grouped(&set).await?);
         let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
         let ttl = ctx.short_ttl();
@@ -297,10 +314,8 @@ async fn a_dead_owners_keys_are_taken_together_and_its_renewal_is_lost(ctx: Ctx)
                 .is_accepted()
         );
         Ok::<(), Failed>(())
-    }
-    .await;
-    delete_set(&set).await?;
-    result
+    })
+    .await
 }
 
 /// Someone deletes a group object under a holder: its renewal is lost at once, and the next
@@ -308,7 +323,7 @@ async fn a_dead_owners_keys_are_taken_together_and_its_renewal_is_lost(ctx: Ctx)
 /// one is gone.
 async fn deleted_group_loses_the_key_and_tokens_keep_increasing(ctx: Ctx) -> CaseResult {
     let set = own_set(&ctx, "del");
-    let result = async {
+    with_set(&set, async {
         let (sa, sb) = (grouped(&set).await?, grouped(&set).await?);
         let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
         let key = ctx.key("k");
@@ -326,10 +341,8 @@ async fn deleted_group_loses_the_key_and_tokens_keep_increasing(ctx: Ctx) -> Cas
             next.token()
         );
         Ok::<(), Failed>(())
-    }
-    .await;
-    delete_set(&set).await?;
-    result
+    })
+    .await
 }
 
 /// The grouped mode's own cases.
