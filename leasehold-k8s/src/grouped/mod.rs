@@ -1,8 +1,8 @@
-//! [`K8sGroupedStore`]: a [`LeaseStore`] for thousands of keys (a shard set) whose renewal costs
+//! [`K8sGroupedStore`]: a [`LeaseStore`](leasehold_core::LeaseStore) for thousands of keys (a shard set) whose renewal costs
 //! requests per **owner**, not per key: one membership Lease per owner and TTL, and the keys'
 //! assignments in a fixed number of group ConfigMaps.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 use leasehold_core::backend::granted_lease;
 use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Error, FencingToken, Holder, Lease, LeaseKey, LeaseStore,
-    OwnerId, RenewOutcome, Result,
+    AcquireOutcome, AcquireRequest, Error, FencingToken, Holder, Lease, LeaseKey, OwnerId, Result,
 };
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
@@ -23,7 +22,7 @@ use crate::K8sFencedResource;
 use crate::error::{BACKEND, K8sError};
 use crate::protocol::{MAX_OBJECT_NAME_LEN, parse_resource_version};
 use crate::store::K8sLeaseStore;
-use entry::{Assigned, Entry, Term, fnv1a, group_of, judge_term, next_token, validate_set};
+use entry::{Assigned, Entry, Term, fnv1a, group_of, next_token, validate_set};
 
 /// The number of group objects a [`K8sGroupedStore`] uses unless told otherwise
 /// ([`K8sLeaseStore::grouped`]).
@@ -67,6 +66,7 @@ const REVOKE_TTL: Duration = Duration::from_secs(1);
 
 pub(crate) mod entry;
 mod ops;
+mod terms;
 #[cfg(test)]
 mod tests;
 
@@ -108,7 +108,7 @@ impl Group {
 /// so one call revokes a dead owner's term once, however many of its keys it takes.
 type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 
-/// A [`LeaseStore`] for **many keys held by few owners** (a shard set of thousands of shards over
+/// A [`LeaseStore`](leasehold_core::LeaseStore) for **many keys held by few owners** (a shard set of thousands of shards over
 /// tens of workers), whose renewal costs requests per owner, not per key. Made by
 /// [`K8sLeaseStore::grouped`]; the default [`K8sLeaseStore`] (one Lease per key, interoperable
 /// with client-go) is unchanged.
@@ -124,21 +124,21 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///
 /// A key is **held** while its entry names an owner whose membership Lease still carries the
 /// entry's term and has not been seen unchanged for its duration. So:
-/// - [`renew_many`](LeaseStore::renew_many) of all of an owner's keys is one read of the groups
+/// - [`renew_many`](leasehold_core::LeaseStore::renew_many) of all of an owner's keys is one read of the groups
 ///   (a GET for one or two groups, one LIST for more) that checks each key's entry, and **one**
 ///   conditional replace of the owner's membership Lease: two requests per owner and TTL,
-///   whatever the number of keys. [`renew`](LeaseStore::renew) costs the same for one key, and extends
+///   whatever the number of keys. [`renew`](leasehold_core::LeaseStore::renew) costs the same for one key, and extends
 ///   every key of the owner's term (as an etcd lease shared by many keys does).
-/// - [`acquire_many`](LeaseStore::acquire_many) renews (or takes) the owner's membership Lease,
+/// - [`acquire_many`](leasehold_core::LeaseStore::acquire_many) renews (or takes) the owner's membership Lease,
 ///   then writes each group it touches once: a GET and a replace conditioned on the version read,
 ///   granting all of the batch's free keys in that group at once. A first grant in a set creates
-///   the group object (one more request). [`acquire`](LeaseStore::acquire) is a batch of one.
+///   the group object (one more request). [`acquire`](leasehold_core::LeaseStore::acquire) is a batch of one.
 /// - Taking a key from an owner whose term this store has seen expire first **revokes** the term:
 ///   a conditional write on that owner's membership Lease (a grant to the taker with a 1 s TTL,
 ///   released at once), so the dead owner's next renewal is a conflict and it learns it lost
 ///   everything. Then the group write. One revocation per dead owner, not per key.
-/// - [`release`](LeaseStore::release) writes the group (the entry keeps the token).
-/// - [`inspect_many`](LeaseStore::inspect_many) reads the groups (one LIST) and the membership
+/// - [`release`](leasehold_core::LeaseStore::release) writes the group (the entry keeps the token).
+/// - [`inspect_many`](leasehold_core::LeaseStore::inspect_many) reads the groups (one LIST) and the membership
 ///   Leases they name (one GET each: as many as owners).
 ///
 /// # Guarantees
@@ -174,7 +174,7 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///   about 70 KiB each). Entries of released keys stay (they keep the key's token).
 /// - Not interoperable with client-go's `LeaseLock`: a Go controller sees only the membership
 ///   Leases, not the keys.
-/// - [`watch`](LeaseStore::watch) watches the key's group object: a change to any key of the
+/// - [`watch`](leasehold_core::LeaseStore::watch) watches the key's group object: a change to any key of the
 ///   group is a hint, and the end of an owner's term by expiry (nothing written) is not.
 ///
 /// # RBAC
@@ -443,142 +443,6 @@ impl K8sGroupedStore {
             .map(|_| ())
     }
 
-    /// Renews `owner`'s membership Lease for `secs`: the term this store holds, else a live term
-    /// of the owner that another store (a process with the same owner id) holds, else takes the
-    /// Lease (a new term). Returns the term and when the deciding write was sent (a lower bound:
-    /// the grants of the term are valid until `sent + ttl - drift`).
-    async fn ensure_member(
-        &self,
-        owner: &OwnerId,
-        secs: u32,
-        ttl: Duration,
-    ) -> Result<(FencingToken, Instant)> {
-        let mut members = self.members.lock().await;
-        let slot = (owner.clone(), secs);
-        let key = self.member_key(owner, secs)?;
-        if let Some(m) = members.get(&slot).filter(|m| m.is_valid()).cloned()
-            && let Some((next, sent)) = self.renew_term(&m).await?
-        {
-            let term = next.token();
-            members.insert(slot, next);
-            return Ok((term, sent));
-        }
-        members.remove(&slot);
-        // The owner's live term, if the Lease carries one: renewed, not replaced, so that every
-        // store of one owner id shares one term (and none ends the others' grants).
-        if let Some((_, rec, seen)) = self.inner.read(&self.inner.object_name(&key)).await?
-            && let Ok(term) = rec.holder_token()
-            && matches!(
-                judge_term(owner, term, Some((&rec, seen)), Instant::now()),
-                Term::Live { .. }
-            )
-            && let Some((next, sent)) = self
-                .renew_term(&Lease::resume(key.clone(), owner.clone(), term, ttl))
-                .await?
-        {
-            members.insert(slot, next);
-            return Ok((term, sent));
-        }
-        let req = AcquireRequest::new(key, owner.clone(), ttl);
-        for attempt in 1..=MEMBER_ATTEMPTS {
-            let sent = Instant::now();
-            match self.inner.acquire(&req).await? {
-                AcquireOutcome::Acquired(m) => {
-                    let term = m.token();
-                    tracing::debug!(backend = BACKEND, set = %self.set, owner = %owner, term = %term, "membership term started");
-                    members.insert(slot, m);
-                    return Ok((term, sent));
-                }
-                // Another candidate holds it for a moment to end our previous term (a REVOKE_TTL
-                // grant it releases at once): wait for it.
-                AcquireOutcome::Held(_) => {
-                    tokio::time::sleep(Duration::from_millis(50) * attempt).await;
-                }
-            }
-        }
-        Err(Error::refused(
-            BACKEND,
-            format!(
-                "membership Lease {:?} stayed held by another owner",
-                self.inner.object_name(&req.key)
-            ),
-            None,
-        ))
-    }
-
-    /// Renews the membership term `lease` stands for: with the version this store last wrote,
-    /// and, if someone else wrote since (another store of the same owner renewing the same
-    /// term), once more on top of the current version if `lease` is still valid (its local
-    /// deadline has not passed), the Lease still carries the term and this store has not seen it
-    /// expire. Returns the renewed Lease and when the deciding write
-    /// was sent, or `None` if the term is over.
-    async fn renew_term(&self, lease: &Lease) -> Result<Option<(Lease, Instant)>> {
-        let sent = Instant::now();
-        if let RenewOutcome::Renewed(next) = self.inner.renew(lease).await? {
-            return Ok(Some((next, sent)));
-        }
-        // Only for a conflict on a term still valid here: a lease past its local deadline is
-        // never renewed on top of another store's write (that would revive it).
-        if lease.handle().is_none() || !lease.is_valid() {
-            return Ok(None);
-        }
-        let resumed = Lease::resume(
-            lease.key().clone(),
-            lease.owner().clone(),
-            lease.token(),
-            lease.ttl(),
-        );
-        let sent = Instant::now();
-        Ok(match self.inner.renew(&resumed).await? {
-            RenewOutcome::Renewed(next) => Some((next, sent)),
-            RenewOutcome::Lost => None,
-        })
-    }
-
-    /// Whether the term of `held` is live, as this store judges it; a term seen expired is
-    /// revoked (by `taker`) so that its owner cannot renew it any more.
-    async fn judge(&self, held: &Assigned, taker: &OwnerId, judged: &Judged) -> Result<Term> {
-        let key = self.member_key(&held.owner, held.secs)?;
-        let name = self.inner.object_name(&key);
-        let mut judged = judged.lock().await;
-        if let Some(t) = judged.get(&(name.clone(), held.inc)) {
-            return Ok(t.clone());
-        }
-        let read = self.inner.read(&name).await?;
-        let term = match judge_term(
-            &held.owner,
-            held.inc,
-            read.as_ref().map(|(_, rec, seen)| (rec, *seen)),
-            Instant::now(),
-        ) {
-            Term::Expired => {
-                // A conditional write on the dead owner's membership Lease (the single-Lease
-                // acquire: conditioned on the version seen expired) ends the term: its owner's
-                // next renewal is a conflict. Released at once; the term never returns.
-                let req = AcquireRequest::new(key, taker.clone(), REVOKE_TTL);
-                match self.inner.acquire(&req).await? {
-                    AcquireOutcome::Acquired(l) => {
-                        tracing::debug!(backend = BACKEND, set = %self.set, owner = %held.owner, term = %held.inc, "expired membership term revoked");
-                        if let Err(e) = self.inner.release(&l).await {
-                            tracing::debug!(backend = BACKEND, error = %e, "release after revocation failed; it expires in 1 s");
-                        }
-                        Term::Over
-                    }
-                    AcquireOutcome::Held(h) if h.owner == held.owner && h.token == held.inc => {
-                        Term::Live {
-                            remaining: h.remaining,
-                            ttl: h.ttl,
-                        }
-                    }
-                    AcquireOutcome::Held(_) => Term::Over,
-                }
-            }
-            other => other,
-        };
-        judged.insert((name, held.inc), term.clone());
-        Ok(term)
-    }
-
     /// Grants what it can of `idxs` (requests whose keys live in group `index`) with one
     /// conditional replace, retrying lost races.
     async fn acquire_in_group(
@@ -680,78 +544,5 @@ impl K8sGroupedStore {
             .handle()
             .and_then(|h| h.parse::<u64>().ok())
             .and_then(|t| FencingToken::new(t).ok())
-    }
-
-    /// Renews term `term` of `owner`'s membership Lease for `secs` ([`renew_term`]): the Lease
-    /// this store holds if it has that term, else the term as the Lease carries it. Returns when
-    /// the renewal was sent (the term's keys are valid until `sent + ttl - drift`), or `None` if
-    /// the term is over.
-    ///
-    /// [`renew_term`]: Self::renew_term
-    async fn renew_member(
-        &self,
-        owner: &OwnerId,
-        secs: u32,
-        ttl: Duration,
-        term: FencingToken,
-    ) -> Result<Option<Instant>> {
-        let mut members = self.members.lock().await;
-        let slot = (owner.clone(), secs);
-        let lease = match members.get(&slot) {
-            Some(m) if m.token() == term => m.clone(),
-            _ => Lease::resume(self.member_key(owner, secs)?, owner.clone(), term, ttl),
-        };
-        match self.renew_term(&lease).await? {
-            Some((next, sent)) => {
-                members.insert(slot, next);
-                Ok(Some(sent))
-            }
-            None => {
-                if members.get(&slot).map(Lease::token) == Some(term) {
-                    members.remove(&slot);
-                }
-                Ok(None)
-            }
-        }
-    }
-
-    /// Reads the membership Leases named by the assigned entries among `entries` and judges
-    /// each term (without revoking anything).
-    async fn terms_of<'a>(
-        &self,
-        entries: impl Iterator<Item = &'a Entry>,
-    ) -> Result<HashMap<(OwnerId, u32, FencingToken), Term>> {
-        let mut wanted: HashSet<(OwnerId, u32)> = HashSet::new();
-        let mut terms: HashSet<(OwnerId, u32, FencingToken)> = HashSet::new();
-        for e in entries {
-            if let Some(a) = &e.held {
-                wanted.insert((a.owner.clone(), a.secs));
-                terms.insert((a.owner.clone(), a.secs, a.inc));
-            }
-        }
-        let reads: Vec<_> = wanted
-            .into_iter()
-            .map(|(owner, secs)| async move {
-                let name = self.inner.object_name(&self.member_key(&owner, secs)?);
-                let read = self.inner.read(&name).await?;
-                Ok::<_, Error>(((owner, secs), read))
-            })
-            .collect();
-        let read: HashMap<_, _> = stream::iter(reads)
-            .buffer_unordered(MEMBERS_IN_FLIGHT)
-            .try_collect()
-            .await?;
-        let now = Instant::now();
-        Ok(terms
-            .into_iter()
-            .map(|(owner, secs, inc)| {
-                let rec = read
-                    .get(&(owner.clone(), secs))
-                    .and_then(|r| r.as_ref())
-                    .map(|(_, rec, seen)| (rec, *seen));
-                let term = judge_term(&owner, inc, rec, now);
-                ((owner, secs, inc), term)
-            })
-            .collect())
     }
 }

@@ -22,7 +22,7 @@ impl LeaseStore for K8sGroupedStore {
         BACKEND
     }
 
-    /// Those of [`K8sLeaseStore`]: durable tokens, expiry observed locally, whole-second TTLs
+    /// Those of [`K8sLeaseStore`](crate::K8sLeaseStore): durable tokens, expiry observed locally, whole-second TTLs
     /// of at least 1 s, and watch.
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
