@@ -17,7 +17,7 @@
 //! | [`Rule::GrantWhileHeld`] | the store grants only when the record is not live: no earlier grant's last confirmed extension plus the TTL can lie after the new grant (within the drift bound), unless its holder began a release or (row stores, etcd) is the new grant's owner |
 //! | [`Rule::RenewalAfterTakeover`] | the store renews only its current holder: no confirmed renewal of a grant was sent after a greater grant completed |
 //! | [`Rule::RefusedWhileFree`] | the store refuses only while some grant may be live |
-//! | [`Rule::LateLoss`] | the real `Machine` replayed over the holder's confirmed renewals: loss is reported no later than the lease's deadline (the model's loss timer fires at the loss deadline, before it) |
+//! | [`Rule::LateLoss`] | the real `Machine` replayed over the holder's confirmed renewals: loss is reported no later than the lease's deadline (the model's loss timer fires at the loss deadline, before it), unless the recording process was measured stalled from the deadline until the report ([`Obs::Stall`]) |
 //! | [`Rule::WriteWithoutBelief`] | the model's holder writes only while it believes: a fenced write starts before the replayed machine's deadline, before its holder reported loss or began a release |
 //! | [`Rule::WriteWithUngrantedToken`] | only holders write: every written token was granted |
 //! | [`Rule::StaleWriteAccepted`] | `ResourceState::apply`: a write is accepted only if no greater token was accepted before it began |
@@ -26,6 +26,15 @@
 //! Operations of unknown outcome may have taken effect at any time after they began (a request
 //! can sit in a network buffer), so they only ever make more behaviours possible: an unknown
 //! acquisition may explain a refusal, an unknown write a rejection.
+//!
+//! A loss is reported by the supervisor's renewal task when its timer fires, so a recording
+//! process that is not scheduled (a loaded machine) reports it late, through no fault of the
+//! model or the library. The recorder measures this: a probe task on the same runtime wakes every
+//! millisecond and records each wake-up late by more than [`DEADLINE_TOLERANCE`] as an
+//! [`Obs::Stall`] step (`invoked` when it was due, `completed` when it ran). A loss reported after
+//! the deadline conforms only if such stalls, chained (each due within the tolerance after the
+//! previous one ran), cover the time from the deadline to the report (within the tolerance): the
+//! process demonstrably ran no timer then. Stall steps belong to no key.
 //!
 //! The model has one key. A trace of several keys (each step names its key) is checked as one
 //! model per key: every rule runs over one key's steps at a time, and a nonconformance names the
@@ -104,6 +113,9 @@ pub enum Obs {
         /// The token.
         token: u64,
     },
+    /// The recording process's timer probe, due at `invoked`, ran only at `completed`: no timer
+    /// of the process ran in between (see the module docs). Not an operation of any key.
+    Stall,
 }
 
 /// One recorded operation.
@@ -291,7 +303,7 @@ impl Trace {
     /// key).
     pub fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = Vec::new();
-        for s in &self.steps {
+        for s in self.steps.iter().filter(|s| s.obs != Obs::Stall) {
             if !keys.contains(&s.key) {
                 keys.push(s.key.clone());
             }
@@ -305,7 +317,8 @@ impl Trace {
     /// <deadline µs>`, `refused`, `renewed <token> <deadline µs>`, `lost <token>`, `release
     /// <token>`, `write <token> accepted|rejected`, `late-write <token> accepted|rejected`,
     /// `unknown-acquire`, `unknown-renew <token>`, `unknown-release <token>`, `unknown-write
-    /// <token>`. Lines starting with `#` are comments.
+    /// <token>`, `stall` (a measured stall of the recording process, without a key). Lines
+    /// starting with `#` are comments.
     pub fn to_text(&self) -> String {
         let mut s = String::from("# leasehold-model trace v1\n");
         s.push_str(&format!("store {}\n", store_name(self.store)));
@@ -333,6 +346,7 @@ impl Trace {
                 Obs::UnknownRenew { token } => format!("unknown-renew {token}"),
                 Obs::UnknownRelease { token } => format!("unknown-release {token}"),
                 Obs::UnknownWrite { token } => format!("unknown-write {token}"),
+                Obs::Stall => "stall".into(),
             };
             let key = if st.key.is_empty() {
                 String::new()
@@ -441,6 +455,7 @@ impl Trace {
                 "unknown-renew" => Obs::UnknownRenew { token: num(4)? },
                 "unknown-release" => Obs::UnknownRelease { token: num(4)? },
                 "unknown-write" => Obs::UnknownWrite { token: num(4)? },
+                "stall" => Obs::Stall,
                 other => return Err(err(format!("unknown op {other:?}"))),
             };
             let (invoked, completed) = (num(0)?, num(1)?);
@@ -466,8 +481,31 @@ impl Trace {
 }
 
 /// How far a recorded deadline may differ from the one computed from the operation's interval
-/// (the recorder stamps the interval a little outside the store call).
+/// (the recorder stamps the interval a little outside the store call); also how late a loss may
+/// be reported after the deadline without a measured stall, and the lateness from which the
+/// recorder's probe records a wake-up as an [`Obs::Stall`].
 pub const DEADLINE_TOLERANCE: Duration = Duration::from_millis(2);
+
+/// The trace's stalls as windows `(from, to)` in µs, chained: a stall due within `tol` after the
+/// previous one ran extends it (the probe runs every millisecond, so a process that stays
+/// unscheduled shows as consecutive late wake-ups).
+fn stall_windows(trace: &Trace, tol: u64) -> Vec<(u64, u64)> {
+    let mut stalls: Vec<(u64, u64)> = trace
+        .steps
+        .iter()
+        .filter(|s| s.obs == Obs::Stall)
+        .map(|s| (s.invoked, s.completed))
+        .collect();
+    stalls.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in stalls {
+        match out.last_mut() {
+            Some(last) if from <= last.1 + tol => last.1 = last.1.max(to),
+            _ => out.push((from, to)),
+        }
+    }
+    out
+}
 
 /// One grant and what its holder did with it.
 #[derive(Debug)]
@@ -520,12 +558,13 @@ pub fn check(trace: &Trace) -> Result<Summary, Nonconformance> {
 pub fn check_all(trace: &Trace) -> (Summary, Vec<Nonconformance>) {
     let mut found: Vec<Nonconformance> = Vec::new();
     let mut summary = Summary::default();
+    let stalls = stall_windows(trace, us(DEADLINE_TOLERANCE));
     for k in trace.keys() {
         let idx: Vec<usize> = (0..trace.steps.len())
-            .filter(|&i| trace.steps[i].key == k)
+            .filter(|&i| trace.steps[i].key == k && trace.steps[i].obs != Obs::Stall)
             .collect();
         let steps: Vec<Step> = idx.iter().map(|&i| trace.steps[i].clone()).collect();
-        check_key(trace, &steps, &idx, &mut summary, &mut found);
+        check_key(trace, &steps, &idx, &stalls, &mut summary, &mut found);
         summary.keys += 1;
     }
     found.sort_by_key(|n| (n.step, n.rule));
@@ -537,6 +576,7 @@ fn check_key(
     trace: &Trace,
     steps: &[Step],
     idx: &[usize],
+    stalls: &[(u64, u64)],
     summary: &mut Summary,
     found: &mut Vec<Nonconformance>,
 ) {
@@ -807,12 +847,17 @@ fn check_key(
                     summary.other += 1;
                     let m = replay(s.invoked);
                     let deadline = back(m.lease().deadline());
-                    if s.invoked > deadline + tol {
+                    // Late only through a measured stall: the process ran no timer from the
+                    // deadline until the report (within the tolerance at both ends).
+                    let stalled = stalls
+                        .iter()
+                        .any(|&(from, to)| from <= deadline + tol && to + tol >= s.invoked);
+                    if s.invoked > deadline + tol && !stalled {
                         bad(
                             i,
                             Rule::LateLoss,
                             format!(
-                                "{} reported the loss of token {token} at {} µs, after its deadline {deadline} µs",
+                                "{} reported the loss of token {token} at {} µs, after its deadline {deadline} µs, no measured stall covering it",
                                 s.client, s.invoked
                             ),
                         );

@@ -17,7 +17,7 @@
 //!   the test under `LEASE_TEST_REQUIRE=1` (or `CI`), and is reported as skipped otherwise.
 //!   `LEASE_MODEL_RECORD=<dir>` writes every recorded trace there (how the fixtures were made).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_core::supervisor::{Health, Hook, RenewalResult, Supervisor, SupervisorConfig};
@@ -26,9 +26,9 @@ use leasehold_faults::link::LinkFault;
 use leasehold_faults::storm::{Contender, StormBackend};
 use leasehold_faults::target::{Target, targets_from_env};
 use leasehold_model::StoreKind;
-use leasehold_model::trace::{Obs, Rule, Step, Trace, check, check_all};
+use leasehold_model::trace::{DEADLINE_TOLERANCE, Obs, Rule, Step, Trace, check, check_all};
 use leasehold_testkit::history::{Attempt, Event, History, Op, Stamp};
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep, sleep_until, timeout};
 
 const FIXTURES: [&str; 5] = ["postgres", "redis", "etcd", "k8s", "sqlite"];
 
@@ -391,10 +391,61 @@ async fn contender(
     }
 }
 
-/// The trace of `events`; with more than one key, each step names its key by its index in `keys`
-/// (`k0`, `k1`, ...).
+/// The stalls of the recording process measured by [`probe`]: the late wake-ups, `(due, ran)`,
+/// and the wake-up it waits for.
+#[derive(Debug, Default)]
+struct StallLog {
+    late: Vec<(Instant, Instant)>,
+    waiting_for: Option<Instant>,
+}
+
+type Stalls = Arc<Mutex<StallLog>>;
+
+fn stall_log(stalls: &Stalls) -> std::sync::MutexGuard<'_, StallLog> {
+    stalls
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Measures how late the runtime the storms run on gets to its timers: wakes every millisecond and
+/// keeps each wake-up later than [`DEADLINE_TOLERANCE`] as `(due, ran)`. The supervisors' loss
+/// timers run on the same runtime, so a loss reported late because the process was not scheduled
+/// shows here too; the traces carry these as stall steps, which excuse a late loss report only
+/// where they cover it (see `leasehold_model::trace`). Runs until aborted.
+async fn probe(stalls: Stalls) {
+    loop {
+        let due = Instant::now() + Duration::from_millis(1);
+        stall_log(&stalls).waiting_for = Some(due);
+        sleep_until(due).await;
+        let ran = Instant::now();
+        let mut log = stall_log(&stalls);
+        log.waiting_for = None;
+        if ran.saturating_duration_since(due) > DEADLINE_TOLERANCE {
+            log.late.push((due, ran));
+        }
+    }
+}
+
+/// The stalls measured so far, with the one under way (the probe overdue by more than the
+/// tolerance now) as ending now.
+fn stalls_now(stalls: &Stalls) -> Vec<(Instant, Instant)> {
+    let log = stall_log(stalls);
+    let now = Instant::now();
+    let mut out = log.late.clone();
+    if let Some(due) = log.waiting_for
+        && now.saturating_duration_since(due) > DEADLINE_TOLERANCE
+    {
+        out.push((due, now));
+    }
+    out
+}
+
+/// The trace of `events` and of the stalls measured while they were recorded (those that ended
+/// after the first event and began before the last one ended); with more than one key, each step
+/// names its key by its index in `keys` (`k0`, `k1`, ...).
 fn to_trace(
     events: &[Event],
+    stalls: &[(Instant, Instant)],
     keys: &[LeaseKey],
     store: StoreKind,
     cfg: &SupervisorConfig,
@@ -405,7 +456,8 @@ fn to_trace(
     let t0 = ev.first().map_or(anchor.0, |e| e.invoked.at.min(anchor.0));
     let us =
         |i: Instant| u64::try_from(i.saturating_duration_since(t0).as_micros()).unwrap_or(u64::MAX);
-    let steps = ev
+    let end = ev.iter().map(|e| e.completed.at).max().unwrap_or(t0);
+    let mut steps: Vec<Step> = ev
         .iter()
         .map(|e| {
             let obs = match &e.op {
@@ -450,6 +502,20 @@ fn to_trace(
             }
         })
         .collect();
+    steps.extend(
+        stalls
+            .iter()
+            .filter(|&&(due, ran)| ran > t0 && due < end)
+            .map(|&(due, ran)| Step {
+                client: "probe".into(),
+                key: String::new(),
+                invoked: us(due),
+                completed: us(ran),
+                obs: Obs::Stall,
+            }),
+    );
+    // In order of invocation (a stable sort: events of one instant keep their order).
+    steps.sort_by_key(|s| s.invoked);
     Trace {
         store,
         ttl: cfg.ttl(),
@@ -487,7 +553,7 @@ const LONG: Shape = Shape {
 };
 
 /// Records one storm of `shape` on `target`.
-async fn record(target: &Target, seed: u64, shape: Shape) -> Result<Trace, String> {
+async fn record(target: &Target, seed: u64, shape: Shape, stalls: Stalls) -> Result<Trace, String> {
     let run = fastrand::u32(..);
     let keys = (0..shape.keys)
         .map(|j| {
@@ -530,8 +596,10 @@ async fn record(target: &Target, seed: u64, shape: Shape) -> Result<Trace, Strin
     for t in tasks {
         t.await.map_err(|e| format!("contender panicked: {e}"))?;
     }
+    let stalls = stalls_now(&stalls);
     Ok(to_trace(
         &history.events(),
+        &stalls,
         &keys,
         store_kind(target.name),
         &cfg,
@@ -618,6 +686,8 @@ fn real_backends_conform() {
     let out_dir = std::env::var("LEASE_MODEL_RECORD").ok();
     let mut failures = Vec::new();
     rt.block_on(async {
+        let stalls = Stalls::default();
+        let prober = tokio::spawn(probe(stalls.clone()));
         let mut runs = Vec::new();
         for t in targets_from_env() {
             let t = match t {
@@ -633,9 +703,14 @@ fn real_backends_conform() {
             };
             for (seed, shape) in [(1u64, SHORT), (2, SHORT), (3, LONG)] {
                 let t = t.clone();
+                let stalls = stalls.clone();
                 runs.push(tokio::spawn(async move {
                     let started = Instant::now();
-                    let r = timeout(Duration::from_secs(120), record(&t, seed, shape)).await;
+                    let r = timeout(
+                        Duration::from_secs(120),
+                        record(&t, seed, shape, stalls),
+                    )
+                    .await;
                     (t.name, seed, shape, r, started.elapsed())
                 }));
             }
@@ -672,8 +747,9 @@ fn real_backends_conform() {
             }
             match check(&trace) {
                 Ok(s) => {
+                    let stalled = trace.steps.iter().filter(|s| s.obs == Obs::Stall).count();
                     println!(
-                        "{label}: {} steps conform ({:.1} s): {s:?}",
+                        "{label}: {} steps conform ({:.1} s, {stalled} of them measured stalls): {s:?}",
                         trace.steps.len(),
                         took.as_secs_f64()
                     );
@@ -711,6 +787,7 @@ fn real_backends_conform() {
                 )),
             }
         }
+        prober.abort();
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -725,6 +802,54 @@ fn same_owner_regrant_while_live_conforms() {
     check(&same).unwrap_or_else(|e| panic!("a same-owner re-grant: {e}"));
     let other = Trace::parse(&format!("{head}1000 1200 b granted 2 980000\n")).unwrap();
     assert_eq!(check(&other).unwrap_err().rule, Rule::GrantWhileHeld);
+}
+
+/// A loss reported after the deadline (by more than the tolerance) is rejected unless measured
+/// stalls of the recording process cover the time from the deadline to the report: one stall, or
+/// stalls chained (each due within the tolerance after the previous one ran). A stall that ends
+/// too early, begins after the deadline, or is chained across a gap excuses nothing. Stall steps
+/// belong to no key and survive the text form.
+#[test]
+fn late_loss_needs_a_measured_stall() {
+    // Granted at 0 with deadline 979 ms (TTL 1 s less the 21 ms drift); lost 51 ms after it.
+    let head = "store row\nttl_us 1000000\ndrift_us 21000\nrenew_us 333333\nlead_us 100000\nsteps\n\
+                0 500 a granted 1 979000\n";
+    let with = |stalls: &str, lost_at: u64| {
+        let t = Trace::parse(&format!("{head}{stalls}{lost_at} {lost_at} a lost 1\n")).unwrap();
+        assert_eq!(Trace::parse(&t.to_text()).unwrap(), t);
+        check_all(&t).1
+    };
+    let late = |stalls: &str| {
+        let found = with(stalls, 1_030_000);
+        assert_eq!(
+            found.iter().map(|n| n.rule).collect::<Vec<_>>(),
+            [Rule::LateLoss],
+            "stalls {stalls:?}: {found:#?}"
+        );
+    };
+    let fine = |stalls: &str| {
+        let found = with(stalls, 1_030_000);
+        assert!(found.is_empty(), "stalls {stalls:?}: {found:#?}");
+    };
+    // On time (within the tolerance), no stall needed.
+    assert!(with("", 980_000).is_empty());
+    // Late without a stall, or with stalls that do not cover it.
+    late("");
+    late("970000 1020000 probe stall\n");
+    late("990000 1029000 probe stall\n");
+    late("970000 1000000 probe stall\n1010000 1029000 probe stall\n");
+    // Covered by one stall, or by a chain of them.
+    fine("970000 1029000 probe stall\n");
+    fine("970000 1000000 probe stall\n1001000 1029000 probe stall\n");
+
+    // A stall is no key's step: a trace of one key keeps one key.
+    let keyed = Trace::parse(
+        "store row\nttl_us 1000000\ndrift_us 21000\nrenew_us 333333\nlead_us 100000\nsteps\n\
+         0 500 a @k0 granted 1 979000\n970000 1029000 probe stall\n1030000 1030000 a @k0 lost 1\n",
+    )
+    .unwrap();
+    assert_eq!(keyed.keys(), ["k0"]);
+    assert_eq!(check(&keyed).map(|s| s.keys), Ok(1));
 }
 
 /// The model has one key: a trace of several keys is one model per key. Two clients holding two
