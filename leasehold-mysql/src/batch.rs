@@ -1,9 +1,14 @@
 //! The batch of [`MysqlLeaseStore`]: `acquire_many`, chunks of requests each decided in one
-//! transaction by acquire's own statements, a few chunks at once.
+//! transaction, a few chunks at once: a chunk whose requests share one owner and one TTL by the
+//! batch statements (one guarded `UPDATE`, one `INSERT` of the keys without a row, one read of
+//! the rows), any other chunk request by request with acquire's own statements.
+
+use std::collections::HashMap;
 
 use leasehold_core::backend::RoundedTtl;
-use leasehold_core::{AcquireOutcome, AcquireRequest, Result};
-use sqlx::mysql::MySqlConnection;
+use leasehold_core::{AcquireOutcome, AcquireRequest, OwnerId, Result};
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{AssertSqlSafe, Connection, Row};
 use tokio::time::Instant;
 
 use crate::MysqlLeaseStore;
@@ -88,15 +93,30 @@ async fn decide_chunk<'a>(
     Ok((chunk, sent, found))
 }
 
-/// The requests `chunk` (indexes into `reqs`, in key order, with their rounded TTLs) decided
-/// by [`acquire_on`] in one transaction on `conn`.
+/// The requests `chunk` (indexes into `reqs`, in key order, with their rounded TTLs) decided in
+/// one transaction on `conn`: together ([`grant_together`]) when they share one owner and one
+/// TTL and the batch statements exist, else (or when `grant_together` saw a concurrent grant it
+/// cannot tell from its own) one by one with [`acquire_on`].
 async fn acquire_chunk(
     conn: &mut MySqlConnection,
     sql: &Statements,
     reqs: &[AcquireRequest],
     chunk: &[(usize, RoundedTtl)],
 ) -> std::result::Result<Vec<Acquired>, sqlx::Error> {
-    use sqlx::Connection;
+    if let Some(&(first, ttl)) = chunk.first() {
+        let owner = &reqs[first].owner;
+        if chunk
+            .iter()
+            .all(|&(i, t)| t == ttl && reqs[i].owner == *owner)
+        {
+            let mut tx = conn.begin().await?;
+            if let Some(found) = grant_together(&mut tx, sql, reqs, chunk, owner, ttl).await? {
+                tx.commit().await?;
+                return Ok(found);
+            }
+            tx.rollback().await?;
+        }
+    }
     let mut tx = conn.begin().await?;
     let mut found = Vec::with_capacity(chunk.len());
     for &(i, ttl) in chunk {
@@ -104,4 +124,91 @@ async fn acquire_chunk(
     }
     tx.commit().await?;
     Ok(found)
+}
+
+/// The requests `chunk`, all of `owner` with `ttl`, decided by the batch statements in the open
+/// transaction on `tx`:
+///
+/// 1. [`acquire_free_many`](Statements::acquire_free_many) grants every key whose row is free
+///    or already `owner`'s (the single grant's guard and token, row by row); the rows it
+///    changed stay locked until the commit.
+/// 2. [`acquire_insert_many`](Statements::acquire_insert_many) inserts the keys that have no
+///    row (each above its own floor row and the clock); also locked (skipped when step 1
+///    granted every key).
+/// 3. [`holder_many`](Statements::holder_many) reads the rows: a row of `owner` is a grant
+///    (its token), a row held by another owner a refusal (its holder).
+///
+/// The rows of `owner` are the rows steps 1 and 2 wrote, unless another transaction granted a
+/// key to the same owner between steps 1 and 3 (a key that was held at step 1, then freed and
+/// taken): then there are more rows of `owner` than rows written, and `None` says so (the
+/// caller rolls back and decides the chunk one by one). A key found neither granted nor held (freed
+/// or deleted since step 1) is decided alone by [`acquire_on`], as acquire does after its
+/// holder read.
+async fn grant_together(
+    tx: &mut MySqlConnection,
+    sql: &Statements,
+    reqs: &[AcquireRequest],
+    chunk: &[(usize, RoundedTtl)],
+    owner: &OwnerId,
+    ttl: RoundedTtl,
+) -> std::result::Result<Option<Vec<Acquired>>, sqlx::Error> {
+    let (Some(free_many), Some(insert_many)) = (&sql.acquire_free_many, &sql.acquire_insert_many)
+    else {
+        return Ok(None);
+    };
+    let n = chunk.len();
+    let keys = || chunk.iter().map(|&(i, _)| reqs[i].key.as_str());
+    let ttl_us = ttl.as_i64().saturating_mul(1000);
+    let text = Statements::with_keys(free_many, n);
+    let mut q = sqlx::query(AssertSqlSafe(text.as_str()))
+        .bind(owner.as_str())
+        .bind(ttl_us)
+        .bind(ttl.as_i64());
+    for k in keys() {
+        q = q.bind(k);
+    }
+    let updated = q
+        .bind(owner.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    let mut inserted = 0;
+    if updated < n as u64 {
+        let text = Statements::with_keys(insert_many, n);
+        let mut q = sqlx::query(AssertSqlSafe(text.as_str()))
+            .bind(owner.as_str())
+            .bind(ttl_us)
+            .bind(ttl.as_i64());
+        for k in keys() {
+            q = q.bind(k);
+        }
+        inserted = q.execute(&mut *tx).await?.rows_affected();
+    }
+    let text = Statements::with_keys(&sql.holder_many, n);
+    let mut q = sqlx::query(AssertSqlSafe(text.as_str()));
+    for k in keys() {
+        q = q.bind(k);
+    }
+    let mut rows: HashMap<Vec<u8>, (MySqlRow, bool)> = HashMap::with_capacity(n);
+    let mut mine = 0u64;
+    for row in q.fetch_all(&mut *tx).await? {
+        let key: Vec<u8> = row.try_get("resource_key")?;
+        let owned: Vec<u8> = row.try_get("owner")?;
+        let is_mine = owned == owner.as_str().as_bytes();
+        mine += u64::from(is_mine);
+        rows.insert(key, (row, is_mine));
+    }
+    if mine != updated + inserted {
+        return Ok(None);
+    }
+    let mut found = Vec::with_capacity(n);
+    for &(i, ttl) in chunk {
+        let req = &reqs[i];
+        found.push(match rows.remove(req.key.as_str().as_bytes()) {
+            Some((row, true)) => Acquired::Stored(row.try_get("fencing_token")?),
+            Some((row, false)) if row.try_get::<bool, _>("held")? => Acquired::Held(row),
+            _ => acquire_on(&mut *tx, sql, req, ttl).await?,
+        });
+    }
+    Ok(Some(found))
 }

@@ -164,7 +164,33 @@ pub struct Statements {
     /// Removes every lease row and high-water-mark row whose key starts with a prefix (tests
     /// and tooling); the delete trigger keeps the lease rows' tokens in the floor table.
     pub delete_prefix: [String; 2],
+    /// The grant of a batch's keys that have a row, for requests of one owner and one TTL:
+    /// [`acquire_free`](Self::acquire_free) as its mutation switch point gave it (so a mutant of
+    /// the single grant is a mutant of the batch's), with `resource_key IN` [`KEYS`] for
+    /// `resource_key = ?`; `None` if that text is not in it. Parameters: owner, TTL in µs, TTL
+    /// in ms, the keys, owner. Each row's guard and token are the single grant's; the rows it
+    /// changed are the grants.
+    pub acquire_free_many: Option<String>,
+    /// The insert of a batch's keys that have no row, for requests of one owner and one TTL:
+    /// [`acquire_insert`](Self::acquire_insert) as its switch point gave it, selecting from
+    /// the derived table [`ROWS`] (column `k`, one row per key) the keys that have no row, each
+    /// with its own floor; `None` if the single insert's text is not in the expected form.
+    /// Parameters: owner, TTL in µs, TTL in ms, the keys. A duplicate key (1062) means a row
+    /// was inserted concurrently: the batch's transaction starts over.
+    pub acquire_insert_many: Option<String>,
+    /// The rows of a batch's keys ([`KEYS`]), as [`holder`](Self::holder) with the key first:
+    /// read in the batch's transaction after its grant, to learn each granted key's token and
+    /// each refused key's holder. Parameters: the keys.
+    pub holder_many: String,
 }
+
+/// The list of a batch's keys in [`Statements::acquire_free_many`] and
+/// [`Statements::holder_many`]: [`Statements::with_keys`] makes it `(?, ?, ..)`.
+pub const KEYS: &str = "(?*)";
+
+/// The derived table of a batch's keys in [`Statements::acquire_insert_many`]:
+/// [`Statements::with_keys`] makes it `(SELECT ? AS k UNION ALL SELECT ? ..)`.
+pub const ROWS: &str = "(SELECT ?* AS k)";
 
 impl Statements {
     /// The statements for `t`.
@@ -244,7 +270,59 @@ impl Statements {
             fence_mark,
             fence_read,
             delete_prefix,
+            holder_many: format!(
+                "SELECT resource_key, owner, fencing_token, ttl_ms, \
+                   TIMESTAMPDIFF(MICROSECOND, {now}, lease_until) AS remaining_us, \
+                   lease_until > {now} AS held \
+                 FROM {t} WHERE resource_key IN {KEYS}"
+            ),
+            acquire_free_many: None,
+            acquire_insert_many: None,
         }
+        .with_batches(t)
+    }
+
+    /// The batch statements, derived from the (switched) single ones.
+    fn with_batches(mut self, t: &TableName) -> Self {
+        let one_key = "WHERE resource_key = ? ";
+        self.acquire_free_many = (self.acquire_free.matches(one_key).count() == 1).then(|| {
+            self.acquire_free
+                .replacen(one_key, &format!("WHERE resource_key IN {KEYS} "), 1)
+        });
+        let (select, floor) = ("SELECT ?, ?, ", "f.resource_key = ?");
+        self.acquire_insert_many = (self.acquire_insert.matches(select).count() == 1
+            && self.acquire_insert.matches(floor).count() == 1)
+            .then(|| {
+                format!(
+                    "{} FROM {ROWS} r \
+                     WHERE NOT EXISTS (SELECT 1 FROM {t} l WHERE l.resource_key = r.k)",
+                    self.acquire_insert
+                        .replacen(select, "SELECT r.k, ?, ", 1)
+                        .replacen(floor, "f.resource_key = r.k", 1)
+                )
+            });
+        self
+    }
+
+    /// `batch` (one of the batch statements) for `n` keys: [`KEYS`] and [`ROWS`] written out
+    /// with `n` parameters (at least one).
+    ///
+    /// ```
+    /// use leasehold_mysql::protocol::{KEYS, ROWS, Statements};
+    /// assert_eq!(Statements::with_keys(&format!("IN {KEYS}"), 3), "IN (?, ?, ?)");
+    /// assert_eq!(
+    ///     Statements::with_keys(&format!("FROM {ROWS} r"), 2),
+    ///     "FROM (SELECT ? AS k UNION ALL SELECT ? AS k) r"
+    /// );
+    /// ```
+    pub fn with_keys(batch: &str, n: usize) -> String {
+        let n = n.max(1);
+        batch
+            .replace(KEYS, &format!("({})", vec!["?"; n].join(", ")))
+            .replace(
+                ROWS,
+                &format!("({})", vec!["SELECT ? AS k"; n].join(" UNION ALL ")),
+            )
     }
 }
 
@@ -292,6 +370,16 @@ mod tests {
         )));
         assert!(s.acquire_insert.contains("`leases_floor`"));
         assert!(s.acquire_insert.contains(CLOCK_US));
+        // The batch grant is the single grant over a list of keys; the batch insert takes each
+        // key's own floor.
+        let free_many = s.acquire_free_many.as_deref().expect("derived");
+        assert_eq!(
+            free_many.replace(&format!("resource_key IN {KEYS} "), "resource_key = ? "),
+            s.acquire_free
+        );
+        let insert_many = s.acquire_insert_many.as_deref().expect("derived");
+        assert!(insert_many.contains("WHERE f.resource_key = r.k), 0) + 1"));
+        assert!(insert_many.contains(&format!("FROM {ROWS} r WHERE NOT EXISTS")));
         // The mark is assigned last, so the guards see the old mark.
         assert!(s.fence_write.trim_end().ends_with(
             "last_fencing_token = GREATEST(last_fencing_token, VALUES(last_fencing_token))"

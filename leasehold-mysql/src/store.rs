@@ -277,7 +277,11 @@ impl MysqlLeaseStore {
 
 /// What one acquire attempt found.
 pub(crate) enum Acquired {
+    /// Granted, with the token the server handed back (`LAST_INSERT_ID(expr)`).
     Granted(u64),
+    /// Granted, with the token read back from the row the batch wrote.
+    Stored(i64),
+    /// Held by another owner: the row of [`Statements::holder`].
     Held(MySqlRow),
 }
 
@@ -434,25 +438,24 @@ pub(crate) fn outcome(
     what: &'static str,
     cx: ErrCtx<'_>,
 ) -> Result<AcquireOutcome> {
-    match found {
-        Acquired::Granted(id) => {
-            let token = granted_token(&req.key, id)?;
-            tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "{what}");
-            Ok(AcquireOutcome::Acquired(granted_lease(
-                req.key.clone(),
-                req.owner.clone(),
-                token,
-                ttl.granted(),
-                req.drift_margin(),
-                sent,
-            )))
-        }
+    let token = match found {
+        Acquired::Granted(id) => granted_token(&req.key, id)?,
+        Acquired::Stored(token) => decode_token(BACKEND, req.key.as_str(), token)?,
         Acquired::Held(row) => {
             let holder = holder_from(&req.key, &row, "acquire", cx)?;
             tracing::trace!(backend = BACKEND, key = %req.key, owner = %holder.owner, token = %holder.token, "lease held by another owner");
-            Ok(AcquireOutcome::Held(holder))
+            return Ok(AcquireOutcome::Held(holder));
         }
-    }
+    };
+    tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, "{what}");
+    Ok(AcquireOutcome::Acquired(granted_lease(
+        req.key.clone(),
+        req.owner.clone(),
+        token,
+        ttl.granted(),
+        req.drift_margin(),
+        sent,
+    )))
 }
 
 #[async_trait]
@@ -483,13 +486,19 @@ impl LeaseStore for MysqlLeaseStore {
         outcome(req, found, ttl, sent, "lease acquired", c.cx())
     }
 
-    /// One transaction per 250 requests (`ACQUIRE_MANY_CHUNK`), 8 at once (`ACQUIRE_MANY_TXNS`), in key
-    /// order (so that two batches over overlapping keys lock rows in one order), each request decided by acquire's
-    /// statements on the transaction's connection: one commit per chunk instead of one per key.
-    /// The session's `READ COMMITTED` lets acquire's holder read see rows committed during the
-    /// transaction, as it does outside one. A conflict (deadlock, lock wait timeout) rolls the
-    /// chunk back and runs it again, as for a single acquire. Requests with an invalid TTL get
-    /// their error in their slot and are not sent.
+    /// One transaction per 250 requests (`ACQUIRE_MANY_CHUNK`), 8 at once (`ACQUIRE_MANY_TXNS`),
+    /// in key order (so that two batches over overlapping keys lock rows in one order). A chunk
+    /// whose requests share one owner and one TTL (the usual batch: one worker taking many
+    /// keys) is decided by three statements whatever its size: one guarded `UPDATE` of its keys
+    /// (the single grant's guard and token, row by row), one `INSERT` of its keys without a row
+    /// (each above its own floor), and one read of its rows (the granted tokens, the holders of
+    /// the refused keys); see [`Statements::acquire_free_many`]. Any other chunk is decided
+    /// request by request by acquire's statements on the transaction's connection. Either way
+    /// one commit per chunk instead of one per key. The session's `READ COMMITTED` lets the
+    /// holder reads see rows committed during the transaction, as they do outside one. A
+    /// conflict (deadlock, lock wait timeout, a key inserted concurrently) rolls the chunk back
+    /// and runs it again, as for a single acquire. Requests with an invalid TTL get their error
+    /// in their slot and are not sent.
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
         self.acquire_batch(reqs).await
     }

@@ -31,7 +31,110 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("mysql", advisory_lock_excludes_and_dies_with_its_connection),
         case!("mysql", a_missing_schema_is_a_config_error),
         case!("mysql", url_options_and_the_mariadb_scheme),
+        case!("mysql", acquire_many_of_mixed_owners_decides_each_key),
+        case!("mysql", acquire_many_timing_by_path),
     ]
+}
+
+/// A batch whose requests do not share one owner and TTL (decided request by request): each key
+/// granted to its own request's owner with that request's TTL, a key held by another owner
+/// refused naming it, and a second mixed batch over the same keys refused where the first one
+/// granted to someone else.
+async fn acquire_many_of_mixed_owners_decides_each_key(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let (a, b, c) = (
+        OwnerId::with_label("a"),
+        OwnerId::with_label("b"),
+        OwnerId::with_label("c"),
+    );
+    let held = ctx.key("mixed-held");
+    let by_c = ctx
+        .must_acquire_with(&store, &held, &c, ctx.long_ttl())
+        .await?;
+    let keys: Vec<_> = (0..6).map(|i| ctx.key(&format!("mixed-{i}"))).collect();
+    let mut reqs: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let (owner, ttl) = if i % 2 == 0 {
+                (&a, ctx.long_ttl())
+            } else {
+                (&b, ctx.long_ttl() + Duration::from_secs(1))
+            };
+            ctx.request(k, owner, ttl)
+        })
+        .collect();
+    reqs.push(ctx.request(&held, &a, ctx.long_ttl()));
+    let out = store.acquire_many(&reqs).await?;
+    for (req, got) in reqs.iter().zip(&out) {
+        match got {
+            Ok(AcquireOutcome::Acquired(l)) => {
+                assert_ne!(req.key, held, "the key held by c was granted");
+                assert_eq!((l.owner(), l.ttl()), (&req.owner, req.ttl), "{}", req.key);
+            }
+            Ok(AcquireOutcome::Held(h)) => {
+                assert_eq!(req.key, held, "{} refused: {h:?}", req.key);
+                assert_eq!((&h.owner, h.token), (&c, by_c.token()));
+            }
+            Err(e) => return Err(format!("{}: {e}", req.key).into()),
+        }
+    }
+    // The same keys with the owners swapped: every key is now held by the other one.
+    let swapped: Vec<_> = reqs[..6]
+        .iter()
+        .map(|r| {
+            let other = if r.owner == a { &b } else { &a };
+            ctx.request(&r.key, other, r.ttl)
+        })
+        .collect();
+    for (req, got) in reqs.iter().zip(store.acquire_many(&swapped).await?) {
+        match got? {
+            AcquireOutcome::Held(h) => assert_eq!(h.owner, req.owner, "{}", req.key),
+            AcquireOutcome::Acquired(l) => {
+                return Err(format!("{} granted to {} while held", req.key, l.owner()).into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints (does not assert) how long `acquire_many` takes for `LEASE_ACQUIRE_MANY_KEYS` keys
+/// (default 2,000; at most `MAX_ACQUIRE_MANY`) of one owner: keys without a row, the same keys
+/// granted again to their owner, and the same keys refused to another owner. Every key must
+/// be granted, granted again with a greater token, and refused.
+async fn acquire_many_timing_by_path(ctx: Ctx) -> CaseResult {
+    let n = std::env::var("LEASE_ACQUIRE_MANY_KEYS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2_000)
+        .clamp(1, leasehold_core::store::MAX_ACQUIRE_MANY);
+    let store = store().await?;
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let keys: Vec<_> = (0..n).map(|i| ctx.key(&format!("timing-{i}"))).collect();
+    let batch = |owner: &OwnerId| -> Vec<_> {
+        keys.iter()
+            .map(|k| ctx.request(k, owner, ctx.long_ttl()))
+            .collect()
+    };
+    let mut took = Vec::new();
+    let mut first = Vec::new();
+    for (what, owner) in [("new keys", &a), ("granted again", &a), ("refused", &b)] {
+        let start = std::time::Instant::now();
+        let out = store.acquire_many(&batch(owner)).await?;
+        took.push((what, start.elapsed()));
+        for (i, got) in out.into_iter().enumerate() {
+            match (what, got?) {
+                ("new keys", AcquireOutcome::Acquired(l)) => first.push(l.token()),
+                ("granted again", AcquireOutcome::Acquired(l)) => {
+                    assert!(l.token() > first[i], "{}: token did not rise", keys[i]);
+                }
+                ("refused", AcquireOutcome::Held(h)) => assert_eq!(h.owner, a),
+                (what, other) => return Err(format!("{what}: {}: {other:?}", keys[i]).into()),
+            }
+        }
+    }
+    eprintln!("acquire_many timing [mysql] {n} keys of one owner: {took:?}");
+    Ok(())
 }
 
 /// A token written by hand far above the clock, then the row deleted by hand: the key's next
