@@ -580,7 +580,7 @@ mod tests {
         let read = || {
             let n = calls.fetch_add(1, Ordering::Relaxed);
             async move {
-                if n % 2 == 0 {
+                if n.is_multiple_of(2) {
                     std::future::pending::<()>().await;
                 }
                 Err::<u32, _>("connection refused")
