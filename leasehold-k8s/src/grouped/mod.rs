@@ -177,6 +177,15 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 /// - [`watch`](leasehold_core::LeaseStore::watch) watches the key's group object: a change to any key of the
 ///   group is a hint, and the end of an owner's term by expiry (nothing written) is not.
 ///
+/// # Cancel safety
+/// As the contract says for each operation: `acquire`, `acquire_many` and `release` are not
+/// cancel safe (a dropped call may have granted or freed keys; a grant stays held until its
+/// owner's term ends or the owner takes the key again); `renew` and `renew_many` are cancel safe
+/// in the contract's sense (a dropped renewal may or may not have extended the owner's term, and
+/// the previous deadlines stay correct: a renewal whose answer was lost is recognised as the
+/// store's own by the next one); `inspect`, `inspect_many`, `holders_many` and `watch` are cancel
+/// safe. A dropped call never leaves the store's lock of its membership Leases held.
+///
 /// # RBAC
 /// Those of [`K8sLeaseStore`], plus `get`, `list`, `watch`, `create` and `update` on
 /// `configmaps` (the group objects).
