@@ -380,3 +380,29 @@ async fn a_short_suspend_before_the_loss_deadline_changes_nothing() {
     assert_eq!(guard.health(), Health::Held);
     assert!(guard.may_act());
 }
+
+#[tokio::test(start_paused = true)]
+async fn run_refuses_to_start_work_after_a_suspend_past_the_loss_deadline() {
+    let store = Scripted::new();
+    let clock = ManualClock::new();
+    let config = SupervisorConfig::new(TTL).with_clock(Arc::new(clock.clone()));
+    let sup = Supervisor::new(store.clone(), config);
+    let guard = hold(&sup).await;
+    // The host sleeps past the loss deadline; the renewal task has not woken yet, so the published
+    // health still says Held. Work started now would run without a valid lease.
+    clock.jump(TTL * 10);
+    assert_eq!(
+        guard.health(),
+        Health::Held,
+        "the renewal task has not looked yet"
+    );
+    let started = std::sync::atomic::AtomicBool::new(false);
+    let outcome = guard
+        .run(async { started.store(true, std::sync::atomic::Ordering::SeqCst) })
+        .await;
+    assert_eq!(outcome, Err(LossReason::DeadlineReached));
+    assert!(
+        !started.load(std::sync::atomic::Ordering::SeqCst),
+        "the work was started past the loss deadline"
+    );
+}

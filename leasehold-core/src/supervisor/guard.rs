@@ -251,16 +251,27 @@ impl LeaseGuard {
     }
 
     /// Runs `work` until it completes or the lease is lost or released, whichever comes first.
-    /// On loss the work future is dropped (cancelled) and the loss reason returned. After a
-    /// host suspend past the loss deadline, the loss is seen when the renewal task next wakes,
-    /// so the work runs on for up to [`SupervisorConfig::clock_check_interval`] of tokio time
-    /// after the resume (check [`LeaseGuard::may_act`] before each side effect to stop sooner).
+    /// On loss the work future is dropped (cancelled) and the loss reason returned. Work is never
+    /// started once [`LeaseGuard::may_act`] is false (past the loss deadline by the validity
+    /// clock, even before the renewal task has woken to publish the loss). After a host suspend
+    /// past the loss deadline *while the work runs*, the loss is seen when the renewal task next
+    /// wakes, so the work runs on for up to [`SupervisorConfig::clock_check_interval`] of tokio
+    /// time after the resume (check [`LeaseGuard::may_act`] before each side effect to stop
+    /// sooner).
     ///
     /// # Cancellation safety
     /// Cancel safe: dropping it drops `work` and leaves the guard as it was.
     pub async fn run<F: Future>(&self, work: F) -> std::result::Result<F::Output, LossReason> {
         if let Health::Lost(reason) = self.health() {
             return Err(reason);
+        }
+        if !self.may_act() {
+            // Past the loss deadline (a suspend, a late timer) or released: the published health
+            // may lag the clock, so the clock decides.
+            return Err(match self.health() {
+                Health::Lost(r) => r,
+                _ => LossReason::DeadlineReached,
+            });
         }
         tokio::select! {
             biased;
