@@ -19,8 +19,8 @@ mod interop;
 mod options;
 mod release;
 mod renewal;
-mod sharing;
 mod shards;
+mod sharing;
 mod support;
 
 use leasehold_etcd::LeaseSharing;
