@@ -1,3 +1,6 @@
+// This file stays whole past 600 lines: it is test-only (compiled under #[cfg(test)]) and is one
+// model, whose abstract store, step function, invariants, coverage guard and negative controls
+// must be read together; splitting them would scatter what each check relies on.
 //! A bounded model check of the campaign: every interleaving of 2-3 candidates' campaign steps,
 //! the clock, lost renewals, handovers, yields to a preferred candidate and candidates leaving,
 //! stepped through the real [plan](super::plan) against an abstract store.
