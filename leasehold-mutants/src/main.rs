@@ -2,9 +2,9 @@
 //! through the backend's test suite and the fault suite, and writes `docs/mutants.md`.
 //!
 //! A backend's suites are its test target, any further targets of it in `EXTRA_TARGETS`
-//! (PostgreSQL's `failover`: a throwaway primary and standby, about ten seconds), then the
+//! (PostgreSQL's `postgres_failover`: a throwaway primary and standby, about ten seconds), then the
 //! fault suite's cases of that backend. A prebuilt extra target is given as
-//! `--bin <backend>+<target>=PATH` (`--bin postgres+failover=PATH`).
+//! `--bin <backend>+<target>=PATH` (`--bin postgres+postgres_failover=PATH`).
 //!
 //! The backend crates pass the text and conditions that decide safety through the switch points
 //! of `leasehold_core::mutation`. This program builds the test binaries once with the
@@ -80,7 +80,8 @@ fn mysql_url() -> String {
 /// streaming standby (scripts/services/postgres-failover.sh) and is the only test that kills a
 /// trigger that forgets the clock floor (a promoted standby's sequence is behind the lost
 /// grants; only the server clock floor keeps the next token above them).
-const EXTRA_TARGETS: &[(&str, &str, &str)] = &[("postgres", "leasehold-postgres", "failover")];
+const EXTRA_TARGETS: &[(&str, &str, &str)] =
+    &[("postgres", "leasehold-postgres", "postgres_failover")];
 
 /// The key of an extra target's binary among the built binaries: `<backend>+<target>`.
 fn extra_key(backend: &str, target: &str) -> String {
