@@ -537,14 +537,19 @@ impl K8sGroupedStore {
                 Err(e) => return Err(e.into_error("replace")),
             }
         }
-        Err(Error::refused(
+        Err(self.races_lost(index))
+    }
+
+    /// The refusal of a write to group `index` that lost [`MAX_RACES`] races in a row.
+    fn races_lost(&self, index: u16) -> Error {
+        Error::refused(
             BACKEND,
             format!(
                 "lost {MAX_RACES} consecutive write races on group {:?}",
                 self.group_name(index)
             ),
             None,
-        ))
+        )
     }
 
     /// The term a lease names in its handle (set by this store's grants and renewals).

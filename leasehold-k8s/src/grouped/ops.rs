@@ -121,14 +121,7 @@ impl LeaseStore for K8sGroupedStore {
                 Err(e) => return Err(e.into_error("replace")),
             }
         }
-        Err(Error::refused(
-            BACKEND,
-            format!(
-                "lost {MAX_RACES} consecutive write races on group {:?}",
-                self.group_name(index)
-            ),
-            None,
-        ))
+        Err(self.races_lost(index))
     }
 
     /// A GET of the key's group and, if the key is assigned, of its owner's membership Lease.
