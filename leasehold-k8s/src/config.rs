@@ -19,7 +19,14 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_PREFIX_LEN: usize = 53;
 /// The query parameters of a `k8s://` URL, one per [`K8sOptions`] setting
 /// ([`K8sOptions::with_url`]).
-pub const URL_OPTIONS: &[&str] = &["namespace", "name_prefix", "request_timeout", "kubeconfig"];
+pub const URL_OPTIONS: &[&str] = &[
+    "namespace",
+    "name_prefix",
+    "request_timeout",
+    "kubeconfig",
+    "group_set",
+    "groups",
+];
 
 /// A point inside the store's protocol where a test can hold an operation (hidden: for this
 /// crate's own interleaving tests, not part of the supported API).
@@ -56,6 +63,7 @@ pub struct K8sOptions {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
     pub(crate) kubeconfig: Option<PathBuf>,
+    pub(crate) grouped: Option<(String, u16)>,
     pub(crate) hook: Option<TestHook>,
 }
 
@@ -66,6 +74,7 @@ impl Default for K8sOptions {
             prefix: String::new(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
             kubeconfig: None,
+            grouped: None,
             hook: None,
         }
     }
@@ -78,6 +87,7 @@ impl fmt::Debug for K8sOptions {
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
             .field("kubeconfig", &self.kubeconfig)
+            .field("grouped", &self.grouped)
             .finish_non_exhaustive()
     }
 }
@@ -115,6 +125,24 @@ impl K8sOptions {
         self
     }
 
+    /// Selects the grouped mode: the store is a [`K8sGroupedStore`](crate::K8sGroupedStore) of
+    /// set `set` over `groups` group objects, what
+    /// [`K8sGroupedStore::connect_with`](crate::K8sGroupedStore::connect_with) (and
+    /// `leasehold::connect`) build from these options; see
+    /// [`K8sLeaseStore::grouped`](crate::K8sLeaseStore::grouped) for the mode. The set is a
+    /// DNS-1123 label of at most [`MAX_SET_LEN`](crate::MAX_SET_LEN) bytes, `groups` is within
+    /// `1..=`[`MAX_GROUPS`](crate::MAX_GROUPS). Default: off (one Lease per key).
+    ///
+    /// ```
+    /// use leasehold_k8s::K8sOptions;
+    /// let options = K8sOptions::default().with_grouped("shards", 16);
+    /// assert_eq!(options.grouped(), Some(("shards", 16)));
+    /// ```
+    pub fn with_grouped(mut self, set: impl Into<String>, groups: u16) -> Self {
+        self.grouped = Some((set.into(), groups));
+        self
+    }
+
     /// Applies the options in `url`'s query on top of these and returns the URL without its
     /// query (what [`connect_with`](crate::K8sLeaseStore::connect_with) does with its URL), so
     /// that a URL alone configures the store:
@@ -125,6 +153,8 @@ impl K8sOptions {
     /// | `name_prefix` | [`with_name_prefix`](Self::with_name_prefix) | `name_prefix=lease-` |
     /// | `request_timeout` | [`with_request_timeout`](Self::with_request_timeout) | `request_timeout=5s` |
     /// | `kubeconfig` | [`with_kubeconfig`](Self::with_kubeconfig), a percent-encoded path | `kubeconfig=/etc/lease/kubeconfig` |
+    /// | `group_set` | [`with_grouped`](Self::with_grouped): the grouped mode's set | `group_set=shards` |
+    /// | `groups` | [`with_grouped`](Self::with_grouped): its group count (default [`DEFAULT_GROUPS`](crate::DEFAULT_GROUPS)); only with `group_set` | `groups=32` |
     ///
     /// Durations take a unit: `250ms`, `2s`, `5m`, `1h`.
     ///
@@ -144,7 +174,8 @@ impl K8sOptions {
     /// # Errors
     /// [`Error::Config`] naming the parameter for an unknown, repeated or empty one, a value that
     /// does not parse, a namespace that is not a DNS-1123 label, a prefix that cannot start an
-    /// object name, or a zero request timeout.
+    /// object name, a zero request timeout, a set name that is not a DNS-1123 label, or a group
+    /// count outside `1..=`[`MAX_GROUPS`](crate::MAX_GROUPS) or without `group_set`.
     pub fn with_url(self, url: &str) -> Result<(String, K8sOptions)> {
         let mut p = UrlParams::parse(BACKEND, url)?;
         let mut o = self;
@@ -181,6 +212,38 @@ impl K8sOptions {
         })? {
             o.kubeconfig = Some(path);
         }
+        let set = p.take_with("group_set", |v| {
+            crate::grouped::check_set(v).map_err(|_| {
+                format!(
+                    "expected a DNS-1123 label of 1 to {} bytes, not \"fence\"",
+                    crate::MAX_SET_LEN
+                )
+            })?;
+            Ok(v.to_string())
+        })?;
+        let groups = p.take_with("groups", |v| {
+            v.parse::<u16>()
+                .ok()
+                .filter(|n| (1..=crate::MAX_GROUPS).contains(n))
+                .ok_or_else(|| format!("expected a group count from 1 to {}", crate::MAX_GROUPS))
+        })?;
+        match (set, groups) {
+            (Some(set), groups) => {
+                let keep = o.grouped.as_ref().map(|(_, n)| *n);
+                o.grouped = Some((set, groups.or(keep).unwrap_or(crate::DEFAULT_GROUPS)));
+            }
+            (None, Some(groups)) => match &mut o.grouped {
+                Some((_, n)) => *n = groups,
+                None => {
+                    return Err(Error::config(
+                        BACKEND,
+                        "URL parameter groups: a group count needs group_set (the grouped mode's set)",
+                        None,
+                    ));
+                }
+            },
+            (None, None) => {}
+        }
         let base = p.base().to_string();
         p.finish(URL_OPTIONS)?;
         Ok((base, o))
@@ -206,6 +269,12 @@ impl K8sOptions {
         self.kubeconfig.as_deref()
     }
 
+    /// The grouped mode's set and group count ([`with_grouped`](Self::with_grouped)), if
+    /// selected.
+    pub fn grouped(&self) -> Option<(&str, u16)> {
+        self.grouped.as_ref().map(|(s, n)| (s.as_str(), *n))
+    }
+
     /// Installs a test hook, awaited at every [`TestPoint`] (hidden: for this crate's
     /// interleaving tests only).
     #[doc(hidden)]
@@ -224,6 +293,16 @@ impl K8sOptions {
 
     /// Checks the knobs that do not depend on the client.
     pub(crate) fn validate(&self, namespace: &str) -> Result<()> {
+        if let Some((set, _)) = &self.grouped {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "the options select the grouped mode (set {set:?}): connect with \
+                     K8sGroupedStore::connect_with (or leasehold::connect), not K8sLeaseStore"
+                ),
+                None,
+            ));
+        }
         validate_namespace(namespace)?;
         validate_prefix(&self.prefix)?;
         if self.timeout.is_zero() {
@@ -364,6 +443,50 @@ fn client_from_config(config: kube::Config) -> Result<kube::Client> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn url_parameters_select_the_grouped_mode_and_refuse_bad_sets_and_counts() {
+        let parse = |url: &str| K8sOptions::default().with_url(url).map(|(_, o)| o);
+        let o = parse("k8s://ns?group_set=shards").unwrap();
+        assert_eq!(o.grouped(), Some(("shards", crate::DEFAULT_GROUPS)));
+        let o = parse("k8s://ns?group_set=shards&groups=32").unwrap();
+        assert_eq!(o.grouped(), Some(("shards", 32)));
+        // The URL's count replaces the options' and keeps their set, and the reverse.
+        let (_, o) = K8sOptions::default()
+            .with_grouped("a", 4)
+            .with_url("k8s://ns?groups=8")
+            .unwrap();
+        assert_eq!(o.grouped(), Some(("a", 8)));
+        let (_, o) = K8sOptions::default()
+            .with_grouped("a", 4)
+            .with_url("k8s://ns?group_set=b")
+            .unwrap();
+        assert_eq!(o.grouped(), Some(("b", 4)));
+        assert_eq!(parse("k8s://ns").unwrap().grouped(), None);
+        for (bad, names) in [
+            ("k8s://ns?groups=4", "group_set"),
+            ("k8s://ns?group_set=Bad_Set", "group_set"),
+            ("k8s://ns?group_set=fence", "group_set"),
+            ("k8s://ns?group_set=", "group_set"),
+            ("k8s://ns?group_set=a&groups=0", "groups"),
+            ("k8s://ns?group_set=a&groups=257", "groups"),
+            ("k8s://ns?group_set=a&groups=99999999999999999999", "groups"),
+            ("k8s://ns?group_set=a&groups=x", "groups"),
+        ] {
+            match parse(bad) {
+                Err(e @ Error::Config { .. }) => {
+                    assert!(e.to_string().contains(names), "{bad}: {e}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Options that select the grouped mode do not make a one-Lease-per-key store.
+        let err = K8sOptions::default()
+            .with_grouped("a", 1)
+            .validate("ns")
+            .unwrap_err();
+        assert!(err.to_string().contains("grouped mode"), "{err}");
+    }
 
     #[test]
     fn urls_name_a_namespace_or_none() {

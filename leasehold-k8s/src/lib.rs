@@ -49,6 +49,8 @@
 //! | `name_prefix` | [`K8sOptions::with_name_prefix`] | `name_prefix=lease-` |
 //! | `request_timeout` | [`K8sOptions::with_request_timeout`] | `request_timeout=5s` |
 //! | `kubeconfig` | [`K8sOptions::with_kubeconfig`]: a file instead of the ambient configuration (percent-encoded path) | `kubeconfig=/etc/lease/kubeconfig` |
+//! | `group_set` | [`K8sOptions::with_grouped`]: the grouped mode and its set ([`K8sGroupedStore::connect`]; [`K8sLeaseStore::connect`] refuses it) | `group_set=invoices` |
+//! | `groups` | [`K8sOptions::with_grouped`]: the grouped mode's group count, default [`DEFAULT_GROUPS`] (only with `group_set`) | `groups=32` |
 //!
 //! ```no_run
 //! use leasehold_k8s::K8sLeaseStore;

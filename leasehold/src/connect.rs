@@ -28,7 +28,8 @@ use crate::url::StoreUrl;
 /// - **redis**: connects with the default key prefix.
 /// - **etcd**: connects to the listed endpoints with the default prefixes.
 /// - **k8s**: uses the ambient configuration (`$KUBECONFIG`, `~/.kube/config`, or the in-cluster
-///   service account) and the URL's namespace, else the configuration's default namespace.
+///   service account) and the URL's namespace, else the configuration's default namespace;
+///   with `group_set=SET` in the query, the grouped mode (`K8sGroupedStore::connect`).
 /// - **sqlite**: opens (creating) the file and its tables.
 ///
 /// For what a URL cannot say (a client you built, a test hook), build the backend's store with
@@ -256,6 +257,24 @@ mod backends {
     backend!(mysql, "mysql", leasehold_mysql::MysqlLeaseStore);
     backend!(redis, "redis", leasehold_redis::RedisLeaseStore);
     backend!(etcd, "etcd", leasehold_etcd::EtcdLeaseStore);
-    backend!(k8s, "k8s", leasehold_k8s::K8sLeaseStore);
     backend!(sqlite, "sqlite", leasehold_sqlite::SqliteLeaseStore);
+
+    /// Kubernetes: one Lease per key, or the grouped mode where the URL's query selects it
+    /// (`group_set=SET`, `groups=N`).
+    #[cfg(feature = "k8s")]
+    pub(super) async fn k8s(url: &str) -> Result<Pair> {
+        let (_, options) = leasehold_k8s::K8sOptions::default().with_url(url)?;
+        if options.grouped().is_some() {
+            let store = leasehold_k8s::K8sGroupedStore::connect(url).await?;
+            let resource = store.fenced_resource();
+            return Ok((Arc::new(store), Arc::new(resource)));
+        }
+        let store = leasehold_k8s::K8sLeaseStore::connect(url).await?;
+        let resource = store.fenced_resource();
+        Ok((Arc::new(store), Arc::new(resource)))
+    }
+    #[cfg(not(feature = "k8s"))]
+    pub(super) async fn k8s(url: &str) -> Result<Pair> {
+        Err(StoreUrl::parse(url)?.feature_off())
+    }
 }

@@ -109,6 +109,10 @@
 //! [`Error::Config`] naming it:
 //! `k8s://payments?name_prefix=lease-&request_timeout=5s&kubeconfig=/etc/lease/kubeconfig`,
 //! `etcds://10.0.0.1:2379?tls_ca=/pki/ca.crt`, `sqlite:///var/lib/app/leases.db?busy_timeout=2s`.
+//! On Kubernetes, `group_set=SET` (and `groups=N`) selects the grouped mode
+//! (`k8s::K8sGroupedStore`, for a shard set of thousands of shards: renewal costs requests per
+//! owner, not per key):
+//! `k8s://payments?group_set=invoices&groups=16`.
 //! Displayed, a [`StoreUrl`] hides the password of its user information and of any query
 //! parameter named like one (`password=`, `sslpassword=`).
 //!

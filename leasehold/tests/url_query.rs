@@ -197,6 +197,59 @@ fn k8s_reads_every_option_from_the_url_given_to_connect() {
     });
 }
 
+/// `group_set` in a `k8s://` URL selects the grouped mode: the key's holder is in the set's
+/// group objects, seen by a grouped store of that set and not by a one-Lease-per-key store;
+/// `K8sLeaseStore` refuses such a URL rather than ignore it.
+#[cfg(feature = "k8s")]
+#[test]
+fn k8s_group_set_in_the_url_given_to_connect_selects_the_grouped_mode() {
+    let Some([kubeconfig, ns]) = service_env(&stores::K8S, ["KUBECONFIG", "LEASE_K8S_NAMESPACE"])
+    else {
+        return;
+    };
+    rt().block_on(async {
+        let url = format!("k8s://{ns}?group_set=url-query&groups=4&kubeconfig={kubeconfig}");
+        let store = leasehold::connect(&url)
+            .await
+            .expect("connect with group_set");
+        let key = key("k8s-grouped");
+        let req = AcquireRequest::new(key.clone(), OwnerId::random(), Duration::from_secs(30));
+        let lease = store
+            .acquire(&req)
+            .await
+            .expect("acquire")
+            .lease()
+            .expect("free");
+        let grouped = leasehold::k8s::K8sGroupedStore::connect(&url)
+            .await
+            .expect("grouped store");
+        assert_eq!((grouped.set(), grouped.groups()), ("url-query", 4));
+        let plain_url = format!("k8s://{ns}?kubeconfig={kubeconfig}");
+        let plain = leasehold::k8s::K8sLeaseStore::connect(&plain_url)
+            .await
+            .expect("plain store");
+        let seen = grouped.inspect(&key).await.expect("inspect").holder;
+        assert_eq!(seen.map(|h| h.owner), Some(lease.owner().clone()));
+        assert!(plain.inspect(&key).await.expect("inspect").holder.is_none());
+        assert_eq!(
+            store.release(&lease).await.expect("release"),
+            ReleaseOutcome::Released
+        );
+        config_error_naming(
+            leasehold::k8s::K8sLeaseStore::connect(&url).await,
+            &url,
+            &["grouped mode"],
+        );
+        let no_set = format!("k8s://{ns}?groups=4&kubeconfig={kubeconfig}");
+        config_error_naming(leasehold::connect(&no_set).await, &no_set, &["group_set"]);
+        config_error_naming(
+            leasehold::k8s::K8sGroupedStore::connect(&plain_url).await,
+            &plain_url,
+            &["group_set"],
+        );
+    });
+}
+
 /// A `redis+sentinel://` URL reaches the Redis backend, which finds the master through the
 /// sentinels.
 #[cfg(feature = "redis")]

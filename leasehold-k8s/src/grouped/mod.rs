@@ -18,10 +18,10 @@ use leasehold_core::{
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
-use crate::K8sFencedResource;
 use crate::error::{BACKEND, K8sError};
 use crate::protocol::{MAX_OBJECT_NAME_LEN, parse_resource_version};
 use crate::store::K8sLeaseStore;
+use crate::{K8sFencedResource, K8sOptions};
 use entry::{Assigned, Entry, Term, fnv1a, group_of, next_token, validate_set};
 
 /// The number of group objects a [`K8sGroupedStore`] uses unless told otherwise
@@ -66,6 +66,7 @@ const REVOKE_TTL: Duration = Duration::from_secs(1);
 
 pub(crate) mod entry;
 mod ops;
+mod release;
 mod terms;
 #[cfg(test)]
 mod tests;
@@ -137,7 +138,9 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///   a conditional write on that owner's membership Lease (a grant to the taker with a 1 s TTL,
 ///   released at once), so the dead owner's next renewal is a conflict and it learns it lost
 ///   everything. Then the group write. One revocation per dead owner, not per key.
-/// - [`release`](leasehold_core::LeaseStore::release) writes the group (the entry keeps the token).
+/// - [`release`](leasehold_core::LeaseStore::release) writes the group (the entry keeps the token),
+///   one write for every release of that group this store has queued meanwhile, made by a task
+///   of its own.
 /// - [`inspect_many`](leasehold_core::LeaseStore::inspect_many) reads the groups (one LIST) and the membership
 ///   Leases they name (one GET each: as many as owners).
 ///
@@ -178,9 +181,10 @@ type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
 ///   group is a hint, and the end of an owner's term by expiry (nothing written) is not.
 ///
 /// # Cancel safety
-/// As the contract says for each operation: `acquire`, `acquire_many` and `release` are not
-/// cancel safe (a dropped call may have granted or freed keys; a grant stays held until its
-/// owner's term ends or the owner takes the key again); `renew` and `renew_many` are cancel safe
+/// As the contract says for each operation: `acquire` and `acquire_many` are not cancel safe (a
+/// dropped call may have granted keys; a grant stays held until its owner's term ends or the
+/// owner takes the key again); `release` is cancel safe in effect (a dropped release is still
+/// written by its task); `renew` and `renew_many` are cancel safe
 /// in the contract's sense (a dropped renewal may or may not have extended the owner's term, and
 /// the previous deadlines stay correct: a renewal whose answer was lost is recognised as the
 /// store's own by the next one); `inspect`, `inspect_many`, `holders_many` and `watch` are cancel
@@ -221,6 +225,12 @@ pub struct K8sGroupedStore {
     groups: u16,
     /// This store's membership Leases, by owner and TTL in seconds.
     members: Arc<AsyncMutex<HashMap<(OwnerId, u32), Lease>>>,
+    /// One lock per group: this store's (and its clones') writes to one group object go one at
+    /// a time, so that they do not lose conditional-write races to each other. Writes of other
+    /// processes still race and are retried.
+    writers: Arc<Vec<AsyncMutex<()>>>,
+    /// One queue of releases per group, written together ([`release`]).
+    queues: Arc<Vec<release::Queue>>,
 }
 
 impl fmt::Debug for K8sGroupedStore {
@@ -269,6 +279,8 @@ impl K8sLeaseStore {
             set: set.to_string(),
             groups,
             members: Arc::default(),
+            writers: Arc::new((0..groups).map(|_| AsyncMutex::new(())).collect()),
+            queues: Arc::new((0..groups).map(|_| release::Queue::default()).collect()),
         };
         let longest = store
             .group_name(groups - 1)
@@ -288,7 +300,68 @@ impl K8sLeaseStore {
     }
 }
 
+/// Checks a grouped store's set name (for [`K8sOptions`]'s URL parameter `group_set`).
+pub(crate) fn check_set(set: &str) -> Result<()> {
+    validate_set(set)
+}
+
 impl K8sGroupedStore {
+    /// Connects a grouped store as `url` and its query say: the `k8s://` URL of
+    /// [`K8sLeaseStore::connect`] with `group_set=SET` (and optionally `groups=N`, default
+    /// [`DEFAULT_GROUPS`]) in its query; [`K8sLeaseStore::grouped`] on the store it names.
+    ///
+    /// ```no_run
+    /// use leasehold_k8s::K8sGroupedStore;
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let store = K8sGroupedStore::connect("k8s://payments?group_set=invoices&groups=32").await?;
+    /// assert_eq!((store.set(), store.groups()), ("invoices", 32));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`K8sLeaseStore::connect`] and [`K8sLeaseStore::grouped`]; [`Error::Config`] also for a
+    /// URL without `group_set`.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::connect_with(url, K8sOptions::default()).await
+    }
+
+    /// As [`connect`](Self::connect), with `options` under the URL's query: the grouped mode's
+    /// set and group count come from the URL or [`K8sOptions::with_grouped`].
+    ///
+    /// ```no_run
+    /// use leasehold_k8s::{K8sGroupedStore, K8sOptions};
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+    /// let options = K8sOptions::default().with_grouped("invoices", 16);
+    /// let store = K8sGroupedStore::connect_with("k8s://payments", options).await?;
+    /// # let _ = store; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); [`Error::Config`] when neither the URL nor the options
+    /// select the grouped mode.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: nothing is sent to the cluster.
+    pub async fn connect_with(url: &str, options: K8sOptions) -> Result<Self> {
+        let (base, mut options) = options.with_url(url)?;
+        let Some((set, groups)) = options.grouped.take() else {
+            return Err(Error::config(
+                BACKEND,
+                format!(
+                    "{base:?}: a grouped store needs its set (group_set=NAME in the URL, or \
+                     K8sOptions::with_grouped)"
+                ),
+                None,
+            ));
+        };
+        K8sLeaseStore::connect_with(&base, options)
+            .await?
+            .grouped(&set, groups)
+    }
+
     /// The set's name.
     pub fn set(&self) -> &str {
         &self.set
@@ -462,6 +535,7 @@ impl K8sGroupedStore {
         terms: &HashMap<(OwnerId, u32), (FencingToken, Instant, Duration)>,
         judged: &Judged,
     ) -> Result<Vec<(usize, AcquireOutcome)>> {
+        let _writer = self.writer(index).await;
         for _ in 0..MAX_RACES {
             let group = self.read_group(index).await?;
             if group.object.is_none() {
@@ -538,6 +612,14 @@ impl K8sGroupedStore {
             }
         }
         Err(self.races_lost(index))
+    }
+
+    /// This store's write lock on group `index` (held for a whole read-modify-write, retries
+    /// included).
+    pub(super) async fn writer(&self, index: u16) -> tokio::sync::MutexGuard<'_, ()> {
+        self.writers[usize::from(index) % self.writers.len().max(1)]
+            .lock()
+            .await
     }
 
     /// The refusal of a write to group `index` that lost [`MAX_RACES`] races in a row.

@@ -60,68 +60,15 @@ impl LeaseStore for K8sGroupedStore {
         })
     }
 
-    /// Frees the key if `lease` holds it: a GET of its group and a replace conditioned on it
-    /// (plus a GET of the owner's membership Lease when this store does not hold a valid one).
-    /// The entry keeps the key's token.
+    /// Frees the key if `lease` holds it: the release joins its group's queue, and one task
+    /// writes every release queued on the group with a GET and one replace conditioned on it
+    /// (plus a GET of an owner's membership Lease when this store does not hold a valid one). The
+    /// entry keeps the key's token.
     ///
-    /// Not cancel safe: a dropped release may or may not have freed the key.
+    /// Cancel safe in effect: once called, the write is carried out by a task of its own, so a
+    /// release whose caller stops waiting still lands (or finds the key no longer held).
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {
-        let index = group_of(lease.key().as_str(), self.groups);
-        let wanted_term = Self::term_of(lease);
-        for _ in 0..MAX_RACES {
-            let group = self.read_group(index).await?;
-            let Some(entry) = group.entries.get(lease.key().as_str()) else {
-                return Ok(ReleaseOutcome::NotHeld);
-            };
-            let Some(held) = &entry.held else {
-                return Ok(ReleaseOutcome::NotHeld);
-            };
-            if &held.owner != lease.owner()
-                || entry.token != lease.token()
-                || wanted_term.is_some_and(|t| t != held.inc)
-            {
-                return Ok(ReleaseOutcome::NotHeld);
-            }
-            let local_live = self
-                .members
-                .lock()
-                .await
-                .get(&(held.owner.clone(), held.secs))
-                .is_some_and(|m| m.token() == held.inc && m.is_valid());
-            if !local_live {
-                let name = self
-                    .inner
-                    .object_name(&self.member_key(&held.owner, held.secs)?);
-                let read = self.inner.read(&name).await?;
-                let term = judge_term(
-                    &held.owner,
-                    held.inc,
-                    read.as_ref().map(|(_, rec, seen)| (rec, *seen)),
-                    Instant::now(),
-                );
-                if !matches!(term, Term::Live { .. }) {
-                    return Ok(ReleaseOutcome::NotHeld);
-                }
-            }
-            let mut entries = group.entries.clone();
-            entries.insert(
-                lease.key().as_str().to_string(),
-                Entry {
-                    token: entry.token,
-                    held: None,
-                },
-            );
-            match self.write_group(&group, &entries).await {
-                Ok(()) => {
-                    tracing::debug!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "grouped lease released");
-                    return Ok(ReleaseOutcome::Released);
-                }
-                Err(K8sError::Conflict) => continue,
-                Err(K8sError::NotFound(_)) => return Ok(ReleaseOutcome::NotHeld),
-                Err(e) => return Err(e.into_error("replace")),
-            }
-        }
-        Err(self.races_lost(index))
+        self.release_queued(lease).await
     }
 
     /// A GET of the key's group and, if the key is assigned, of its owner's membership Lease.

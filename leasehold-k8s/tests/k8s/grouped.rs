@@ -345,6 +345,69 @@ async fn deleted_group_loses_the_key_and_tokens_keep_increasing(ctx: Ctx) -> Cas
     .await
 }
 
+/// One store's releases of many keys of one group, all at once (a worker handing shards over),
+/// each bounded as a supervisor bounds it: each lands within the bound, and a release whose
+/// caller stops waiting at once lands too. Before releases were coalesced per group, a hundred
+/// of them raced each other's conditional writes for seconds, the bound cut them off, and the
+/// entries of those keys stayed assigned for as long as the owner's term lived.
+async fn a_stores_concurrent_releases_in_one_group_all_land(ctx: Ctx) -> CaseResult {
+    const KEYS: usize = 100;
+    let bound = Duration::from_secs(2);
+    let set = own_set(&ctx, "rel");
+    with_set(&set, async {
+        let store = env::store().await?.grouped(&set, 1)?;
+        let owner = OwnerId::with_label("a");
+        let keys: Vec<_> = (0..KEYS).map(|i| ctx.key(&format!("k{i}"))).collect();
+        let reqs: Vec<AcquireRequest> = keys
+            .iter()
+            .map(|k| AcquireRequest::new(k.clone(), owner.clone(), ctx.long_ttl()))
+            .collect();
+        let leases = leases_of(store.acquire_many(&reqs).await?)?;
+        let (waited, dropped) = leases.split_at(KEYS / 2);
+        // Half are dropped after their first poll: the caller stops waiting at once.
+        for l in dropped {
+            let _ = tokio::time::timeout(Duration::ZERO, store.release(l)).await;
+        }
+        let released = futures::future::join_all(
+            waited
+                .iter()
+                .map(|l| tokio::time::timeout(bound, store.release(l))),
+        )
+        .await;
+        let failed: Vec<String> = released
+            .iter()
+            .filter(|r| !matches!(r, Ok(Ok(leasehold_core::ReleaseOutcome::Released))))
+            .map(|r| format!("{r:?}"))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "{} of {} releases did not land within {bound:?}: {:?}",
+            failed.len(),
+            waited.len(),
+            failed.first()
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let held = store
+                .holders_many(&keys)
+                .await?
+                .into_iter()
+                .filter(Option::is_some)
+                .count();
+            if held == 0 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{held} keys still assigned 20 s after their releases"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok::<(), Failed>(())
+    })
+    .await
+}
+
 /// The grouped mode's own cases.
 fn all() -> Vec<Case> {
     vec![
@@ -359,6 +422,10 @@ fn all() -> Vec<Case> {
         case!(
             "k8s-grouped",
             deleted_group_loses_the_key_and_tokens_keep_increasing
+        ),
+        case!(
+            "k8s-grouped",
+            a_stores_concurrent_releases_in_one_group_all_land
         ),
     ]
 }
