@@ -17,8 +17,8 @@ use leasehold_core::{Error, MAX_TTL, Result};
 /// let cfg = ShardSetConfig::new(Duration::from_secs(9)).with_max_steals(2);
 /// assert_eq!(cfg.rebalance_interval(), Duration::from_secs(3));
 /// assert_eq!(cfg.max_steals(100), 2);
-/// // By default, an eighth of the fair share (at least four) is in flight at once.
-/// assert_eq!(ShardSetConfig::new(Duration::from_secs(9)).max_steals(909), 113);
+/// // By default, a whole fair share (at least four) may be in flight at once: one round.
+/// assert_eq!(ShardSetConfig::new(Duration::from_secs(9)).max_steals(909), 909);
 /// ```
 #[derive(Debug, Clone)]
 pub struct ShardSetConfig {
@@ -61,11 +61,12 @@ impl ShardSetConfig {
     }
 
     /// At most this many shards being stolen (handed over to this worker) at once; 0 turns
-    /// stealing off. The default is an eighth of the worker's fair share, at least four: a
-    /// worker joining a fleet of 10 over 10,000 shards takes its 909 in about eight rounds of
-    /// handovers. A round ends when its handovers do (the victim answers on its mailbox's
-    /// watch, at once); the next starts an eighth of a rebalance interval later, so at most
-    /// eight rounds run per interval.
+    /// stealing off. The default is the worker's whole fair share (at least four): a worker
+    /// joining a fleet of 10 over 10,000 shards asks every member above its share for its excess
+    /// in one round of handovers (one request in each victim's mailbox, answered on its watch
+    /// at once). A smaller bound spreads a join's moves over rounds (the next starts an eighth of
+    /// a rebalance interval after the last ends), so that fewer shards are between owners at
+    /// once, at the price of a slower join.
     pub fn with_max_steals(mut self, n: usize) -> Self {
         self.max_steals = Some(n);
         self
@@ -118,7 +119,7 @@ impl ShardSetConfig {
 
     /// The steal bound for a worker whose fair share is `share`.
     pub fn max_steals(&self, share: usize) -> usize {
-        self.max_steals.unwrap_or_else(|| (share / 8).max(4))
+        self.max_steals.unwrap_or_else(|| share.max(4))
     }
 
     /// The bound on acquisitions of free shards in flight.

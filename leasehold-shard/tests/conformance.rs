@@ -15,8 +15,9 @@
 //!   locally (Kubernetes: a reader sees the last renewal up to one scan late).
 //!
 //! Backends: memory, PostgreSQL (`LEASE_POSTGRES_URL`), Redis (`LEASE_REDIS_URL`), etcd
-//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, namespace `LEASE_K8S_NAMESPACE`) and SQLite
-//! (a temporary file); the variables' defaults are leasehold-testkit's test store table
+//! (`LEASE_ETCD_ENDPOINTS`), Kubernetes (`KUBECONFIG`, namespace `LEASE_K8S_NAMESPACE`) in both of
+//! its modes (one Lease per key, and `k8s-grouped`: the grouped mode) and SQLite (a temporary
+//! file); the variables' defaults are leasehold-testkit's test store table
 //! (`leasehold_testkit::stores`). The suite runs on leasehold-testkit's multi-backend runner
 //! (`run_suite`): a backend whose service is missing has its cases reported ignored, or, under
 //! `CI`/`LEASE_TEST_REQUIRE=1`, its `service_available` and every one of its cases failed.
@@ -43,7 +44,7 @@ const POLL: Duration = Duration::from_millis(25);
 
 #[path = "support/backends.rs"]
 mod backends;
-use backends::{Backend, backends};
+use backends::{Backend, backends, k8s_grouped};
 
 fn set_name() -> String {
     format!("ls{}", fastrand_suffix())
@@ -276,12 +277,9 @@ fn main() {
         SuiteCase::new("worker_death", |b| Box::pin(worker_death(Backend::of(b)))),
         SuiteCase::new("one_id_twice", |b| Box::pin(one_id_twice(Backend::of(b)))),
     ];
-    let out = leasehold_testkit::run_suite(
-        &backends(&dir, "shards.db"),
-        &cases,
-        Duration::from_secs(120),
-        Vec::new(),
-    );
+    let mut stores = backends(&dir, "shards.db");
+    stores.push(k8s_grouped("shard-conformance"));
+    let out = leasehold_testkit::run_suite(&stores, &cases, Duration::from_secs(120), Vec::new());
     let _ = std::fs::remove_dir_all(&dir);
     out.exit()
 }

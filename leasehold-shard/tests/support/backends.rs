@@ -25,7 +25,7 @@ impl Backend {
     pub(crate) fn of(store: SuiteBackend) -> Self {
         let ttl = match store.name() {
             "memory" => Duration::from_millis(900),
-            "etcd" | "k8s" => Duration::from_secs(2),
+            "etcd" | "k8s" | "k8s-grouped" => Duration::from_secs(2),
             _ => Duration::from_secs(1),
         };
         Backend {
@@ -39,6 +39,29 @@ impl Backend {
     pub(crate) async fn connect(&self) -> leasehold_core::Result<Arc<dyn LeaseStore>> {
         self.store.connect().await
     }
+}
+
+/// Kubernetes in its grouped mode (`K8sLeaseStore::grouped`, set `set`, 16 groups: what a shard
+/// set of thousands of shards uses there), named `k8s-grouped`; each client a grouped store of
+/// its own over a client of its own.
+#[allow(dead_code)] // used by the shard suite, not the election suite
+pub(crate) fn k8s_grouped(set: &'static str) -> SuiteBackend {
+    let kubeconfig = stores::KUBECONFIG.value().unwrap_or_default();
+    let ns = stores::K8S_NAMESPACE.value().unwrap_or_default();
+    SuiteBackend::new("k8s-grouped", move || {
+        let (kubeconfig, ns) = (kubeconfig.clone(), ns.clone());
+        async move {
+            let client = leasehold::k8s::client_from_kubeconfig(kubeconfig).await?;
+            let store = leasehold::k8s::K8sLeaseStore::from_client(
+                client,
+                leasehold::k8s::K8sOptions::default().with_namespace(ns),
+            )?;
+            Ok(
+                Arc::new(store.grouped(set, leasehold::k8s::DEFAULT_GROUPS)?)
+                    as Arc<dyn LeaseStore>,
+            )
+        }
+    })
 }
 
 /// Memory, PostgreSQL, Redis, etcd, Kubernetes and SQLite (the file `sqlite_file` in
