@@ -217,6 +217,9 @@ struct Target {
     /// The library's store in another configuration, measured beside the sides in the
     /// throughput table (label, store): etcd's `LeaseSharing::PerTtl`.
     configs: Vec<(&'static str, Arc<dyn LeaseStore>)>,
+    /// Kubernetes: the store a shard set of thousands of shards uses there, its grouped mode
+    /// (`K8sLeaseStore::grouped`, made per run with the run's namespace as its set).
+    kube: Option<leasehold_k8s::K8sLeaseStore>,
     /// The server's processes on this machine, for its CPU per pair (`None`: in process).
     server: Option<sys::ServerProcs>,
     renewal_stores: Vec<(&'static str, Arc<dyn LeaseStore>)>,
@@ -232,7 +235,14 @@ enum Cleanup {
     Mysql(leasehold_mysql::MysqlLeaseStore),
     Redis(leasehold_redis::RedisLeaseStore),
     Files(Vec<PathBuf>),
-    Kube(Box<kube::Api<k8s_openapi::api::coordination::v1::Lease>>),
+    /// The run's Leases, and the group ConfigMaps of the shard section's grouped store (both
+    /// named after the run).
+    Kube(
+        Box<(
+            kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+            kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+        )>,
+    ),
 }
 
 /// The `host:port` of a URL (`redis://user@127.0.0.1:6379/0` gives `127.0.0.1:6379`).
@@ -298,6 +308,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 minimal: Arc::new(minimal),
                 ablations,
                 configs: Vec::new(),
+                kube: None,
                 server: Some(sys::ServerProcs {
                     matches: vec![("postgres", None)],
                 }),
@@ -343,6 +354,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 minimal: Arc::new(minimal),
                 ablations,
                 configs: Vec::new(),
+                kube: None,
                 // The server of that port.
                 server: Some(sys::ServerProcs {
                     matches: vec![(daemon, port)],
@@ -399,6 +411,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                     ),
                 ],
                 configs: Vec::new(),
+                kube: None,
                 server: Some(sys::ServerProcs {
                     matches: vec![("redis-server", Some(url_addr(&url)))],
                 }),
@@ -458,6 +471,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 minimal: Arc::new(minimal),
                 ablations: Vec::new(),
                 configs: vec![("LeaseSharing::PerTtl", shared)],
+                kube: None,
                 server: Some(sys::ServerProcs {
                     matches: endpoints
                         .split(',')
@@ -485,12 +499,14 @@ async fn connect(name: &str) -> Result<Target, String> {
                 leasehold_k8s::K8sOptions::default().with_namespace(namespace.clone()),
             )
             .map_err(e)?;
+            let maps = kube::Api::namespaced(client.clone(), &namespace);
             let raw = raw::KubeRaw {
                 api: kube::Api::namespaced(client, &namespace),
                 store: kube_store.clone(),
             };
             let api = raw.api.clone();
             let minimal = minimal::KubeMinimal::new(api.clone());
+            let grouped = kube_store.clone();
             let store: Arc<dyn LeaseStore> = Arc::new(kube_store);
             Ok(Target {
                 renewal_stores: vec![("default", store.clone())],
@@ -502,6 +518,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                     Arc::new(minimal::KubeMinimal::annotated(api.clone())),
                 )],
                 configs: Vec::new(),
+                kube: Some(grouped),
                 // The kube-apiserver and the etcd member scripts/services/k8s.sh starts for it.
                 server: Some(sys::ServerProcs {
                     matches: vec![
@@ -511,7 +528,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 }),
                 file: None,
                 version,
-                cleanup: Cleanup::Kube(Box::new(api)),
+                cleanup: Cleanup::Kube(Box::new((api, maps))),
             })
         }
         "sqlite" => {
@@ -546,6 +563,7 @@ async fn connect(name: &str) -> Result<Target, String> {
                 minimal: Arc::new(minimal),
                 ablations: Vec::new(),
                 configs: Vec::new(),
+                kube: None,
                 server: None,
                 file: Some(path.clone()),
                 version,
@@ -580,23 +598,10 @@ async fn cleanup(c: Cleanup, ns: &str) {
             minimal::redis_delete_matching(store.connection(), &store.layout().scan_pattern(ns))
                 .await;
         }
-        Cleanup::Kube(api) => {
-            if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
-                // Up to 10,000 shard leases: deleted 32 at a time, not one after the other.
-                let names: Vec<String> = list
-                    .items
-                    .into_iter()
-                    .filter_map(|obj| obj.metadata.name)
-                    .filter(|name| name.contains(ns))
-                    .collect();
-                let api = &*api;
-                futures::stream::iter(names.iter().map(|name| async move {
-                    let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
-                }))
-                .buffer_unordered(32)
-                .collect::<Vec<_>>()
-                .await;
-            }
+        Cleanup::Kube(apis) => {
+            let (leases, maps) = &*apis;
+            delete_named(leases, ns).await;
+            delete_named(maps, ns).await;
         }
         Cleanup::Files(paths) => {
             for path in paths {
@@ -607,6 +612,28 @@ async fn cleanup(c: Cleanup, ns: &str) {
                 }
             }
         }
+    }
+}
+
+/// Deletes the objects of `api` whose names contain `ns` (up to 10,000 shard Leases: 32 at a
+/// time, not one after the other).
+async fn delete_named<K>(api: &kube::Api<K>, ns: &str)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    if let Ok(list) = api.list(&kube::api::ListParams::default()).await {
+        let names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|obj| obj.meta().name.clone())
+            .filter(|name| name.contains(ns))
+            .collect();
+        futures::stream::iter(names.iter().map(|name| async move {
+            let _ = api.delete(name, &kube::api::DeleteParams::default()).await;
+        }))
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
     }
 }
 
@@ -1087,7 +1114,8 @@ async fn run_backend(name: &'static str, plan: Plan) -> BackendRun {
 }
 
 /// Section 6 on `target`: the shard run, on the library's default store (on etcd the default
-/// puts a shard set's reserved keys on one etcd lease per store and TTL).
+/// puts a shard set's reserved keys on one etcd lease per store and TTL), on Kubernetes on its
+/// grouped mode.
 async fn shard_section(run: &mut BackendRun, target: &Target, ns: &str, plan: Plan, name: &str) {
     if !plan.sections.has("shards") {
         return;
@@ -1097,8 +1125,25 @@ async fn shard_section(run: &mut BackendRun, target: &Target, ns: &str, plan: Pl
     } else {
         plan.shard_plan
     };
-    run.shards_config = None;
-    let r = shards::shard_run(&target.store, Some(&target.raw), ns, shard_plan).await;
+    // Kubernetes: the grouped mode, whose renewal costs requests per worker, not per shard (one
+    // Lease per shard would cost 10,000 requests per interval).
+    let store = match &target.kube {
+        Some(kube) => match kube.grouped(ns, leasehold_k8s::DEFAULT_GROUPS) {
+            Ok(g) => {
+                run.shards_config = Some("grouped, 16 groups");
+                Arc::new(g) as Arc<dyn LeaseStore>
+            }
+            Err(e) => {
+                run.shards = Some(Err(e.to_string()));
+                return;
+            }
+        },
+        None => {
+            run.shards_config = None;
+            target.store.clone()
+        }
+    };
+    let r = shards::shard_run(&store, Some(&target.raw), ns, shard_plan).await;
     eprintln!("[{name}] shards {r:?}");
     run.shards = Some(r);
 }

@@ -49,6 +49,10 @@ pub(crate) struct Split {
     /// `acquire_many`, one each), membership slots included.
     pub(crate) library_acquires: u64,
     pub(crate) library_calls: u64,
+    /// The library's acquiring round trips (see [`Rounds`]), all workers together.
+    pub(crate) library_rounds: u64,
+    /// The library's scans (`holders_many` and `inspect_many` calls), all workers together.
+    pub(crate) library_scans: u64,
     /// The server's requests from before the first join to after the settle.
     pub(crate) library_server: Option<u64>,
     /// Shard grants the workers believed in during the split, and the violations the history
@@ -198,6 +202,122 @@ impl Hook for Beliefs {
     }
 }
 
+/// A forwarding store that counts each owner's acquiring round trips: an `acquire` or
+/// `acquire_many` call that starts while none of the same owner's is in flight starts one (calls
+/// side by side, such as a worker's batches of one rebalance, share a round trip of latency).
+/// `acquire_many` is forwarded as one batch.
+#[derive(Debug)]
+struct Rounds {
+    inner: Arc<dyn LeaseStore>,
+    in_flight: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    rounds: std::sync::atomic::AtomicU64,
+}
+
+/// One acquiring call of `owner` in flight (ended on drop, cancellation included).
+struct InFlight<'a> {
+    rounds: &'a Rounds,
+    owner: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut m = self
+            .rounds
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.owner) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+impl Rounds {
+    fn new(inner: Arc<dyn LeaseStore>) -> Self {
+        Rounds {
+            inner,
+            in_flight: Default::default(),
+            rounds: Default::default(),
+        }
+    }
+
+    fn begin(&self, owner: Option<&OwnerId>) -> InFlight<'_> {
+        let owner = owner.map(ToString::to_string).unwrap_or_default();
+        let mut m = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(owner.clone()).or_default();
+        if *n == 0 {
+            self.rounds
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        *n += 1;
+        InFlight {
+            rounds: self,
+            owner,
+        }
+    }
+
+    fn rounds(&self) -> u64 {
+        self.rounds.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseStore for Rounds {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> leasehold_core::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> leasehold_core::Result<AcquireOutcome> {
+        let _f = self.begin(Some(&req.owner));
+        self.inner.acquire(req).await
+    }
+    async fn acquire_many(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<AcquireOutcome>>> {
+        let _f = self.begin(reqs.first().map(|r| &r.owner));
+        self.inner.acquire_many(reqs).await
+    }
+    async fn renew(&self, lease: &Lease) -> leasehold_core::Result<leasehold_core::RenewOutcome> {
+        self.inner.renew(lease).await
+    }
+    async fn release(
+        &self,
+        lease: &Lease,
+    ) -> leasehold_core::Result<leasehold_core::ReleaseOutcome> {
+        self.inner.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> leasehold_core::Result<leasehold_core::KeyState> {
+        self.inner.inspect(key).await
+    }
+    async fn inspect_many(
+        &self,
+        keys: &[LeaseKey],
+    ) -> leasehold_core::Result<Vec<leasehold_core::KeyState>> {
+        self.inner.inspect_many(keys).await
+    }
+    async fn holders_many(
+        &self,
+        keys: &[LeaseKey],
+    ) -> leasehold_core::Result<Vec<Option<leasehold_core::HeldBy>>> {
+        self.inner.holders_many(keys).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[Lease],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<leasehold_core::RenewOutcome>>> {
+        self.inner.renew_many(leases).await
+    }
+    async fn watch(
+        &self,
+        key: &LeaseKey,
+    ) -> leasehold_core::Result<Option<leasehold_core::KeyWatch>> {
+        self.inner.watch(key).await
+    }
+}
+
 /// The library's split of `shards` over `workers` joining at `offsets`, on a fresh set named
 /// `set_name`; its workers are dropped (they release at once) and their releases waited for,
 /// bounded by `settle`, before it returns.
@@ -211,8 +331,9 @@ async fn library_split(
     settle: Duration,
 ) -> Result<LibrarySplit, String> {
     let calls = Arc::new(Calls::default());
+    let rounds = Arc::new(Rounds::new(store.clone()));
     let wrapped: Arc<dyn LeaseStore> = Arc::new(Wrapped {
-        inner: store.clone(),
+        inner: rounds.clone(),
         watch: true,
         batch: true,
         calls: calls.clone(),
@@ -264,7 +385,12 @@ async fn library_split(
             ))
         }
     };
-    let (acquires, acquire_calls) = (calls.acquires(), calls.acquire_calls());
+    let (acquires, acquire_calls, scans) = (
+        calls.acquires(),
+        calls.acquire_calls(),
+        calls.inspect_manys(),
+    );
+    let acquire_rounds = rounds.rounds();
     // The beliefs up to the settle, checked before the workers leave.
     let believed = beliefs
         .history
@@ -297,6 +423,8 @@ async fn library_split(
         took,
         acquires,
         calls: acquire_calls,
+        rounds: acquire_rounds,
+        scans,
         server,
         beliefs: u64::try_from(believed).unwrap_or(u64::MAX),
         violations: u64::try_from(violations.len()).unwrap_or(u64::MAX),
@@ -309,6 +437,8 @@ struct LibrarySplit {
     took: Duration,
     acquires: u64,
     calls: u64,
+    rounds: u64,
+    scans: u64,
     server: Option<u64>,
     beliefs: u64,
     violations: u64,
@@ -435,6 +565,8 @@ pub(crate) async fn split_runs(
             library: lib.took,
             library_acquires: lib.acquires,
             library_calls: lib.calls,
+            library_rounds: lib.rounds,
+            library_scans: lib.scans,
             library_server: lib.server,
             beliefs: lib.beliefs,
             violations: lib.violations,
@@ -449,6 +581,47 @@ pub(crate) async fn split_runs(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn rounds_count_an_owners_calls_side_by_side_once() {
+        let rounds = Rounds::new(Arc::new(leasehold_core::MemoryLeaseStore::new()));
+        let req = |key: &str, owner: &str| {
+            AcquireRequest::new(
+                LeaseKey::new(key).unwrap(),
+                OwnerId::new(owner).unwrap(),
+                Duration::from_secs(10),
+            )
+        };
+        {
+            // A call of w0 in flight (held by hand): a batch that starts meanwhile shares its
+            // round trip.
+            let _f = rounds.begin(Some(&OwnerId::new("w0").unwrap()));
+            assert_eq!(rounds.rounds(), 1);
+            let batch = [req("a1", "w0"), req("a2", "w0")];
+            assert!(rounds.acquire_many(&batch).await.is_ok());
+            assert_eq!(rounds.rounds(), 1);
+        }
+        // After it: another.
+        assert!(
+            rounds
+                .acquire(&req("a3", "w0"))
+                .await
+                .unwrap()
+                .lease()
+                .is_some()
+        );
+        assert_eq!(rounds.rounds(), 2);
+        // Another owner's calls are its own round trips.
+        assert!(
+            rounds
+                .acquire(&req("b1", "w1"))
+                .await
+                .unwrap()
+                .lease()
+                .is_some()
+        );
+        assert_eq!(rounds.rounds(), 3);
+    }
 
     #[test]
     fn joins_are_at_once_in_the_first_run_then_spread_over_up_to_an_interval() {
