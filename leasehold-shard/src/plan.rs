@@ -148,22 +148,32 @@ impl Book {
     }
 
     /// Answers the request `owner` (`THIEF/N`) with `token`, once: hands over what we have above
-    /// our share (as of the last scan), up to the number asked, choosing as the thief did (its
-    /// rank of each shard). The shards returned are marked as being released.
+    /// our share, up to the number asked, choosing as the thief did (its rank of each shard).
+    /// The share is that of the last scan's members, with the thief counted if that scan did not
+    /// see it (it joined since: waiting for our next scan to count it would hold its join up to
+    /// an interval). The shards returned are marked as being released.
     pub(crate) fn answer(
         &mut self,
         ctx: &Ctx<'_>,
         owner: &str,
         token: FencingToken,
     ) -> Option<Handover> {
-        let target = self.target?;
-        let mine = self.mine();
-        if self.answered == Some(token) || mine <= target {
-            return None;
-        }
+        let scanned = self.target?;
         let (thief, n) = owner.rsplit_once('/')?;
         let n = n.parse::<usize>().ok()?;
         if thief == ctx.me {
+            return None;
+        }
+        let target = if self.members.iter().any(|m| m == thief) {
+            scanned
+        } else {
+            let mut members = self.members.clone();
+            members.push(thief.to_string());
+            members.sort();
+            fair_share(ctx.shards.len(), &members, ctx.me)
+        };
+        let mine = self.mine();
+        if self.answered == Some(token) || mine <= target {
             return None;
         }
         self.answered = Some(token);

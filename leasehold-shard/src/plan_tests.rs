@@ -98,6 +98,38 @@ fn a_request_is_answered_once_with_what_is_above_the_share_in_the_thiefs_rank_or
     assert_eq!(b.answer(&ctx, "a/1", token(10)), None, "never to itself");
 }
 
+/// A request from a worker that joined after our last scan is answered at once, against the
+/// share with it counted, not refused until our next scan (a join used to wait up to a whole
+/// interval for the victims' scans before its first handover).
+#[test]
+fn a_request_from_a_member_we_have_not_scanned_yet_counts_it_in_the_share() {
+    let (s, c) = (shards(6), config());
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    // Our last scan saw only "a" and "b": a share of 3, which we hold.
+    let mut b = book(&["a", "b"]);
+    for i in 0..3 {
+        b.hold(i, token(i as u64 + 1));
+    }
+    b.target = Some(3);
+    // "c" joined since: with it the share is 2, so one shard is asked of us and handed over.
+    let h = b
+        .answer(&ctx, "c/2", token(9))
+        .expect("above the share that counts c");
+    assert_eq!((h.thief.as_str(), h.shards.len()), ("c", 1));
+    assert_eq!(b.mine(), 2);
+    // A member we know is answered against the share of the last scan, as before.
+    let mut b = book(&["a", "b"]);
+    for i in 0..3 {
+        b.hold(i, token(i as u64 + 1));
+    }
+    b.target = Some(3);
+    assert_eq!(b.answer(&ctx, "b/2", token(10)), None, "at our share");
+}
+
 #[test]
 fn notes_wake_once_and_never_for_ones_own() {
     let mut b = Book::default();
