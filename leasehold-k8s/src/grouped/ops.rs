@@ -10,11 +10,10 @@ use leasehold_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, FencingToken, Holder, KeyState, KeyWatch,
     Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
 };
-use tokio::time::Instant;
 
-use super::entry::{Entry, Term, group_of, judge_term};
-use super::{GROUPS_IN_FLIGHT, Judged, K8sGroupedStore, MAX_RACES};
-use crate::error::{BACKEND, K8sError};
+use super::entry::{Entry, Term, group_of};
+use super::{GROUPS_IN_FLIGHT, Judged, K8sGroupedStore};
+use crate::error::BACKEND;
 
 #[async_trait]
 impl LeaseStore for K8sGroupedStore {
