@@ -106,7 +106,8 @@ pub(crate) struct Rebalance {
     pub(crate) inherit: Vec<usize>,
     /// Steal requests: the victim and the shards asked of it.
     pub(crate) steals: Vec<(String, Vec<usize>)>,
-    /// Rescan after an eighth of an interval rather than a whole one.
+    /// Rescan after an eighth of an interval rather than a whole one (after a death, or short
+    /// of the share with free shards seen).
     pub(crate) soon: bool,
 }
 
@@ -272,8 +273,12 @@ impl Book {
         let tell_death = self.after_death(gone, woken, unowned);
         let (take, inherit) = self.handout(ctx, view);
         let steals = self.steal(ctx, view);
-        let soon = self.follow_ups > 0;
-        if soon {
+        // Short of the share with free shards seen (and taken, as far as they were ours):
+        // steals wait for a scan that sees none free, which an eighth of an interval brings once
+        // the takes have landed, rather than a whole interval.
+        let short = !self.prev_free.is_empty() && self.mine() < target;
+        let soon = self.follow_ups > 0 || short;
+        if self.follow_ups > 0 {
             self.follow_ups -= 1;
         }
         Rebalance {

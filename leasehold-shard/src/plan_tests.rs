@@ -130,6 +130,50 @@ fn a_request_from_a_member_we_have_not_scanned_yet_counts_it_in_the_share() {
     assert_eq!(b.answer(&ctx, "b/2", token(10)), None, "at our share");
 }
 
+/// A member that takes the free shards it sees and still lacks part of its share rescans an
+/// eighth of an interval later (when its takes have left the free set) and steals the rest
+/// then, instead of a whole interval later.
+#[test]
+fn a_member_short_of_its_share_after_taking_the_free_shards_rescans_soon_to_steal() {
+    let (s, c) = (shards(40), ShardSetConfig::new(Duration::from_secs(3)));
+    let ms = ["w0", "w1", "w2"];
+    let ctx = Ctx {
+        me: "w2",
+        shards: &s,
+        config: &c,
+    };
+    let owners: Vec<Option<(String, FencingToken)>> = (0..40)
+        .map(|i| match i {
+            0..20 => Some(("w0".to_string(), token(i + 1))),
+            20..33 => Some(("w1".to_string(), token(i + 1))),
+            _ => None,
+        })
+        .collect();
+    let mut b = book(&ms);
+    let r = b.rebalance(&ctx, &view(&ms, owners.clone()));
+    assert_eq!(
+        r.take,
+        (33..40).collect::<Vec<_>>(),
+        "the free shards first"
+    );
+    assert!(r.steals.is_empty(), "no steal while shards are seen free");
+    assert!(r.soon, "short of its share by 6: rescan soon");
+    // The rescan: its takes landed, nothing is free, and w0 is 6 above its share.
+    for i in 33..40 {
+        assert!(b.acquired(i, false, false));
+        b.hold(i, token(100 + i as u64));
+    }
+    let mut owners = owners;
+    for (i, o) in owners.iter_mut().enumerate().skip(33) {
+        *o = Some(("w2".to_string(), token(100 + i as u64)));
+    }
+    let r = b.rebalance(&ctx, &view(&ms, owners));
+    let asked: usize = r.steals.iter().map(|(_, l)| l.len()).sum();
+    assert_eq!((r.steals.len(), asked), (1, 6), "{:?}", r.steals);
+    assert_eq!(r.steals[0].0, "w0");
+    assert!(!r.soon);
+}
+
 #[test]
 fn notes_wake_once_and_never_for_ones_own() {
     let mut b = Book::default();
