@@ -1,6 +1,8 @@
-//! Reading keys: [`MysqlLeaseStore`]'s `inspect` and the decoding of a holder from a row of
+//! Reading keys: [`MysqlLeaseStore`]'s `inspect` and `inspect_many` (one statement per
+//! thousand keys), and the decoding of a holder from a row of
 //! [`Statements::holder`](crate::protocol::Statements::holder).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use leasehold_core::backend::{decode_owner, decode_token};
@@ -10,6 +12,10 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::MysqlLeaseStore;
 use crate::error::{self, BACKEND, ErrCtx};
+use crate::protocol::Statements;
+
+/// The most keys one [`Statements::holder_many`] statement reads in `inspect_many`.
+const INSPECT_MANY_CHUNK: usize = 1000;
 
 impl MysqlLeaseStore {
     /// [`LeaseStore::inspect`](leasehold_core::LeaseStore::inspect): the key's row, if any.
@@ -24,28 +30,77 @@ impl MysqlLeaseStore {
                     .await
             })
             .await?;
-        let Some(row) = row else {
-            return Ok(KeyState {
-                key: key.clone(),
-                holder: None,
-                last_token: None,
-            });
-        };
-        let cx = c.cx();
-        let map = |e| error::map(operation, e, cx);
-        let token: i64 = row.try_get("fencing_token").map_err(map)?;
-        let held: bool = row.try_get("held").map_err(map)?;
-        let holder = if held {
-            Some(holder_from(key, &row, operation, cx)?)
-        } else {
-            None
-        };
-        Ok(KeyState {
-            key: key.clone(),
-            holder,
-            last_token: Some(decode_token(BACKEND, key.as_str(), token)?),
-        })
+        state_from(key, row.as_ref(), operation, c.cx())
     }
+
+    /// [`LeaseStore::inspect_many`](leasehold_core::LeaseStore::inspect_many): the keys' rows
+    /// with one [`Statements::holder_many`] statement per [`INSPECT_MANY_CHUNK`] keys, the
+    /// chunks one after the other, each bounded by the operation timeout. Input order; a key
+    /// given twice is answered twice.
+    pub(crate) async fn key_states(&self, keys: &[LeaseKey]) -> Result<Vec<KeyState>> {
+        let operation = "inspect_many";
+        let c = &self.client;
+        let cx = c.cx();
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(INSPECT_MANY_CHUNK) {
+            let text = Statements::with_keys(&c.sql.holder_many, chunk.len());
+            let rows = c
+                .query(operation, async |conn| {
+                    let mut q = sqlx::query(AssertSqlSafe(text.as_str()));
+                    for key in chunk {
+                        q = q.bind(key.as_str());
+                    }
+                    q.fetch_all(&mut *conn).await
+                })
+                .await?;
+            let mut by_key: HashMap<Vec<u8>, MySqlRow> = HashMap::with_capacity(rows.len());
+            for row in rows {
+                let key: Vec<u8> = row
+                    .try_get("resource_key")
+                    .map_err(|e| error::map(operation, e, cx))?;
+                by_key.insert(key, row);
+            }
+            for key in chunk {
+                out.push(state_from(
+                    key,
+                    by_key.get(key.as_str().as_bytes()),
+                    operation,
+                    cx,
+                )?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The state of `key` from its row of [`Statements::holder`] or [`Statements::holder_many`]
+/// (`None`: the key has no row).
+fn state_from(
+    key: &LeaseKey,
+    row: Option<&MySqlRow>,
+    operation: &'static str,
+    cx: ErrCtx<'_>,
+) -> Result<KeyState> {
+    let Some(row) = row else {
+        return Ok(KeyState {
+            key: key.clone(),
+            holder: None,
+            last_token: None,
+        });
+    };
+    let map = |e| error::map(operation, e, cx);
+    let token: i64 = row.try_get("fencing_token").map_err(map)?;
+    let held: bool = row.try_get("held").map_err(map)?;
+    let holder = if held {
+        Some(holder_from(key, row, operation, cx)?)
+    } else {
+        None
+    };
+    Ok(KeyState {
+        key: key.clone(),
+        holder,
+        last_token: Some(decode_token(BACKEND, key.as_str(), token)?),
+    })
 }
 
 /// Text from a binary column.

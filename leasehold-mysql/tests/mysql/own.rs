@@ -33,6 +33,7 @@ pub(crate) fn cases() -> Vec<Case> {
         case!("mysql", url_options_and_the_mariadb_scheme),
         case!("mysql", acquire_many_of_mixed_owners_decides_each_key),
         case!("mysql", acquire_many_timing_by_path),
+        case!("mysql", inspect_many_across_statements_matches_inspect),
     ]
 }
 
@@ -94,6 +95,44 @@ async fn acquire_many_of_mixed_owners_decides_each_key(ctx: Ctx) -> CaseResult {
                 return Err(format!("{} granted to {} while held", req.key, l.owner()).into());
             }
         }
+    }
+    Ok(())
+}
+
+/// `inspect_many` reads a thousand keys per statement: 2,500 keys (three statements) with every
+/// seventh held by one owner and every eleventh by another, the rest never seen, plus keys given
+/// twice across the statements' boundaries, answer as `inspect` answers each.
+async fn inspect_many_across_statements_matches_inspect(ctx: Ctx) -> CaseResult {
+    let store = store().await?;
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let mut keys: Vec<_> = (0..2500).map(|i| ctx.key(&format!("im-{i}"))).collect();
+    for (owner, every) in [(&a, 7), (&b, 11)] {
+        let reqs: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % every == 0 && (every == 7 || i % 7 != 0))
+            .map(|(_, k)| ctx.request(k, owner, ctx.long_ttl()))
+            .collect();
+        for got in store.acquire_many(&reqs).await? {
+            assert!(matches!(got?, AcquireOutcome::Acquired(_)));
+        }
+    }
+    let index: Vec<usize> = (0..2500).chain([999, 1000, 0]).collect();
+    keys.extend([keys[999].clone(), keys[1000].clone(), keys[0].clone()]);
+    let many = store.inspect_many(&keys).await?;
+    assert_eq!(many.len(), keys.len());
+    for (i, (key, state)) in keys.iter().zip(&many).enumerate() {
+        let one = store.inspect(key).await?;
+        let owner =
+            |s: &leasehold_core::KeyState| s.holder.as_ref().map(|h| (h.owner.clone(), h.token));
+        assert_eq!(owner(state), owner(&one), "{i}: {key}");
+        assert_eq!(state.last_token, one.last_token, "{i}: {key}");
+        let want = match index[i] {
+            j if j % 7 == 0 => Some(&a),
+            j if j % 11 == 0 => Some(&b),
+            _ => None,
+        };
+        assert_eq!(state.holder.as_ref().map(|h| &h.owner), want, "{i}: {key}");
     }
     Ok(())
 }
