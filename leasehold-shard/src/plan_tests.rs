@@ -44,6 +44,17 @@ fn book(ms: &[&str]) -> Book {
     }
 }
 
+/// A book that has seen `ms`, holds shards `0..n` (token `i + 1`) and whose last scan gave it a
+/// share of `share`.
+fn holding(ms: &[&str], n: usize, share: usize) -> Book {
+    let mut b = book(ms);
+    for i in 0..n {
+        b.hold(i, token(i as u64 + 1));
+    }
+    b.target = Some(share);
+    b
+}
+
 #[test]
 fn members_with_one_view_take_disjoint_shards_that_cover_the_set() {
     let (s, c) = (shards(10), config());
@@ -82,11 +93,7 @@ fn a_request_is_answered_once_with_what_is_above_the_share_in_the_thiefs_rank_or
         shards: &s,
         config: &c,
     };
-    let mut b = book(&["a", "b"]);
-    for i in 0..6 {
-        b.hold(i, token(i as u64 + 1));
-    }
-    b.target = Some(3);
+    let mut b = holding(&["a", "b"], 6, 3);
     let h = b.answer(&ctx, "b/5", token(9)).expect("above its share");
     assert_eq!(h.thief, "b");
     assert_eq!(h.shards.len(), 3, "only what is above the share moves");
@@ -110,11 +117,7 @@ fn a_request_from_a_member_we_have_not_scanned_yet_counts_it_in_the_share() {
         config: &c,
     };
     // Our last scan saw only "a" and "b": a share of 3, which we hold.
-    let mut b = book(&["a", "b"]);
-    for i in 0..3 {
-        b.hold(i, token(i as u64 + 1));
-    }
-    b.target = Some(3);
+    let mut b = holding(&["a", "b"], 3, 3);
     // "c" joined since: with it the share is 2, so one shard is asked of us and handed over.
     let h = b
         .answer(&ctx, "c/2", token(9))
@@ -122,11 +125,7 @@ fn a_request_from_a_member_we_have_not_scanned_yet_counts_it_in_the_share() {
     assert_eq!((h.thief.as_str(), h.shards.len()), ("c", 1));
     assert_eq!(b.mine(), 2);
     // A member we know is answered against the share of the last scan, as before.
-    let mut b = book(&["a", "b"]);
-    for i in 0..3 {
-        b.hold(i, token(i as u64 + 1));
-    }
-    b.target = Some(3);
+    let mut b = holding(&["a", "b"], 3, 3);
     assert_eq!(b.answer(&ctx, "b/2", token(10)), None, "at our share");
 }
 
