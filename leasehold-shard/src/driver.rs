@@ -8,13 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_core::supervisor::{Acquisition, Health, LeaseGuard, LossReason, Supervisor};
-use leasehold_core::{AcquireOutcome, AcquireRequest, FencingToken, LeaseKey, OwnerId};
+use leasehold_core::{FencingToken, LeaseKey};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{RevokeReason, ShardEvent, ShardGuard};
-use crate::mailbox::store_ttl;
 use crate::membership::scan;
 use crate::plan::{Book, Ctx};
 use crate::set::Inner;
@@ -23,7 +22,7 @@ use crate::set::Inner;
 /// workers goes out in about 80 store calls; the batches of one rebalance run side by side
 /// (up to `acquire_concurrency`), and a batch must be answered within one op timeout even on a
 /// store without a batched acquire (the default runs 16 acquires at a time: 8 rounds).
-const TAKE_BATCH: usize = 128;
+pub(crate) const TAKE_BATCH: usize = 128;
 
 /// What a worker's spawned tasks report back to its loop.
 pub(crate) enum Internal {
@@ -191,8 +190,10 @@ impl Run {
         }
         if st.member.is_none() && self.join_slot(st).await {
             // Just joined: let workers started at the same moment take their slots too, so that
-            // the first take counts them instead of each taking every shard.
-            return every / 4;
+            // the first scan counts them. That scan sees every member as new and defers (see the
+            // plan's `defer`): the first takes come a quarter of an interval after the join, on
+            // the members seen by two scans in a row.
+            return every / 8;
         }
         if st.book.skip_scan() {
             return every / 8;
@@ -438,59 +439,6 @@ impl Run {
             let wait = set.config.steal_wait();
             let got = acquire_bounded(&sup, &set.shards[idx].1, wait, &cancel).await;
             let _ = tx.send(Internal::outcome(idx, got, false));
-        });
-    }
-
-    /// Asks `victim` for `shards` (a request `ME/N` in its mailbox, held while we wait) and waits
-    /// on each of them with the store's watch, up to the steal wait.
-    fn spawn_steal(
-        &self,
-        victim: String,
-        shards: Vec<usize>,
-        tx: &mpsc::UnboundedSender<Internal>,
-    ) {
-        let (sup, set, me, tx, cancel) = (
-            self.sup.clone(),
-            self.set.clone(),
-            self.me.clone(),
-            tx.clone(),
-            self.acquiring.clone(),
-        );
-        tokio::spawn(async move {
-            let wait = set.config.steal_wait();
-            let op = sup.config().op_timeout();
-            let req = OwnerId::instance(&format!("{me}/{}", shards.len())).and_then(|owner| {
-                Ok(AcquireRequest::new(
-                    set.mailbox(&victim)?,
-                    owner,
-                    store_ttl(&*set.store, wait),
-                ))
-            });
-            let mail = match req {
-                Ok(req) => match timeout(op, set.store.acquire(&req)).await {
-                    Ok(Ok(AcquireOutcome::Acquired(l))) => Some(l),
-                    _ => None,
-                },
-                Err(_) => None,
-            };
-            let Some(mail) = mail else {
-                for idx in shards {
-                    let _ = tx.send(Internal::NotAcquired { idx, steal: true });
-                }
-                return;
-            };
-            for idx in &shards {
-                set.hook.steal_requested(&me, &victim, &set.shards[*idx].0);
-            }
-            let waits = shards.iter().map(|idx| {
-                let (sup, set, tx, cancel) = (&sup, &set, &tx, &cancel);
-                async move {
-                    let got = acquire_bounded(sup, &set.shards[*idx].1, wait, cancel).await;
-                    let _ = tx.send(Internal::outcome(*idx, got, true));
-                }
-            });
-            futures::future::join_all(waits).await;
-            let _ = timeout(op, set.store.release(&mail)).await;
         });
     }
 }

@@ -21,10 +21,11 @@
 //!   Ten workers started together over 10,000 shards split them with at most 1.05 acquisitions
 //!   per shard, even when their takes outlast an interval.
 //! - A steal is a **graceful handover**: the thief leaves a request for `n` shards in the
-//!   victim's mailbox key and waits on the `n` shards it ranks first with the store's watch; the
-//!   victim, if still above its share, picks the same shards by the same rank, cancels their
-//!   work, waits for the application to drop their [`ShardGuard`]s (bounded by the drain
-//!   timeout), then releases, and the thief acquires on the release wake-up, not on expiry.
+//!   victim's mailbox key and waits for the `n` shards it ranks first; the victim, if still above
+//!   its share, picks the same shards by the same rank, cancels their work, waits for the
+//!   application to drop their [`ShardGuard`]s (bounded by the drain timeout), then releases
+//!   them, and the thief takes them on the release wake-up (a watch on one shard it awaits), not
+//!   on expiry, in batched acquires of all the shards it still awaits.
 //! - A **graceful leave** ([`Worker::leave`]) is a handover too: the leaver gives up its
 //!   membership, leaves a note in every other member's mailbox, then drains and releases its
 //!   shards. The members, woken by the note, rescan at once; a shard held by a worker that is no
@@ -36,9 +37,13 @@
 //!   next rebalance. Without a watch (or if the note is missed) each sees the death at its next
 //!   rebalance: every shard has a live owner again within TTL plus one interval of the death,
 //!   plus the scan and the acquisitions themselves.
-//! - A worker that just joined waits a quarter of an interval before its first take, so that
-//!   workers started together count each other instead of each taking every shard; free shards
-//!   are tried once each, at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
+//! - A worker that just joined waits an eighth of an interval before its first scan, so that
+//!   workers started together count each other instead of each taking every shard, and it takes
+//!   or steals only on a membership two scans in a row agree on: while members keep joining (a
+//!   rollout) it rescans every eighth of an interval, for at most an interval, so that each shard
+//!   is taken once on the final membership rather than taken on an early one and handed over as
+//!   the later workers arrive. A departure is acted on at once. Free shards are tried once each,
+//!   at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
 //! - Every held shard is a supervised lease ([`Supervisor`](leasehold_core::supervisor::Supervisor)) with its own fencing token and its
 //!   own cancellation. All of a worker's leases (shards and membership) share one supervisor with
 //!   renewal batching, so they renew through `renew_many` in O(1) round trips per interval.
@@ -120,6 +125,7 @@ mod plan;
 #[cfg(test)]
 mod plan_model;
 mod set;
+mod steal;
 
 pub use config::{MAX_WORKERS, ShardSetConfig};
 pub use events::{RevokeReason, ShardEvent, ShardGuard, ShardHook, Snapshot, fair_share};

@@ -74,31 +74,48 @@ pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View
 }
 
 impl Run {
-    /// Takes a membership slot if we hold none: the free slots of a scan of the slots alone,
-    /// tried in this worker's rank order (so workers joining together spread over them), one
-    /// attempt each, at most three. Returns whether a slot was taken now.
+    /// Takes a membership slot if we hold none: first the slot this worker ranks first, without
+    /// reading the slots (workers joining together rank the slots differently, so that attempt
+    /// is granted unless another worker, or an earlier instance of this one, holds that slot);
+    /// if refused, the free slots of a read of the slots alone, in rank order, one attempt each,
+    /// at most two more. Returns whether a slot was taken now.
     pub(crate) async fn join_slot(&self, st: &mut State) -> bool {
         let slots = &self.set.slots;
+        let mut order: Vec<usize> = (0..slots.len()).collect();
+        order.sort_by_key(|i| std::cmp::Reverse(rank(&self.me, slots[*i].as_str())));
+        let Some(&first) = order.first() else {
+            return false;
+        };
+        if self.try_slot(st, first).await {
+            return true;
+        }
         let op = self.set.config.supervisor().op_timeout();
-        let free: Vec<usize> = match timeout(op, self.set.store.holders_many(slots)).await {
-            Ok(Ok(states)) if states.len() == slots.len() => states
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.is_none())
-                .map(|(i, _)| i)
-                .collect(),
+        let free: Vec<bool> = match timeout(op, self.set.store.holders_many(slots)).await {
+            Ok(Ok(states)) if states.len() == slots.len() => {
+                states.iter().map(Option::is_none).collect()
+            }
             _ => return false,
         };
-        let mut order = free;
-        order.sort_by_key(|i| std::cmp::Reverse(rank(&self.me, slots[*i].as_str())));
-        for i in order.into_iter().take(3) {
-            if self.acquiring.is_cancelled() {
-                return false;
-            }
-            if let Ok(Acquisition::Acquired(g)) = self.sup.try_acquire(&slots[i]).await {
-                st.member = Some(g);
+        for i in order
+            .into_iter()
+            .filter(|i| *i != first && free[*i])
+            .take(2)
+        {
+            if self.try_slot(st, i).await {
                 return true;
             }
+        }
+        false
+    }
+
+    /// One attempt at membership slot `i`; on a grant, it is our membership.
+    async fn try_slot(&self, st: &mut State, i: usize) -> bool {
+        if self.acquiring.is_cancelled() {
+            return false;
+        }
+        if let Ok(Acquisition::Acquired(g)) = self.sup.try_acquire(&self.set.slots[i]).await {
+            st.member = Some(g);
+            return true;
         }
         false
     }

@@ -82,7 +82,15 @@ pub(crate) struct Book {
     pub(crate) woken: bool,
     /// Quick rescans left after a death while its shards are not all owned again.
     pub(crate) follow_ups: u8,
+    /// Rebalances deferred in a row because members joined since the scan before.
+    pub(crate) deferred: u8,
 }
+
+/// The most rebalances in a row a worker defers while members keep joining: an interval of
+/// rescans an eighth of an interval apart. Past it, a worker takes and steals on the membership
+/// it sees, so that a membership that never settles (workers joining and leaving without end)
+/// does not keep shards unowned.
+pub(crate) const MAX_DEFERRED: u8 = 8;
 
 /// Shards to hand over to `thief` (a request in our mailbox).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,11 +272,19 @@ impl Book {
             .members
             .iter()
             .any(|m| m != ctx.me && !members.contains(m));
+        let joined = members.iter().any(|m| !self.members.contains(m));
         self.members = members;
         let handover = view
             .mailbox
             .as_ref()
             .and_then(|(owner, token)| self.answer(ctx, owner, *token));
+        if self.defer(joined, gone || woken) {
+            return Rebalance {
+                handover,
+                soon: true,
+                ..Rebalance::default()
+            };
+        }
         let unowned = (0..ctx.shards.len()).any(|i| unowned(ctx, view, &self.members, i));
         let tell_death = self.after_death(gone, woken, unowned);
         let (take, inherit) = self.handout(ctx, view);
@@ -289,6 +305,24 @@ impl Book {
             steals,
             soon,
         }
+    }
+
+    /// Whether to defer this rebalance's takes and steals to a rescan an eighth of an interval
+    /// later: members `joined` since the scan before (all of them, on a worker's first scan),
+    /// and none `left` (a member gone, or a note that one left or died: its shards are taken
+    /// now, within the death bound). Shares computed while workers are still joining are too
+    /// large: every shard taken on them moves again, by a steal and its drain, as the later
+    /// joiners arrive. Deferring until a scan sees the same members as the one before, for at
+    /// most [`MAX_DEFERRED`] rescans in a row, lets workers started over a rollout of up to an
+    /// interval take each shard once, from one membership that every member sees alike.
+    fn defer(&mut self, joined: bool, left: bool) -> bool {
+        if joined && !left && self.follow_ups == 0 && self.deferred < MAX_DEFERRED {
+            self.deferred += 1;
+            self.prev_free.clear();
+            return true;
+        }
+        self.deferred = 0;
+        false
     }
 
     /// After a death: whether to tell the others, and the quick rescans. A member gone with

@@ -32,7 +32,7 @@ use super::plan::{Book, Ctx, View};
 use crate::{ShardSetConfig, fair_share};
 
 /// Rounds of fresh scans within which any explored state must settle.
-const SETTLE_ROUNDS: usize = 2;
+const SETTLE_ROUNDS: usize = 3;
 
 /// The model's bounds and its one deliberate fault.
 #[derive(Debug, Clone, Copy)]
@@ -352,8 +352,10 @@ fn every_interleaving_of_the_split_settles_without_overshoot_or_steals() {
             "{bounds:?}: an execution made {} acquisitions for {shards} shards",
             found.max_acquires
         );
+        // A worker's first scan sees every member as new and defers (the plan's `defer`): a
+        // state in which some worker has not scanned yet settles in two rounds, others in one.
         assert!(
-            found.max_settle_rounds <= 1,
+            found.max_settle_rounds <= 2,
             "{bounds:?}: {} rounds",
             found.max_settle_rounds
         );

@@ -362,3 +362,78 @@ fn a_shard_free_twice_is_taken_below_the_share_only_up_to_it() {
         "at its share: never"
     );
 }
+
+/// Members joined since the scan before: takes and steals wait for a scan that sees the same
+/// members as the one before, an eighth of an interval later, so that workers started over a
+/// rollout take each shard once on the final membership instead of taking too much on an early
+/// one and handing it over as the others arrive. A request in the mailbox is still answered.
+#[test]
+fn while_members_join_a_worker_defers_its_takes_until_two_scans_agree() {
+    let (s, c) = (shards(8), config());
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    // The first scan: every member is new.
+    let mut b = Book::default();
+    let r = b.rebalance(&ctx, &view(&["a"], vec![None; 8]));
+    assert!(r.take.is_empty() && r.steals.is_empty() && r.soon, "{r:?}");
+    assert!(b.pending.is_empty());
+    // b joined since: defer again.
+    let r = b.rebalance(&ctx, &view(&["a", "b"], vec![None; 8]));
+    assert!(r.take.is_empty() && r.soon, "{r:?}");
+    // The same members twice: take the share of two.
+    let r = b.rebalance(&ctx, &view(&["a", "b"], vec![None; 8]));
+    assert_eq!(r.take.len(), 4, "{r:?}");
+    // Holding more than its share when c joins: a steal request is answered while deferring.
+    let mut b = holding(&["a", "b"], 4, 2);
+    let mut v = view(&["a", "b", "c"], vec![None; 8]);
+    v.mailbox = Some(("c/2".to_string(), token(40)));
+    let r = b.rebalance(&ctx, &v);
+    assert!(r.take.is_empty() && r.soon, "{r:?}");
+    // a's share of 8 over three members is 3: one of its four goes.
+    assert_eq!(r.handover.map(|h| h.shards.len()), Some(1));
+}
+
+/// A departure is never deferred, even with a join in the same scan: a dead member's shards must
+/// be owned again within TTL plus one interval.
+#[test]
+fn a_departure_is_acted_on_at_once_even_with_a_join_in_the_same_scan() {
+    let (s, c) = (shards(6), config());
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    let mut b = book(&["a", "b", "c"]);
+    // c is gone and d joined; the shards are free (c's expired).
+    let r = b.rebalance(&ctx, &view(&["a", "b", "d"], vec![None; 6]));
+    assert_eq!(r.take.len(), 2, "{r:?}");
+    assert!(r.tell_death);
+}
+
+/// Deferring ends after `MAX_DEFERRED` rescans in a row: a membership that never settles does
+/// not keep shards unowned.
+#[test]
+fn a_membership_that_keeps_changing_defers_at_most_max_deferred_rescans() {
+    let (s, c) = (shards(4), config());
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    let mut b = book(&["a"]);
+    let mut ms: Vec<String> = vec!["a".to_string()];
+    for n in 0..=MAX_DEFERRED {
+        ms.push(format!("j{n}"));
+        let ids: Vec<&str> = ms.iter().map(String::as_str).collect();
+        let r = b.rebalance(&ctx, &view(&ids, vec![None; 4]));
+        if n < MAX_DEFERRED {
+            assert!(r.take.is_empty(), "rescan {n}: {r:?}");
+        } else {
+            let share = fair_share(4, &members(&ids), "a");
+            assert_eq!(r.take.len(), share, "past the bound: {r:?}");
+        }
+    }
+}

@@ -699,6 +699,58 @@ async fn ten_workers_split_ten_thousand_shards_with_at_most_1_05_acquires_per_sh
     );
 }
 
+/// Ten workers joining one after another over an interval (a rollout), on a store whose
+/// acquisitions take a real backend's round trip: each shard is taken once, on the final
+/// membership, not taken on an early one's larger shares and handed over as the later workers
+/// arrive; the set settles within an interval of the last join.
+#[tokio::test(start_paused = true)]
+async fn workers_joining_over_an_interval_take_each_shard_about_once() {
+    const K: usize = 1_000;
+    let rec = Recorder::new("rollout");
+    let store = FaultyStore::new(MemoryLeaseStore::new());
+    store.set(Operation::Acquire, Fault::Delay(Duration::from_millis(5)));
+    let config = ShardSetConfig::new(TTL);
+    let interval = config.rebalance_interval();
+    let set = ShardSet::new(
+        Arc::new(store.clone()) as Arc<dyn LeaseStore>,
+        &rec.set_name,
+        &shard_names(K),
+        config,
+    )
+    .expect("valid set");
+    let names: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(interval / 10).await;
+        }
+        let mut w = set.join(n).unwrap();
+        tokio::spawn(async move { while w.next_event().await.is_some() {} });
+    }
+    let last_join = Instant::now();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    wait_for(&set, TTL * 40, Duration::from_millis(50), |s| {
+        let c = s.counts();
+        all_owned_by(s, &refs)
+            && refs.iter().all(|w| {
+                c.get(*w).copied().unwrap_or(0) == leasehold_shard::fair_share(K, &names, w)
+            })
+    })
+    .await
+    .expect("ten workers settle on 100 shards each");
+    let settled = last_join.elapsed();
+    let acquires = store.calls(Operation::Acquire);
+    eprintln!("rollout: settled {settled:?} after the last join, {acquires} acquire calls");
+    assert!(
+        acquires as f64 <= 1.05 * K as f64,
+        "{acquires} acquire calls for {K} shards ({:.3} per shard)",
+        acquires as f64 / K as f64
+    );
+    assert!(
+        settled <= interval,
+        "settled {settled:?} after the last join"
+    );
+}
+
 /// Two processes started with one worker id are two owners: joined at the same instant (before
 /// either holds a membership slot, so neither can refuse the other), they split the shards
 /// between them and never both believe they own one (the history checker over both workers'
