@@ -53,6 +53,9 @@ pub(crate) struct Split {
     pub(crate) library_rounds: u64,
     /// The library's scans (`holders_many` and `inspect_many` calls), all workers together.
     pub(crate) library_scans: u64,
+    /// Of `library_rounds + library_scans`, those made after the last worker joined (the
+    /// others are the earlier workers' while the membership was still growing).
+    pub(crate) library_trips_after_last_join: u64,
     /// The server's requests from before the first join to after the settle.
     pub(crate) library_server: Option<u64>,
     /// Shard grants the workers believed in during the split, and the violations the history
@@ -362,6 +365,7 @@ async fn library_split(
             while w.next_event().await.is_some() {}
         }));
     }
+    let trips_at_last_join = rounds.rounds() + calls.inspect_manys();
     let wait = async {
         loop {
             if subs.iter().all(|(share, rx)| rx.borrow().len() == *share) {
@@ -425,6 +429,7 @@ async fn library_split(
         calls: acquire_calls,
         rounds: acquire_rounds,
         scans,
+        trips_after_last_join: (acquire_rounds + scans).saturating_sub(trips_at_last_join),
         server,
         beliefs: u64::try_from(believed).unwrap_or(u64::MAX),
         violations: u64::try_from(violations.len()).unwrap_or(u64::MAX),
@@ -439,13 +444,15 @@ struct LibrarySplit {
     calls: u64,
     rounds: u64,
     scans: u64,
+    trips_after_last_join: u64,
     server: Option<u64>,
     beliefs: u64,
     violations: u64,
 }
 
-/// The minimal split: worker `i` takes [`minimal_share`] with `acquire_many` at `offsets[i]`.
-/// Every grant is released (64 at a time) before it returns.
+/// The minimal split: worker `i` takes [`minimal_share`] with `acquire_many` at `offsets[i]`
+/// (a call that fails retryably is sent again, at most three times, each counted). Every grant
+/// is released (64 at a time) before it returns.
 async fn minimal_split(
     store: &Arc<dyn LeaseStore>,
     raw: Option<&Arc<dyn Raw>>,
@@ -476,11 +483,19 @@ async fn minimal_split(
             let mut leases = Vec::with_capacity(reqs.len());
             let mut calls = 0u64;
             for chunk in reqs.chunks(MAX_ACQUIRE_MANY) {
-                calls += 1;
-                for (req, r) in chunk
-                    .iter()
-                    .zip(store.acquire_many(chunk).await.map_err(|e| e.to_string())?)
-                {
+                // A call that fails retryably (a pool with no connection free in time while
+                // the other workers' batches hold them all) is sent again, as an expert's
+                // split would, up to three times.
+                let mut attempts = 0;
+                let out = loop {
+                    calls += 1;
+                    attempts += 1;
+                    match store.acquire_many(chunk).await {
+                        Err(e) if e.is_retryable() && attempts < 3 => continue,
+                        r => break r.map_err(|e| e.to_string())?,
+                    }
+                };
+                for (req, r) in chunk.iter().zip(out) {
                     match r.map_err(|e| e.to_string())? {
                         AcquireOutcome::Acquired(l) => leases.push(l),
                         AcquireOutcome::Held(h) => {
@@ -567,6 +582,7 @@ pub(crate) async fn split_runs(
             library_calls: lib.calls,
             library_rounds: lib.rounds,
             library_scans: lib.scans,
+            library_trips_after_last_join: lib.trips_after_last_join,
             library_server: lib.server,
             beliefs: lib.beliefs,
             violations: lib.violations,
