@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::{RevokeReason, ShardEvent, ShardGuard};
 use crate::membership::scan;
-use crate::plan::{Book, Ctx};
+use crate::plan::{Book, Ctx, JOIN_SETTLE};
 use crate::set::Inner;
 
 /// The most free shards one batched take asks for at once. A split of 10,000 shards over ten
@@ -191,9 +191,9 @@ impl Run {
         if st.member.is_none() && self.join_slot(st).await {
             // Just joined: let workers started at the same moment take their slots too, so that
             // the first scan counts them. That scan sees every member as new and defers (see the
-            // plan's `defer`): the first takes come a quarter of an interval after the join, on
-            // the members seen by two scans in a row.
-            return every / 8;
+            // plan's `defer`): the first takes come two such waits after the join, on the
+            // members seen by two scans in a row.
+            return (every / 8).min(JOIN_SETTLE);
         }
         if st.book.skip_scan() {
             return every / 8;
@@ -228,7 +228,11 @@ impl Run {
             self.spawn_steal(victim, shards, tx);
         }
         self.publish(st);
-        if plan.soon { every / 8 } else { every }
+        match (plan.deferred, plan.soon) {
+            (true, _) => (every / 8).min(JOIN_SETTLE),
+            (false, true) => every / 8,
+            (false, false) => every,
+        }
     }
 
     /// Starts the handover of `shards` to `thief` (the plan marked them as being released).

@@ -37,10 +37,10 @@
 //!   next rebalance. Without a watch (or if the note is missed) each sees the death at its next
 //!   rebalance: every shard has a live owner again within TTL plus one interval of the death,
 //!   plus the scan and the acquisitions themselves.
-//! - A worker that just joined waits an eighth of an interval before its first scan, so that
-//!   workers started together count each other instead of each taking every shard, and it takes
-//!   or steals only on a membership two scans in a row agree on: while members keep joining (a
-//!   rollout) it rescans every eighth of an interval, for at most an interval, so that each shard
+//! - A worker that just joined waits an eighth of an interval (at most a second) before its first
+//!   scan, so that workers started together count each other instead of each taking every shard,
+//!   and it takes or steals only on a membership two scans in a row agree on: while members keep
+//!   joining (a rollout) it rescans as often, at most eight times in a row, so that each shard
 //!   is taken once on the final membership rather than taken on an early one and handed over as
 //!   the later workers arrive. A departure is acted on at once. Free shards are tried once each,
 //!   at most [`ShardSetConfig::with_acquire_concurrency`] at a time.

@@ -117,7 +117,17 @@ pub(crate) struct Rebalance {
     /// Rescan after an eighth of an interval rather than a whole one (after a death, or short
     /// of the share with free shards seen).
     pub(crate) soon: bool,
+    /// The takes and steals were deferred: members joined since the scan before (rescan after
+    /// [`JOIN_SETTLE`] at most).
+    pub(crate) deferred: bool,
 }
+
+/// The longest wait between a join and its first scan, and between the rescans of a deferral
+/// (an eighth of the rebalance interval where that is shorter): workers started together by one
+/// deployment take their membership slots within moments of each other, whatever the TTL, so a
+/// long interval (Kubernetes's, 20 s at a 60 s TTL) need not hold a set's first takes for a
+/// quarter of it.
+pub(crate) const JOIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Book {
     /// Shards counted as ours: held and not being released, plus acquisitions in flight.
@@ -282,6 +292,7 @@ impl Book {
             return Rebalance {
                 handover,
                 soon: true,
+                deferred: true,
                 ..Rebalance::default()
             };
         }
@@ -304,6 +315,7 @@ impl Book {
             inherit,
             steals,
             soon,
+            deferred: false,
         }
     }
 

@@ -751,6 +751,41 @@ async fn workers_joining_over_an_interval_take_each_shard_about_once() {
     );
 }
 
+/// With a long rebalance interval (a 60 s TTL: 20 s, as Kubernetes sets are often run), workers
+/// started together still take their shards within moments: the wait before the first scan and
+/// the deferral's rescan are each an eighth of the interval at most, but never more than a
+/// second (2.5 s each before).
+#[tokio::test(start_paused = true)]
+async fn with_a_long_interval_workers_started_together_take_within_two_seconds() {
+    let rec = Recorder::new("long");
+    let set = ShardSet::new(
+        Arc::new(MemoryLeaseStore::new()) as Arc<dyn LeaseStore>,
+        &rec.set_name,
+        &shard_names(30),
+        ShardSetConfig::new(Duration::from_secs(60)),
+    )
+    .expect("valid set");
+    let names = ["a", "b", "c"];
+    let started = Instant::now();
+    for n in names {
+        let mut w = set.join(n).unwrap();
+        tokio::spawn(async move { while w.next_event().await.is_some() {} });
+    }
+    wait_for(
+        &set,
+        Duration::from_secs(120),
+        Duration::from_millis(50),
+        |s| balanced(s, &names),
+    )
+    .await
+    .expect("three workers settle on 10 shards each");
+    let took = started.elapsed();
+    assert!(
+        took <= Duration::from_millis(2_100),
+        "settled after {took:?}"
+    );
+}
+
 /// Two processes started with one worker id are two owners: joined at the same instant (before
 /// either holds a membership slot, so neither can refuse the other), they split the shards
 /// between them and never both believe they own one (the history checker over both workers'
