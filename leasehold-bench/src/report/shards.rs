@@ -13,7 +13,8 @@ impl Report {
             "`leasehold-shard` with its default configuration (`ShardSetConfig::new(TTL)`: rebalance \
              every renewal interval, TTL/3; steals of up to the whole fair share in flight, one \
              round; free shards taken in batches of up to 128 per store call, 32 calls in flight \
-             per worker). The workers run in \
+             per worker; a thief takes a handover with batched acquires of every shard it still awaits, \
+             woken by the release of one of them). The workers run in \
              this process over one client of the store, each through a link of its own. They \
              join at once; *initial split* is the time until every shard is owned at exactly the \
              fair shares, with the acquire calls it took per shard (the floor is one). The steady \
@@ -167,10 +168,12 @@ impl Report {
              batch: one statement, script per slot, transactions, bounded concurrency), starting \
              at the same offsets, and ends when every batch has answered: no membership, no \
              scan, no contest, the floor of a split over the store's API. Both sides' times \
-             include the spread, and the library's include its deliberate wait of a quarter of \
-             an interval between a join and the first take (so that workers started together \
-             count each other); a worker that joins alone takes every free shard and hands them \
-             over by steals as the others join. Both use the same \
+             include the spread, and the library's include its deliberate waits before the \
+             first take: an eighth of an interval (at most a second) after a join, and as long \
+             again after each scan that saw members the scan before did not (a worker takes on \
+             a membership two scans in a row agree on, deferring at most eight times in a row), \
+             so that workers joining over a rollout take each shard once on the final \
+             membership rather than on an early one's larger shares. Both use the same \
              reserved shard keys. Times are median (least-greatest) over the runs; *ratio* is \
              the median of the runs' library / minimal ratios. *Acquires / shard* counts the \
              keys the library asked for (membership slots included); *calls / worker* counts the \
