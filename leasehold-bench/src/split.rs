@@ -470,11 +470,12 @@ async fn minimal_split(
     let server0 = server_count(raw).await?;
     let started = Instant::now();
     let tasks = offsets.iter().enumerate().map(|(i, offset)| {
+        // One owner per worker, as a worker holds its share: on a store that keeps a membership
+        // per owner (Kubernetes's grouped mode) an owner per key would cost a membership each.
+        let owner = OwnerId::with_label(&format!("m{i}"));
         let reqs: Vec<AcquireRequest> = minimal_share(i, workers, shards)
             .into_iter()
-            .map(|s| {
-                AcquireRequest::new(keys[s].clone(), OwnerId::with_label(&format!("m{i}")), ttl)
-            })
+            .map(|s| AcquireRequest::new(keys[s].clone(), owner.clone(), ttl))
             .collect();
         let store = store.clone();
         let at = started + *offset;
