@@ -1143,7 +1143,17 @@ async fn shard_section(run: &mut BackendRun, target: &Target, ns: &str, plan: Pl
             target.store.clone()
         }
     };
-    let r = shards::shard_run(&store, Some(&target.raw), ns, shard_plan).await;
+    // Each split run's sides on a group set of their own on Kubernetes: a group object keeps an
+    // entry for every key ever granted in it, so sets sharing one group set would make every
+    // later run write objects holding all the earlier runs' entries.
+    let fresh: Option<split::FreshStore> = target.kube.clone().map(|kube| {
+        Arc::new(move |set: &str| {
+            kube.grouped(set, leasehold_k8s::DEFAULT_GROUPS)
+                .map(|g| Arc::new(g) as Arc<dyn LeaseStore>)
+                .map_err(|e| e.to_string())
+        }) as split::FreshStore
+    });
+    let r = shards::shard_run(fresh.as_ref(), &store, Some(&target.raw), ns, shard_plan).await;
     eprintln!("[{name}] shards {r:?}");
     run.shards = Some(r);
 }

@@ -252,6 +252,7 @@ fn join(
 
 /// Runs `plan` on `store`: the initial split, the steady state, a join and a death.
 pub(crate) async fn shard_run(
+    fresh: Option<&crate::split::FreshStore>,
     store: &Arc<dyn LeaseStore>,
     raw: Option<&Arc<dyn Raw>>,
     ns: &str,
@@ -272,6 +273,7 @@ pub(crate) async fn shard_run(
 
     // 0. The split against the minimal split, in runs with staggered joins, on sets of their own.
     let splits = crate::split::split_runs(
+        fresh,
         store,
         raw,
         ns,

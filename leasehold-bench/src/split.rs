@@ -540,11 +540,18 @@ async fn minimal_split(
     }
 }
 
+/// A store of its own for one side of one split run, named after its set (Kubernetes's grouped
+/// mode: a group set per run, so that no run writes group objects that hold an earlier run's
+/// entries); `None` uses the section's store.
+pub(crate) type FreshStore = Arc<dyn Fn(&str) -> Result<Arc<dyn LeaseStore>, String> + Send + Sync>;
+
 /// `runs` runs of the split of `shards` shards over `workers` workers, each on both sides (the
 /// library first in even runs, the minimal split first in odd ones), with the joins of run `r`
-/// at [`join_offsets`]`(r, ..)`. Keys are named after `ns` and the run.
+/// at [`join_offsets`]`(r, ..)`. Keys are named after `ns` and the run; each side runs on
+/// `fresh`'s store for its set where given.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn split_runs(
+    fresh: Option<&FreshStore>,
     store: &Arc<dyn LeaseStore>,
     raw: Option<&Arc<dyn Raw>>,
     ns: &str,
@@ -562,15 +569,20 @@ pub(crate) async fn split_runs(
         let offsets = join_offsets(run, workers, interval);
         let lib_name = format!("{ns}-sl{run}");
         let min_name = format!("{ns}-sm{run}");
+        let side = |name: &str| match fresh {
+            Some(f) => f(name),
+            None => Ok(store.clone()),
+        };
+        let (lib_store, min_store) = (side(&lib_name)?, side(&min_name)?);
         let (lib, min) = if run % 2 == 0 {
             let lib =
-                library_split(store, raw, &lib_name, &names, config, &offsets, settle).await?;
-            let min = minimal_split(store, raw, &min_name, shards, ttl, &offsets).await?;
+                library_split(&lib_store, raw, &lib_name, &names, config, &offsets, settle).await?;
+            let min = minimal_split(&min_store, raw, &min_name, shards, ttl, &offsets).await?;
             (lib, min)
         } else {
-            let min = minimal_split(store, raw, &min_name, shards, ttl, &offsets).await?;
+            let min = minimal_split(&min_store, raw, &min_name, shards, ttl, &offsets).await?;
             let lib =
-                library_split(store, raw, &lib_name, &names, config, &offsets, settle).await?;
+                library_split(&lib_store, raw, &lib_name, &names, config, &offsets, settle).await?;
             (lib, min)
         };
         if std::env::var_os("LEASE_BENCH_TRACE").is_some() {
