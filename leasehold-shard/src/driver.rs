@@ -477,7 +477,7 @@ async fn acquire_bounded(
 
 /// `at + d`, or a moment thirty years after `at` if that is not representable (a timer that
 /// never fires in practice; tokio bounds its own far-future deadlines the same way).
-fn later(at: Instant, d: Duration) -> Instant {
+pub(crate) fn later(at: Instant, d: Duration) -> Instant {
     at.checked_add(d)
         .or_else(|| at.checked_add(Duration::from_secs(30 * 365 * 24 * 3600)))
         .unwrap_or(at)

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
-use crate::driver::{Internal, Run, TAKE_BATCH};
+use crate::driver::{Internal, Run, TAKE_BATCH, later};
 use crate::mailbox::store_ttl;
 use crate::set::Inner;
 
@@ -201,9 +201,4 @@ async fn open_watch(sup: &Supervisor, key: &LeaseKey, within: Duration) -> Optio
         Ok(Ok(w)) => w,
         _ => None,
     }
-}
-
-/// `at + d`, or `at` if that is not representable.
-fn later(at: Instant, d: Duration) -> Instant {
-    at.checked_add(d).unwrap_or(at)
 }

@@ -13,7 +13,7 @@ use leasehold_core::{
 };
 use leasehold_shard::{RevokeReason, ShardEvent, ShardHook, ShardSet, ShardSetConfig};
 use leasehold_testkit::faulty::{Fault, FaultyStore, Operation};
-use support::{Recorder, all_owned_by, balanced, shard_names, wait_for};
+use support::{Recorder, all_owned_by, at_fair_shares, balanced, shard_names, wait_for};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_secs(3);
@@ -679,23 +679,23 @@ async fn ten_workers_split_ten_thousand_shards_with_at_most_1_05_acquires_per_sh
         tokio::spawn(async move { while w.next_event().await.is_some() {} });
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let members: Vec<String> = names.clone();
     wait_for(&set, TTL * 40, Duration::from_millis(250), |s| {
-        let c = s.counts();
-        all_owned_by(s, &refs)
-            && refs.iter().all(|w| {
-                c.get(*w).copied().unwrap_or(0) == leasehold_shard::fair_share(K, &members, w)
-            })
+        at_fair_shares(s, &refs)
     })
     .await
     .expect("ten workers settle on 1,000 shards each");
     let took = started.elapsed();
     let acquires = store.calls(Operation::Acquire);
     eprintln!("10 workers split {K} shards in {took:?} with {acquires} acquire calls");
+    assert_at_most_1_05_acquires_per_shard(acquires, K);
+}
+
+/// The split's bound: at most 1.05 acquire calls per shard.
+fn assert_at_most_1_05_acquires_per_shard(acquires: u64, shards: usize) {
     assert!(
-        acquires as f64 <= 1.05 * K as f64,
-        "{acquires} acquire calls for {K} shards ({:.3} per shard)",
-        acquires as f64 / K as f64
+        acquires as f64 <= 1.05 * shards as f64,
+        "{acquires} acquire calls for {shards} shards ({:.3} per shard)",
+        acquires as f64 / shards as f64
     );
 }
 
@@ -729,22 +729,14 @@ async fn workers_joining_over_an_interval_take_each_shard_about_once() {
     let last_join = Instant::now();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     wait_for(&set, TTL * 40, Duration::from_millis(50), |s| {
-        let c = s.counts();
-        all_owned_by(s, &refs)
-            && refs.iter().all(|w| {
-                c.get(*w).copied().unwrap_or(0) == leasehold_shard::fair_share(K, &names, w)
-            })
+        at_fair_shares(s, &refs)
     })
     .await
     .expect("ten workers settle on 100 shards each");
     let settled = last_join.elapsed();
     let acquires = store.calls(Operation::Acquire);
     eprintln!("rollout: settled {settled:?} after the last join, {acquires} acquire calls");
-    assert!(
-        acquires as f64 <= 1.05 * K as f64,
-        "{acquires} acquire calls for {K} shards ({:.3} per shard)",
-        acquires as f64 / K as f64
-    );
+    assert_at_most_1_05_acquires_per_shard(acquires, K);
     assert!(
         settled <= interval,
         "settled {settled:?} after the last join"

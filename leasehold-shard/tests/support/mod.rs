@@ -308,6 +308,18 @@ pub fn balanced(s: &Snapshot, workers: &[&str]) -> bool {
     })
 }
 
+/// Every shard owned by one of `workers`, each holding exactly its fair share among them.
+pub fn at_fair_shares(s: &Snapshot, workers: &[&str]) -> bool {
+    let mut members: Vec<String> = workers.iter().map(|w| w.to_string()).collect();
+    members.sort();
+    let k = s.owners.len();
+    let counts = s.counts();
+    all_owned_by(s, workers)
+        && workers.iter().all(|w| {
+            counts.get(*w).copied().unwrap_or(0) == leasehold_shard::fair_share(k, &members, w)
+        })
+}
+
 /// Every shard owned by one of `workers`.
 pub fn all_owned_by(s: &Snapshot, workers: &[&str]) -> bool {
     s.owners.values().all(|o| {
