@@ -11,10 +11,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
-use leasehold_core::backend::granted_lease;
-use leasehold_core::{
-    AcquireOutcome, AcquireRequest, Error, FencingToken, Holder, Lease, LeaseKey, OwnerId, Result,
-};
+use leasehold_core::{Error, FencingToken, Lease, LeaseKey, OwnerId, Result};
 use tokio::sync::Mutex as AsyncMutex;
 use tokio::time::Instant;
 
@@ -22,7 +19,7 @@ use crate::error::{BACKEND, K8sError};
 use crate::protocol::{MAX_OBJECT_NAME_LEN, parse_resource_version};
 use crate::store::K8sLeaseStore;
 use crate::{K8sFencedResource, K8sOptions};
-use entry::{Assigned, Entry, Term, fnv1a, group_of, next_token, validate_set};
+use entry::{Entry, Term, fnv1a, group_of, validate_set};
 
 /// The number of group objects a [`K8sGroupedStore`] uses unless told otherwise
 /// ([`K8sLeaseStore::grouped`]).
@@ -51,8 +48,6 @@ pub const GROUP_COUNT_ANNOTATION: &str = "lease.rs/groups";
 
 /// How many lost write races on one group object an acquire absorbs before it gives up.
 const MAX_RACES: usize = 64;
-/// How many group objects one `acquire_many` writes at once.
-const GROUPS_IN_FLIGHT: usize = 8;
 /// Up to this many groups are read with one GET each; more with one LIST.
 const GET_THRESHOLD: usize = 2;
 /// How many membership Leases one `inspect_many` reads at once.
@@ -60,10 +55,14 @@ const MEMBERS_IN_FLIGHT: usize = 16;
 /// How often an owner tries to take its membership Lease while another holds it (a candidate
 /// that revoked the owner's previous term holds it for at most [`REVOKE_TTL`]).
 const MEMBER_ATTEMPTS: u32 = 12;
+/// A membership renewal this recent serves an `acquire_many` as its own (and at most a
+/// sixteenth of the TTL): batches of one owner at the same time share one renewal.
+const MEMBER_FRESH: Duration = Duration::from_secs(1);
 /// The TTL of the short grant a candidate takes on a dead owner's membership Lease to end that
 /// owner's term; released at once.
 const REVOKE_TTL: Duration = Duration::from_secs(1);
 
+mod acquire;
 pub(crate) mod entry;
 mod ops;
 mod release;
@@ -223,14 +222,17 @@ pub struct K8sGroupedStore {
     maps: Api<ConfigMap>,
     set: String,
     groups: u16,
-    /// This store's membership Leases, by owner and TTL in seconds.
-    members: Arc<AsyncMutex<HashMap<(OwnerId, u32), Lease>>>,
+    /// This store's membership Leases, by owner and TTL in seconds, with when their last
+    /// renewal (or grant) was sent.
+    members: Arc<AsyncMutex<HashMap<(OwnerId, u32), (Lease, Instant)>>>,
     /// One lock per group: this store's (and its clones') writes to one group object go one at
     /// a time, so that they do not lose conditional-write races to each other. Writes of other
     /// processes still race and are retried.
     writers: Arc<Vec<AsyncMutex<()>>>,
     /// One queue of releases per group, written together ([`release`]).
     queues: Arc<Vec<release::Queue>>,
+    /// One queue of grants per group, written together ([`acquire`]).
+    grants: Arc<Vec<acquire::Queue>>,
 }
 
 impl fmt::Debug for K8sGroupedStore {
@@ -281,6 +283,7 @@ impl K8sLeaseStore {
             members: Arc::default(),
             writers: Arc::new((0..groups).map(|_| AsyncMutex::new(())).collect()),
             queues: Arc::new((0..groups).map(|_| release::Queue::default()).collect()),
+            grants: Arc::new((0..groups).map(|_| acquire::Queue::default()).collect()),
         };
         let longest = store
             .group_name(groups - 1)
@@ -523,95 +526,6 @@ impl K8sGroupedStore {
             )
             .await
             .map(|_| ())
-    }
-
-    /// Grants what it can of `idxs` (requests whose keys live in group `index`) with one
-    /// conditional replace, retrying lost races.
-    async fn acquire_in_group(
-        &self,
-        index: u16,
-        idxs: Vec<usize>,
-        reqs: &[AcquireRequest],
-        terms: &HashMap<(OwnerId, u32), (FencingToken, Instant, Duration)>,
-        judged: &Judged,
-    ) -> Result<Vec<(usize, AcquireOutcome)>> {
-        let _writer = self.writer(index).await;
-        for _ in 0..MAX_RACES {
-            let group = self.read_group(index).await?;
-            if group.object.is_none() {
-                self.create_group(index).await?;
-                continue;
-            }
-            let mut out = Vec::with_capacity(idxs.len());
-            let mut entries = group.entries.clone();
-            let mut grants = Vec::new();
-            for &i in &idxs {
-                let req = &reqs[i];
-                let previous = group.entries.get(req.key.as_str());
-                if let Some(Entry {
-                    token,
-                    held: Some(held),
-                }) = previous
-                    && held.owner != req.owner
-                    && let Term::Live { remaining, ttl } =
-                        self.judge(held, &req.owner, judged).await?
-                {
-                    out.push((
-                        i,
-                        AcquireOutcome::Held(Holder {
-                            owner: held.owner.clone(),
-                            token: *token,
-                            remaining,
-                            ttl,
-                        }),
-                    ));
-                    continue;
-                }
-                let secs = self.inner.grantable_ttl(req.ttl)?.get();
-                let Some(&(inc, _, _)) = terms.get(&(req.owner.clone(), secs)) else {
-                    continue;
-                };
-                let token = next_token(group.rv, previous.map(|e| e.token))?;
-                entries.insert(
-                    req.key.as_str().to_string(),
-                    Entry {
-                        token,
-                        held: Some(Assigned {
-                            inc,
-                            secs,
-                            owner: req.owner.clone(),
-                        }),
-                    },
-                );
-                grants.push((i, token, secs));
-            }
-            if grants.is_empty() {
-                return Ok(out);
-            }
-            match self.write_group(&group, &entries).await {
-                Ok(()) => {
-                    for (i, token, secs) in grants {
-                        let req = &reqs[i];
-                        let (inc, sent, ttl) = terms[&(req.owner.clone(), secs)];
-                        tracing::debug!(backend = BACKEND, key = %req.key, owner = %req.owner, token = %token, term = %inc, "grouped lease acquired");
-                        let lease = granted_lease(
-                            req.key.clone(),
-                            req.owner.clone(),
-                            token,
-                            ttl,
-                            req.drift_margin(),
-                            sent,
-                        )
-                        .with_handle(inc.get().to_string());
-                        out.push((i, AcquireOutcome::Acquired(lease)));
-                    }
-                    return Ok(out);
-                }
-                Err(K8sError::Conflict | K8sError::NotFound(_)) => continue,
-                Err(e) => return Err(e.into_error("replace")),
-            }
-        }
-        Err(self.races_lost(index))
     }
 
     /// This store's write lock on group `index` (held for a whole read-modify-write, retries

@@ -1,18 +1,19 @@
 //! The [`LeaseStore`] implementation of [`K8sGroupedStore`], in the contract's order.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::{StreamExt, stream};
+use futures::future::join_all;
 use leasehold_core::backend::validate_acquire_many;
 use leasehold_core::{
     AcquireOutcome, AcquireRequest, Capabilities, Error, FencingToken, Holder, KeyState, KeyWatch,
     Lease, LeaseKey, LeaseStore, OwnerId, ReleaseOutcome, RenewOutcome, Result,
 };
 
+use super::K8sGroupedStore;
 use super::entry::{Entry, Term, group_of};
-use super::{GROUPS_IN_FLIGHT, Judged, K8sGroupedStore};
 use crate::error::BACKEND;
 
 #[async_trait]
@@ -209,10 +210,13 @@ impl LeaseStore for K8sGroupedStore {
     }
 
     /// Validates the batch, renews (or takes) each distinct owner's membership Lease once, then
-    /// writes each group touched with one conditional replace granting all its free keys (at
-    /// most 8 groups at once), retrying lost races per group.
+    /// writes each group touched with one conditional replace granting all its free keys,
+    /// retrying lost races per group. Batches of one store running at the same time share their
+    /// writes: one membership renewal per owner, and one read and replace per group for every
+    /// batch queued on it by then.
     ///
-    /// Not cancel safe: a dropped batch may have granted any of its keys.
+    /// Not cancel safe: a dropped batch may have granted any of its keys (its group writes are
+    /// carried out by tasks of their own).
     async fn acquire_many(&self, reqs: &[AcquireRequest]) -> Result<Vec<Result<AcquireOutcome>>> {
         validate_acquire_many(reqs)?;
         let mut out: Vec<Option<Result<AcquireOutcome>>> = (0..reqs.len()).map(|_| None).collect();
@@ -235,17 +239,14 @@ impl LeaseStore for K8sGroupedStore {
             let (inc, sent) = self.ensure_member(&owner, secs, ttl).await?;
             terms.insert((owner, secs), (inc, sent, ttl));
         }
-        let judged = Judged::default();
-        let calls: Vec<_> = by_group
-            .into_iter()
-            .map(|(index, idxs)| self.acquire_in_group(index, idxs, reqs, &terms, &judged))
-            .collect();
-        let results: Vec<Result<Vec<(usize, AcquireOutcome)>>> = stream::iter(calls)
-            .buffer_unordered(GROUPS_IN_FLIGHT)
-            .collect()
-            .await;
-        for r in results {
-            for (i, outcome) in r? {
+        let terms = Arc::new(terms);
+        let calls = by_group.into_iter().map(|(index, idxs)| {
+            let group_reqs = idxs.iter().map(|&i| reqs[i].clone()).collect();
+            let granted = self.acquire_queued(index, group_reqs, terms.clone());
+            async move { (idxs, granted.await) }
+        });
+        for (idxs, granted) in join_all(calls).await {
+            for (i, outcome) in idxs.into_iter().zip(granted?) {
                 out[i] = Some(Ok(outcome));
             }
         }

@@ -164,7 +164,7 @@ impl K8sGroupedStore {
             .lock()
             .await
             .get(&(owner.clone(), secs))
-            .is_some_and(|m| m.token() == inc && m.is_valid());
+            .is_some_and(|(m, _)| m.token() == inc && m.is_valid());
         if local {
             return Ok(true);
         }

@@ -12,7 +12,9 @@ use leasehold_core::{
 use tokio::time::Instant;
 
 use super::entry::{Assigned, Entry, Term, judge_term};
-use super::{Judged, K8sGroupedStore, MEMBER_ATTEMPTS, MEMBERS_IN_FLIGHT, REVOKE_TTL};
+use super::{
+    Judged, K8sGroupedStore, MEMBER_ATTEMPTS, MEMBER_FRESH, MEMBERS_IN_FLIGHT, REVOKE_TTL,
+};
 use crate::error::BACKEND;
 
 impl K8sGroupedStore {
@@ -20,6 +22,13 @@ impl K8sGroupedStore {
     /// of the owner that another store (a process with the same owner id) holds, else takes the
     /// Lease (a new term). Returns the term and when the deciding write was sent (a lower bound:
     /// the grants of the term are valid until `sent + ttl - drift`).
+    ///
+    /// A renewal of this store's sent less than [`MEMBER_FRESH`] ago (at most a sixteenth of the
+    /// TTL) serves as this call's own: batches of one owner at the same time, which wait for each
+    /// other on the store's lock of its membership Leases, share one renewal. Their grants count
+    /// their validity from when that renewal was sent, so they are as safe as with one of their
+    /// own and at most that much shorter; and the term cannot have been revoked since, as a
+    /// revocation needs the Lease seen unchanged for the whole TTL.
     pub(super) async fn ensure_member(
         &self,
         owner: &OwnerId,
@@ -29,11 +38,17 @@ impl K8sGroupedStore {
         let mut members = self.members.lock().await;
         let slot = (owner.clone(), secs);
         let key = self.member_key(owner, secs)?;
-        if let Some(m) = members.get(&slot).filter(|m| m.is_valid()).cloned()
+        if let Some((m, sent)) = members.get(&slot)
+            && sent.elapsed() <= MEMBER_FRESH.min(ttl / 16)
+            && m.is_valid()
+        {
+            return Ok((m.token(), *sent));
+        }
+        if let Some((m, _)) = members.get(&slot).filter(|(m, _)| m.is_valid()).cloned()
             && let Some((next, sent)) = self.renew_term(&m).await?
         {
             let term = next.token();
-            members.insert(slot, next);
+            members.insert(slot, (next, sent));
             return Ok((term, sent));
         }
         members.remove(&slot);
@@ -49,7 +64,7 @@ impl K8sGroupedStore {
                 .renew_term(&Lease::resume(key.clone(), owner.clone(), term, ttl))
                 .await?
         {
-            members.insert(slot, next);
+            members.insert(slot, (next, sent));
             return Ok((term, sent));
         }
         let req = AcquireRequest::new(key, owner.clone(), ttl);
@@ -59,7 +74,7 @@ impl K8sGroupedStore {
                 AcquireOutcome::Acquired(m) => {
                     let term = m.token();
                     tracing::debug!(backend = BACKEND, set = %self.set, owner = %owner, term = %term, "membership term started");
-                    members.insert(slot, m);
+                    members.insert(slot, (m, sent));
                     return Ok((term, sent));
                 }
                 // Another candidate holds it for a moment to end our previous term (a REVOKE_TTL
@@ -173,16 +188,16 @@ impl K8sGroupedStore {
         let mut members = self.members.lock().await;
         let slot = (owner.clone(), secs);
         let lease = match members.get(&slot) {
-            Some(m) if m.token() == term => m.clone(),
+            Some((m, _)) if m.token() == term => m.clone(),
             _ => Lease::resume(self.member_key(owner, secs)?, owner.clone(), term, ttl),
         };
         match self.renew_term(&lease).await? {
             Some((next, sent)) => {
-                members.insert(slot, next);
+                members.insert(slot, (next, sent));
                 Ok(Some(sent))
             }
             None => {
-                if members.get(&slot).map(Lease::token) == Some(term) {
+                if members.get(&slot).map(|(m, _)| m.token()) == Some(term) {
                     members.remove(&slot);
                 }
                 Ok(None)

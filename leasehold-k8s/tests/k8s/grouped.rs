@@ -408,6 +408,77 @@ async fn a_stores_concurrent_releases_in_one_group_all_land(ctx: Ctx) -> CaseRes
     .await
 }
 
+/// A store's batches running at the same time (a shard set takes its share in batches of 128,
+/// side by side) share their writes: one membership renewal for the owner and at most two reads
+/// and replaces per group for all eight batches, where each batch writing alone read and
+/// replaced every group (8 renewals and 256 group requests for these eight). Two owners'
+/// batches on the same keys at the same time: each key goes to exactly one of them, and the
+/// other is told that owner holds it.
+async fn a_stores_concurrent_batches_share_their_group_writes(ctx: Ctx) -> CaseResult {
+    const BATCHES: usize = 8;
+    const PER_BATCH: usize = 125;
+    let set = own_set(&ctx, "batch");
+    with_set(&set, async {
+        let store = grouped(&set).await?;
+        let owner = OwnerId::with_label("a");
+        let req = |k: &leasehold_core::LeaseKey, o: &OwnerId| {
+            AcquireRequest::new(k.clone(), o.clone(), ctx.long_ttl())
+        };
+        // Every group object exists and the owner's term has started.
+        let warm: Vec<AcquireRequest> = (0..400)
+            .map(|i| req(&ctx.key(&format!("w{i}")), &owner))
+            .collect();
+        leases_of(store.acquire_many(&warm).await?)?;
+
+        let before = store.requests_sent();
+        let batches = (0..BATCHES).map(|b| {
+            let reqs: Vec<AcquireRequest> = (0..PER_BATCH)
+                .map(|i| req(&ctx.key(&format!("k{b}-{i}")), &owner))
+                .collect();
+            let store = &store;
+            async move { store.acquire_many(&reqs).await }
+        });
+        let granted: Vec<Vec<Lease>> = try_join_all(batches)
+            .await?
+            .into_iter()
+            .map(leases_of)
+            .collect::<Result<_, _>>()?;
+        let sent = store.requests_sent() - before;
+        println!("{BATCHES} concurrent batches of {PER_BATCH} keys: {sent} requests");
+        assert_eq!(granted.iter().map(Vec::len).sum::<usize>(), BATCHES * PER_BATCH);
+        let bound = 1 + 4 * u64::from(DEFAULT_GROUPS);
+        assert!(
+            sent <= bound,
+            "{BATCHES} concurrent batches cost {sent} requests, more than {bound} (one renewal, two reads and replaces per group)"
+        );
+
+        // Two owners, the same keys, at the same time.
+        let (sb, b) = (grouped(&set).await?, OwnerId::with_label("b"));
+        let keys: Vec<_> = (0..50).map(|i| ctx.key(&format!("both{i}"))).collect();
+        let ra: Vec<AcquireRequest> = keys.iter().map(|k| req(k, &owner)).collect();
+        let rb: Vec<AcquireRequest> = keys.iter().map(|k| req(k, &b)).collect();
+        let (oa, ob) = tokio::try_join!(store.acquire_many(&ra), store.acquire_many(&rb))?;
+        let (ob2, oa2) = tokio::try_join!(sb.acquire_many(&rb), store.acquire_many(&ra))?;
+        for (i, ((a1, b1), (b2, a2))) in oa.iter().zip(&ob).zip(ob2.iter().zip(&oa2)).enumerate() {
+            let winner = match (a1, b1) {
+                (Ok(AcquireOutcome::Acquired(_)), Ok(AcquireOutcome::Held(h))) if h.owner == owner => &owner,
+                (Ok(AcquireOutcome::Held(h)), Ok(AcquireOutcome::Acquired(_))) if h.owner == b => &b,
+                other => panic!("key {i}: not exactly one owner granted: {other:?}"),
+            };
+            // Whoever holds a key keeps it against the other store and gets it again itself.
+            let again = if winner == &owner { a2 } else { b2 };
+            assert!(matches!(again, Ok(AcquireOutcome::Acquired(_))), "key {i}: {again:?}");
+            let other = if winner == &owner { b2 } else { a2 };
+            assert!(
+                matches!(other, Ok(AcquireOutcome::Held(h)) if &h.owner == winner),
+                "key {i}: {other:?}"
+            );
+        }
+        Ok::<(), Failed>(())
+    })
+    .await
+}
+
 /// The grouped mode's own cases.
 fn all() -> Vec<Case> {
     vec![
@@ -426,6 +497,10 @@ fn all() -> Vec<Case> {
         case!(
             "k8s-grouped",
             a_stores_concurrent_releases_in_one_group_all_land
+        ),
+        case!(
+            "k8s-grouped",
+            a_stores_concurrent_batches_share_their_group_writes
         ),
     ]
 }
