@@ -104,6 +104,10 @@ impl Group {
     }
 }
 
+/// A store's membership Leases by owner and TTL in seconds, each with when its last renewal (or
+/// grant) was sent.
+type Members = HashMap<(OwnerId, u32), (Lease, Instant)>;
+
 /// The judgements of one call, by (membership Lease name, term): a term found over stays over,
 /// so one call revokes a dead owner's term once, however many of its keys it takes.
 type Judged = AsyncMutex<HashMap<(String, FencingToken), Term>>;
@@ -224,7 +228,7 @@ pub struct K8sGroupedStore {
     groups: u16,
     /// This store's membership Leases, by owner and TTL in seconds, with when their last
     /// renewal (or grant) was sent.
-    members: Arc<AsyncMutex<HashMap<(OwnerId, u32), (Lease, Instant)>>>,
+    members: Arc<AsyncMutex<Members>>,
     /// One lock per group: this store's (and its clones') writes to one group object go one at
     /// a time, so that they do not lose conditional-write races to each other. Writes of other
     /// processes still race and are retried.
