@@ -437,3 +437,51 @@ fn a_membership_that_keeps_changing_defers_at_most_max_deferred_rescans() {
         }
     }
 }
+
+/// The quiet window of a deferral is an eighth of the interval, counted in rescans at most a
+/// second apart: one rescan up to an 8 s interval, three at a 20 s interval, never zero and never
+/// more than 255 (a day-long interval).
+#[test]
+fn a_deferral_waits_an_eighth_of_the_interval_in_rescans() {
+    assert_eq!(settle_rescans(Duration::from_secs(1)), 1);
+    assert_eq!(settle_rescans(Duration::from_secs(8)), 1);
+    assert_eq!(settle_rescans(Duration::from_secs(20)), 3);
+    assert_eq!(settle_rescans(Duration::ZERO), 1);
+    assert_eq!(settle_rescans(Duration::from_secs(86_400)), 255);
+    assert_eq!(settle_rescans(Duration::MAX), 255);
+}
+
+/// With a long interval (20 s: three quiet rescans), a member joining every other rescan keeps
+/// the deferral going; once three rescans in a row see the same members, the worker takes its
+/// share of the final membership.
+#[test]
+fn with_a_long_interval_a_deferral_ends_after_a_quiet_eighth_of_it() {
+    let (s, c) = (shards(12), ShardSetConfig::new(Duration::from_secs(60)));
+    assert_eq!(c.rebalance_interval(), Duration::from_secs(20));
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    let mut b = Book::default();
+    let scans: [&[&str]; 7] = [
+        &["a"],
+        &["a"],
+        &["a", "b"],
+        &["a", "b"],
+        &["a", "b"],
+        &["a", "b"],
+        &["a", "b", "c"],
+    ];
+    // Joins on scans 0 and 2; scans 1, 3 and 4 are quiet but within the window.
+    for (n, ids) in scans[..5].iter().enumerate() {
+        let r = b.rebalance(&ctx, &view(ids, vec![None; 12]));
+        assert!(r.take.is_empty() && r.soon, "scan {n}: {r:?}");
+    }
+    // The third quiet rescan in a row: take the share of two.
+    let r = b.rebalance(&ctx, &view(scans[5], vec![None; 12]));
+    assert_eq!(r.take.len(), 6, "{r:?}");
+    // A later join is a new deferral.
+    let r = b.rebalance(&ctx, &view(scans[6], vec![None; 12]));
+    assert!(r.take.is_empty(), "{r:?}");
+}
