@@ -4,7 +4,7 @@
 // protocol.rs and inspection in inspect.rs.
 //! [`K8sLeaseStore`]: the [`LeaseStore`] over `coordination.k8s.io/v1` Lease objects.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -101,6 +101,9 @@ pub struct K8sLeaseStore {
     /// API requests this store (and its clones and grouped stores) sent: see
     /// [`requests_sent`](K8sLeaseStore::requests_sent).
     requests: Arc<AtomicU64>,
+    /// Labels every Lease this store creates carries (a grouped store's membership Leases carry
+    /// their set's, so that one LIST reads them all); none for a store a user made.
+    pub(crate) claim_labels: Option<Arc<BTreeMap<String, String>>>,
 }
 
 impl fmt::Debug for K8sLeaseStore {
@@ -218,6 +221,7 @@ impl K8sLeaseStore {
             state: Arc::default(),
             hook: options.hook,
             requests: Arc::default(),
+            claim_labels: None,
         })
     }
 
@@ -542,7 +546,10 @@ impl LeaseStore for K8sLeaseStore {
                     // into it with a replace conditioned on the created version, and report the
                     // grant only after that (ADR 0040). Until then, readers report the claim's
                     // term as its resourceVersion, which is that same token.
-                    let obj = protocol::new_claim(&name, &req.owner, secs);
+                    let mut obj = protocol::new_claim(&name, &req.owner, secs);
+                    if let Some(labels) = &self.claim_labels {
+                        obj.metadata.labels = Some(labels.as_ref().clone());
+                    }
                     self.pause(TestPoint::BeforeCreate, &name).await;
                     let sent = Instant::now();
                     let created = match self

@@ -40,8 +40,9 @@ pub const MAX_GROUPS: u16 = 256;
 /// assert_eq!(leasehold_k8s::MAX_SET_LEN, 40);
 /// ```
 pub const MAX_SET_LEN: usize = 40;
-/// The label every group ConfigMap carries, its value the set's name: a grouped store reads
-/// many groups with one LIST selected by it.
+/// The label every group ConfigMap and every membership Lease carries, its value the set's
+/// name: a grouped store reads many groups, or many owners' membership Leases, with one LIST
+/// selected by it.
 pub const GROUP_SET_LABEL: &str = "lease.rs/group-set";
 /// The annotation of a group ConfigMap naming how many groups its set has.
 pub const GROUP_COUNT_ANNOTATION: &str = "lease.rs/groups";
@@ -279,9 +280,14 @@ impl K8sLeaseStore {
                 None,
             ));
         }
+        let mut inner = self.clone();
+        inner.claim_labels = Some(Arc::new(BTreeMap::from([(
+            GROUP_SET_LABEL.to_string(),
+            set.to_string(),
+        )])));
         let store = K8sGroupedStore {
             maps: Api::namespaced(self.client.clone(), self.namespace()),
-            inner: self.clone(),
+            inner,
             set: set.to_string(),
             groups,
             members: Arc::default(),

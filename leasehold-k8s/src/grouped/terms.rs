@@ -13,9 +13,13 @@ use tokio::time::Instant;
 
 use super::entry::{Assigned, Entry, Term, judge_term};
 use super::{
-    Judged, K8sGroupedStore, MEMBER_ATTEMPTS, MEMBER_FRESH, MEMBERS_IN_FLIGHT, REVOKE_TTL,
+    GET_THRESHOLD, GROUP_SET_LABEL, Judged, K8sGroupedStore, MEMBER_ATTEMPTS, MEMBER_FRESH,
+    MEMBERS_IN_FLIGHT, REVOKE_TTL,
 };
 use crate::error::BACKEND;
+use crate::protocol::Record;
+use k8s_openapi::api::coordination::v1::Lease as KubeLease;
+use kube::api::ListParams;
 
 impl K8sGroupedStore {
     /// Renews `owner`'s membership Lease for `secs`: the term this store holds, else a live term
@@ -205,8 +209,25 @@ impl K8sGroupedStore {
         }
     }
 
-    /// Reads the membership Leases named by the assigned entries among `entries` and judges
-    /// each term (without revoking anything).
+    /// The set's membership Leases (those labelled [`GROUP_SET_LABEL`]`=<set>`), by name: one
+    /// LIST.
+    async fn list_members(&self) -> Result<HashMap<String, KubeLease>> {
+        let lp = ListParams::default().labels(&format!("{GROUP_SET_LABEL}={}", self.set));
+        let list = self
+            .inner
+            .timed("list", self.inner.api.list(&lp))
+            .await
+            .map_err(|e| e.into_error("list"))?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter_map(|l| l.metadata.name.clone().map(|n| (n, l)))
+            .collect())
+    }
+
+    /// Reads the membership Leases named by the assigned entries among `entries` (one GET each
+    /// for one or two owners, else one LIST of the set's), and judges each term (without
+    /// revoking anything).
     pub(super) async fn terms_of<'a>(
         &self,
         entries: impl Iterator<Item = &'a Entry>,
@@ -219,12 +240,35 @@ impl K8sGroupedStore {
                 terms.insert((a.owner.clone(), a.secs, a.inc));
             }
         }
+        let mut listed = if wanted.len() > GET_THRESHOLD {
+            self.list_members().await?
+        } else {
+            HashMap::new()
+        };
         let reads: Vec<_> = wanted
             .into_iter()
-            .map(|(owner, secs)| async move {
-                let name = self.inner.object_name(&self.member_key(&owner, secs)?);
-                let read = self.inner.read(&name).await?;
-                Ok::<_, Error>(((owner, secs), read))
+            .map(|(owner, secs)| {
+                let found = self
+                    .member_key(&owner, secs)
+                    .map(|k| self.inner.object_name(&k))
+                    .map(|name| {
+                        let obj = listed.remove(&name);
+                        (name, obj)
+                    });
+                async move {
+                    let (name, obj) = found?;
+                    // A Lease the LIST did not return (created by a version of this store that
+                    // did not label it, or gone) is read alone.
+                    let read = match obj {
+                        Some(obj) => {
+                            let rec = Record::parse(&obj)?;
+                            let first_seen = self.inner.observe(&name, &obj, &rec);
+                            Some((obj, rec, first_seen))
+                        }
+                        None => self.inner.read(&name).await?,
+                    };
+                    Ok::<_, Error>(((owner, secs), read))
+                }
             })
             .collect();
         let read: HashMap<_, _> = stream::iter(reads)

@@ -223,7 +223,9 @@ async fn renewal_of_10000_keys_over_10_owners_costs_requests_per_owner(ctx: Ctx)
             let h = h.as_ref().ok_or_else(|| format!("key {i} free"))?;
             assert_eq!(h.owner, owners[i % OWNERS], "key {i}");
         }
-        assert!(scan_requests <= 1 + OWNERS as u64, "scan cost {scan_requests}");
+        // One LIST of the groups and one of the set's membership Leases, whatever the number
+        // of owners (a GET per owner named before: 11).
+        assert!(scan_requests <= 2, "scan cost {scan_requests}");
         Ok::<(), Failed>(())
     })
     .await
