@@ -191,8 +191,8 @@ impl Run {
         if st.member.is_none() && self.join_slot(st).await {
             // Just joined: let workers started at the same moment take their slots too, so that
             // the first scan counts them. That scan sees every member as new and defers (see the
-            // plan's `defer`): the first takes come two such waits after the join, on the
-            // members seen by two scans in a row.
+            // plan's `defer`): the first takes come once the rescans have seen the same
+            // members for an eighth of an interval.
             return (every / 8).min(JOIN_SETTLE);
         }
         if st.book.skip_scan() {
