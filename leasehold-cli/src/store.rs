@@ -85,15 +85,15 @@ pub(crate) async fn open(flag: Option<&str>) -> Result<(String, Arc<dyn LeaseSto
 }
 
 /// The owner `lease run` acquires as: a readable label followed by a random part, or, on a store
-/// that keeps owners in a `uuid` column (PostgreSQL's seed table, `layout=seed` in the URL), a
-/// random UUID, since no label fits that column.
+/// that keeps owners in a `uuid` column (PostgreSQL's `layout=coordination_lease`, or `seed`, its
+/// old name, in the URL), a random UUID, since no label fits that column.
 pub(crate) fn owner_for(url: &str, label: &str) -> leasehold::OwnerId {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     let seed = matches!(scheme.as_deref(), Some("postgres" | "postgresql"))
         && leasehold::backend::UrlParams::parse("postgres", url)
             .ok()
             .and_then(|mut p| p.take("layout"))
-            .is_some_and(|l| l == "seed");
+            .is_some_and(|l| l == "coordination_lease" || l == "seed");
     if seed {
         leasehold::OwnerId::random()
     } else {

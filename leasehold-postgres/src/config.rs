@@ -335,11 +335,11 @@ impl PostgresOptions {
     /// use std::time::Duration;
     /// use leasehold_postgres::{PostgresOptions, TableLayout};
     /// let (url, opts) = PostgresOptions::default().with_url(
-    ///     "postgres://u@db/app?table=public.coordination_lease&layout=seed&op_timeout=2s&sslmode=require",
+    ///     "postgres://u@db/app?table=public.coordination_lease&layout=coordination_lease&op_timeout=2s&sslmode=require",
     /// )?;
     /// assert_eq!(url, "postgres://u@db/app?sslmode=require");
     /// assert_eq!(opts.table().table(), "coordination_lease");
-    /// assert_eq!(opts.layout(), TableLayout::Seed);
+    /// assert_eq!(opts.layout(), TableLayout::CoordinationLease);
     /// assert_eq!(opts.op_timeout(), Duration::from_secs(2));
     /// assert!(PostgresOptions::default().with_url("postgres://db/app?sslrootcrt=/ca.pem").is_err());
     /// # Ok::<(), leasehold_core::Error>(())
@@ -356,8 +356,9 @@ impl PostgresOptions {
         }
         if let Some(layout) = p.take_with("layout", |v| match v {
             "library" => Ok(TableLayout::Library),
-            "seed" => Ok(TableLayout::Seed),
-            _ => Err("expected library or seed".into()),
+            // `seed`: this layout's name before 0.2, still accepted.
+            "coordination_lease" | "seed" => Ok(TableLayout::CoordinationLease),
+            _ => Err("expected library or coordination_lease".into()),
         })? {
             o.layout = layout;
         }
@@ -398,7 +399,8 @@ impl PostgresOptions {
 /// - [`TableLayout::Library`] (the default): the table [`migrate`](crate::PostgresLeaseStore::migrate)
 ///   creates, `(resource_key text, owner text, lease_until timestamptz, fencing_token bigint,
 ///   ttl_ms bigint)`; any [`OwnerId`](leasehold_core::OwnerId) works.
-/// - [`TableLayout::Seed`]: the seed's `coordination_lease` table as users already run it,
+/// - [`TableLayout::CoordinationLease`]: an existing `coordination_lease` table as services of the
+///   seed design already run it (UUID owners, no TTL column),
 ///   `(resource_key text, owner_id uuid, lease_until timestamptz default '-infinity',
 ///   fencing_token bigint default 0)`, used **in place**: `migrate` keeps those columns and adds
 ///   the token floor (sequence and triggers) and the high-water-mark table, so the seed's own
@@ -411,8 +413,8 @@ impl PostgresOptions {
 /// ```
 /// use leasehold_postgres::{PostgresOptions, TableLayout, TableName};
 /// let opts = PostgresOptions::new(TableName::parse("public.coordination_lease")?)
-///     .with_layout(TableLayout::Seed);
-/// assert_eq!(opts.layout(), TableLayout::Seed);
+///     .with_layout(TableLayout::CoordinationLease);
+/// assert_eq!(opts.layout(), TableLayout::CoordinationLease);
 /// assert_eq!(PostgresOptions::default().layout(), TableLayout::Library);
 /// # Ok::<(), leasehold_core::Error>(())
 /// ```
@@ -422,8 +424,16 @@ pub enum TableLayout {
     /// This crate's own table (see [`migrate`](crate::PostgresLeaseStore::migrate)).
     #[default]
     Library,
-    /// The seed's `coordination_lease` columns (`owner_id uuid`, no TTL column).
-    Seed,
+    /// The columns of an existing `coordination_lease` table (`owner_id uuid`, no TTL column).
+    CoordinationLease,
+}
+
+impl TableLayout {
+    /// The old name of [`TableLayout::CoordinationLease`] (the layout of the seed design's
+    /// table), kept for one release.
+    #[deprecated(note = "renamed TableLayout::CoordinationLease")]
+    #[allow(non_upper_case_globals)]
+    pub const Seed: TableLayout = TableLayout::CoordinationLease;
 }
 
 impl Default for PostgresOptions {
@@ -565,6 +575,28 @@ impl PostgresOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `layout=coordination_lease` and its old name `seed` both select the layout (as does the
+    /// deprecated `TableLayout::Seed`); anything else is a typed error naming the values.
+    #[test]
+    #[allow(deprecated)]
+    fn the_layout_parameter_takes_the_new_name_and_the_old_one() {
+        for v in ["coordination_lease", "seed"] {
+            let (_, o) = PostgresOptions::default()
+                .with_url(&format!("postgres://db/app?layout={v}"))
+                .unwrap();
+            assert_eq!(o.layout(), TableLayout::CoordinationLease, "{v}");
+        }
+        assert_eq!(TableLayout::Seed, TableLayout::CoordinationLease);
+        let err = PostgresOptions::default()
+            .with_url("postgres://db/app?layout=seeds")
+            .unwrap_err();
+        assert!(
+            matches!(err, leasehold_core::Error::Config { .. })
+                && err.to_string().contains("coordination_lease"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn channels_fit_the_identifier_limit_and_stay_distinct() {

@@ -9,7 +9,7 @@
 //! timestamptz, fencing_token bigint)`, plus `ttl_ms`. [`PostgresLeaseStore::connect`] creates it
 //! if missing ([`PostgresLeaseStore::migrate`], idempotent); the same DDL ships as
 //! `sql/0001_leases.sql` for teams that run migrations themselves. A team that already runs the
-//! seed's `coordination_lease` table keeps it: see [Adopting the seed's table](#adopting-the-seeds-coordination_lease-table). The table name is configurable and schema-qualified ([`TableName`]), validated
+//! seed's `coordination_lease` table keeps it: see [Adopting an existing table](#adopting-an-existing-coordination_lease-table). The table name is configurable and schema-qualified ([`TableName`]), validated
 //! before any SQL is built.
 //!
 //! - **acquire** is one statement, the seed's upsert: insert, or take over only when
@@ -58,7 +58,7 @@
 //! | parameter | sets | example |
 //! |---|---|---|
 //! | `table` | [`PostgresOptions::new`]'s table, schema-qualified | `table=public.coordination_lease` |
-//! | `layout` | [`PostgresOptions::with_layout`]: `library` or `seed` | `layout=seed` |
+//! | `layout` | [`PostgresOptions::with_layout`]: `library` or `coordination_lease` (`seed`, its old name, is still accepted) | `layout=coordination_lease` |
 //! | `migrate` | [`PostgresOptions::with_migrate`] | `migrate=false` |
 //! | `notify` | [`PostgresOptions::with_notify`] | `notify=false` |
 //! | `op_timeout` | [`PostgresOptions::with_op_timeout`] | `op_timeout=2s` |
@@ -72,7 +72,7 @@
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
 //! // The seed's table, used in place, with a 2 s bound per operation.
 //! let store = PostgresLeaseStore::connect(
-//!     "postgres://app@db:5432/app?table=public.coordination_lease&layout=seed&op_timeout=2s",
+//!     "postgres://app@db:5432/app?table=public.coordination_lease&layout=coordination_lease&op_timeout=2s",
 //! )
 //! .await?;
 //! # Ok(()) }
@@ -210,8 +210,9 @@
 //! sends nothing (PostgreSQL has no expiry events); the supervisor retries at the holder's
 //! server-reported remaining time anyway. [`PostgresLeaseStore`] documents the details.
 //!
-//! ## Adopting the seed's `coordination_lease` table
-//! [`TableLayout::Seed`] runs the library on the seed's table **in place**: its columns
+//! ## Adopting an existing `coordination_lease` table
+//! [`TableLayout::CoordinationLease`] runs the library **in place** on the `coordination_lease`
+//! table of the seed design (the row-per-key lease table services ran before this crate): its columns
 //! (`resource_key text`, `owner_id uuid`, `lease_until timestamptz default '-infinity'`,
 //! `fencing_token bigint default 0`) are kept, and [`migrate`](PostgresLeaseStore::migrate)
 //! (run by `connect_with` unless turned off) adds the token floor (sequence and triggers) and the
@@ -225,7 +226,7 @@
 //! use leasehold_postgres::{PostgresLeaseStore, PostgresOptions, TableLayout, TableName};
 //! # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
 //! let options = PostgresOptions::new(TableName::parse("public.coordination_lease")?)
-//!     .with_layout(TableLayout::Seed);
+//!     .with_layout(TableLayout::CoordinationLease);
 //! let store = PostgresLeaseStore::connect_with("postgres://postgres@127.0.0.1:5432/test", options).await?;
 //! let req = AcquireRequest::new(LeaseKey::new("nightly")?, OwnerId::random(), std::time::Duration::from_secs(10));
 //! let _ = store.acquire(&req).await?;

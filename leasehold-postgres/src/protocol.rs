@@ -45,7 +45,7 @@ const LIBRARY_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table
 ALTER TABLE \"{{schema}}\".\"{{table}}\"
     ADD COLUMN IF NOT EXISTS wake smallint NOT NULL DEFAULT 0 CHECK (wake IN (0, 1, 2));";
 
-/// The seed's `coordination_lease` columns ([`TableLayout::Seed`]): created only if the table is
+/// The seed's `coordination_lease` columns ([`TableLayout::CoordinationLease`]): created only if the table is
 /// missing; an existing table is kept as it is.
 pub const SEED_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{table}}\" (
     resource_key  text        PRIMARY KEY,
@@ -57,12 +57,12 @@ pub const SEED_TABLE: &str = "CREATE TABLE IF NOT EXISTS \"{{schema}}\".\"{{tabl
 /// The migration `migrate()` runs for `table` in `layout`, idempotent. For
 /// [`TableLayout::Library`], [`TEMPLATE`] with its placeholders replaced in one pass (a name
 /// that contains text looking like another name or placeholder is never rewritten). For
-/// [`TableLayout::Seed`], the same with the seed's columns ([`SEED_TABLE`]) instead of the
+/// [`TableLayout::CoordinationLease`], the same with the seed's columns ([`SEED_TABLE`]) instead of the
 /// library's table: the existing table keeps its columns and gains the token floor (sequence
 /// and triggers) and the high-water-mark table.
 pub fn migration(table: &TableName, layout: TableLayout) -> String {
     let template = match layout {
-        TableLayout::Seed => TEMPLATE.replacen(LIBRARY_TABLE, SEED_TABLE, 1),
+        TableLayout::CoordinationLease => TEMPLATE.replacen(LIBRARY_TABLE, SEED_TABLE, 1),
         _ => TEMPLATE.to_string(),
     };
     // A mutation test may rewrite the DDL (the triggers); without the feature this is the identity.
@@ -193,7 +193,7 @@ impl Statements {
     /// The statements for `t` in `layout`.
     pub fn new(t: &TableName, layout: TableLayout) -> Self {
         let table = t.to_string();
-        let seed = layout == TableLayout::Seed;
+        let seed = layout == TableLayout::CoordinationLease;
         // The layout's owner column, how an owner parameter is cast to it and how it is read
         // back as text; the seed's table has no TTL column.
         let (owner, cast, owner_out) = if seed {
@@ -545,7 +545,7 @@ mod tests {
         assert!(s.acquire.contains(
             "wake = CASE WHEN (l.lease_until <= c.now OR l.owner = $2) THEN l.wake ELSE 1 END"
         ));
-        let seed = Statements::new(&TableName::default(), TableLayout::Seed);
+        let seed = Statements::new(&TableName::default(), TableLayout::CoordinationLease);
         assert!(
             seed.release_notify
                 .ends_with("RETURNING pg_notify('lease:public.leases', resource_key)::text")
@@ -559,11 +559,11 @@ mod tests {
     /// nothing else: no CASE, no clock CTE, no INSERT, no wake mark.
     #[test]
     fn acquire_free_is_the_grant_of_acquire() {
-        for layout in [TableLayout::Library, TableLayout::Seed] {
+        for layout in [TableLayout::Library, TableLayout::CoordinationLease] {
             let s = Statements::new(&TableName::default(), layout);
             let (owner, cast) = match layout {
                 TableLayout::Library => ("owner", ""),
-                TableLayout::Seed => ("owner_id", "::uuid"),
+                TableLayout::CoordinationLease => ("owner_id", "::uuid"),
             };
             let token = "greatest(l.fencing_token + 1, \
                          floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)";
@@ -596,7 +596,7 @@ mod tests {
     #[test]
     fn seed_layout_keeps_the_seed_columns_and_adds_the_floor() {
         let t = TableName::parse("public.coordination_lease").unwrap();
-        let sql = migration(&t, TableLayout::Seed);
+        let sql = migration(&t, TableLayout::CoordinationLease);
         assert!(
             TEMPLATE.matches(LIBRARY_TABLE).count() == 1,
             "the library table is in the template once"
@@ -606,7 +606,7 @@ mod tests {
         assert!(!sql.contains("ttl_ms        bigint"));
         assert!(sql.contains("\"coordination_lease_token_floor\""));
         assert!(sql.contains("\"public\".\"coordination_lease_fence\""));
-        let s = Statements::new(&t, TableLayout::Seed);
+        let s = Statements::new(&t, TableLayout::CoordinationLease);
         for stmt in [
             &s.acquire,
             &s.acquire_free,

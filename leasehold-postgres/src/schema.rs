@@ -44,7 +44,7 @@ pub(crate) async fn verify(client: &Client) -> Result<()> {
     let trigger = format!("{}_token_floor", t.table());
     let keep = format!("{}_token_keep", t.table());
     let owner = match layout {
-        TableLayout::Seed => "owner_id",
+        TableLayout::CoordinationLease => "owner_id",
         _ => "owner",
     };
     let row = client

@@ -206,7 +206,7 @@ impl PostgresLeaseStore {
     }
 
     /// Creates the schema (if needed), the lease table, its token sequence and triggers, and
-    /// the high-water-mark table; with [`TableLayout::Seed`], keeps the existing seed table's
+    /// the high-water-mark table; with [`TableLayout::CoordinationLease`], keeps the existing seed table's
     /// columns and adds the rest (see [`protocol::migration`](crate::protocol::migration)).
     /// Idempotent, and safe to run from several processes at once (the DDL runs in one
     /// transaction under an advisory lock).
@@ -333,10 +333,12 @@ impl PostgresLeaseStore {
         Ok(n)
     }
 
-    /// On [`TableLayout::Seed`], owners live in a `uuid` column: anything but a canonical UUID
+    /// On [`TableLayout::CoordinationLease`], owners live in a `uuid` column: anything but a canonical UUID
     /// is refused before anything is sent.
     pub(crate) fn check_owner(&self, owner: &OwnerId) -> Result<()> {
-        if self.options().layout() == TableLayout::Seed && !is_canonical_uuid(owner.as_str()) {
+        if self.options().layout() == TableLayout::CoordinationLease
+            && !is_canonical_uuid(owner.as_str())
+        {
             return Err(Error::InvalidOwner {
                 owner: owner.as_str().chars().take(80).collect(),
                 reason: "the seed table layout stores owners in a uuid column: use \

@@ -1,5 +1,5 @@
 //! The library adopts the seed's `coordination_lease` table in place
-//! ([`TableLayout::Seed`]), and the seed's own statements, byte for byte, keep running next to
+//! ([`TableLayout::CoordinationLease`]), and the seed's own statements, byte for byte, keep running next to
 //! it.
 //!
 //! Each case works in a schema of its own (`lease_seed_<random>`, dropped at the end) and reaches
@@ -61,7 +61,7 @@ pub(crate) async fn seed_schema()
         .await?;
     sqlx::query(SEED_DDL).execute(&pool).await?;
     let options = PostgresOptions::new(TableName::parse(&format!("{schema}.coordination_lease"))?)
-        .with_layout(TableLayout::Seed)
+        .with_layout(TableLayout::CoordinationLease)
         .with_max_connections(4)
         .with_acquire_timeout(Duration::from_secs(5));
     Ok((schema, pool, options))

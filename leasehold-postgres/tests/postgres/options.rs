@@ -81,7 +81,8 @@ pub(crate) async fn every_option_edge_works_or_is_a_typed_error(ctx: Ctx) -> Cas
     .await
 }
 
-/// A URL alone configures the store: the seed's table used in place (`table=`, `layout=seed`),
+/// A URL alone configures the store: a `coordination_lease` table used in place (`table=`,
+/// `layout=coordination_lease`),
 /// an operation bound and no notifications; a misspelt or malformed parameter is refused before
 /// anything is sent.
 pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused(
@@ -92,7 +93,7 @@ pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused
     let sep = if base.contains('?') { '&' } else { '?' };
     let with = |q: &str| format!("{base}{sep}{q}");
     let store = PostgresLeaseStore::connect(&with(&format!(
-        "table={schema}.coordination_lease&layout=seed&op_timeout=2s&notify=false&max_connections=2"
+        "table={schema}.coordination_lease&layout=coordination_lease&op_timeout=2s&notify=false&max_connections=2"
     )))
     .await;
     let result = async {
@@ -101,7 +102,7 @@ pub(crate) async fn url_options_configure_the_store_and_unknown_ones_are_refused
         assert_eq!(store.table().table(), "coordination_lease");
         assert_eq!(
             store.options().layout(),
-            leasehold_postgres::TableLayout::Seed
+            leasehold_postgres::TableLayout::CoordinationLease
         );
         assert_eq!(store.options().op_timeout(), Duration::from_secs(2));
         assert_eq!(store.options().max_connections(), 2);
