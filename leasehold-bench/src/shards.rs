@@ -251,6 +251,19 @@ fn join(
 }
 
 /// Runs `plan` on `store`: the initial split, the steady state, a join and a death.
+/// The tasks that consume the workers' events, each owning its worker: aborting one drops its
+/// worker, which releases what it holds. All are aborted when this is dropped.
+#[derive(Default)]
+pub(crate) struct Consumers(pub(crate) Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Consumers {
+    fn drop(&mut self) {
+        for c in &self.0 {
+            c.abort();
+        }
+    }
+}
+
 pub(crate) async fn shard_run(
     fresh: Option<&crate::split::FreshStore>,
     store: &Arc<dyn LeaseStore>,
@@ -297,11 +310,14 @@ pub(crate) async fn shard_run(
             &calls, store, &set_name, &shards, &config, &counts, n,
         )?);
     }
-    let mut consumers = Vec::new();
+    // Aborted when dropped, so that a phase that fails (an early return) stops the workers
+    // too: left running, a failed run's workers went on renewing and contending through the
+    // later sections and the later backends' measurements.
+    let mut consumers = Consumers::default();
     let mut links = Vec::new();
     for (link, mut w) in workers {
         links.push(link);
-        consumers.push(tokio::spawn(async move {
+        consumers.0.push(tokio::spawn(async move {
             while w.next_event().await.is_some() {}
         }));
     }
@@ -335,7 +351,7 @@ pub(crate) async fn shard_run(
     let joined = Instant::now();
     let (link, mut w) = join(&calls, store, &set_name, &shards, &config, &counts, &joiner)?;
     links.push(link);
-    consumers.push(tokio::spawn(async move {
+    consumers.0.push(tokio::spawn(async move {
         while w.next_event().await.is_some() {}
     }));
     names.push(joiner.clone());
@@ -355,7 +371,7 @@ pub(crate) async fn shard_run(
     let minimum = after_join.counts().get(&victim).copied().unwrap_or(0);
     links[0].cut.store(true, Ordering::Relaxed);
     let died = Instant::now();
-    consumers.remove(0).abort();
+    consumers.0.remove(0).abort();
     let _ = links.remove(0);
     let owned = until(
         &observer,
@@ -380,9 +396,7 @@ pub(crate) async fn shard_run(
     let lost = counts.lost.load(Ordering::Relaxed);
 
     // Leave: dropping the consumers drops the workers, which release at once.
-    for c in consumers {
-        c.abort();
-    }
+    drop(consumers);
     // Until their releases have landed (bounded): the next section counts the server's
     // requests, and 10,000 releases still in flight would be counted as its own.
     if let Err(e) = until(&observer, poll, settle, "leave", |s| {

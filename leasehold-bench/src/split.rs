@@ -356,12 +356,13 @@ async fn library_split(
     let server0 = server_count(raw).await?;
     let started = Instant::now();
     let mut subs: Vec<(usize, watch::Receiver<BTreeMap<String, FencingToken>>)> = Vec::new();
-    let mut consumers = Vec::new();
+    // Aborted when dropped: an early return stops the workers joined so far.
+    let mut consumers = crate::shards::Consumers::default();
     for (name, offset) in names.iter().zip(offsets) {
         tokio::time::sleep_until(started + *offset).await;
         let mut w = set.join(name).map_err(|e| e.to_string())?;
         subs.push((fair_share(shards.len(), &sorted, name), w.subscribe()));
-        consumers.push(tokio::spawn(async move {
+        consumers.0.push(tokio::spawn(async move {
             while w.next_event().await.is_some() {}
         }));
     }
@@ -410,9 +411,7 @@ async fn library_split(
         Ok(()) => server_since(raw, server0).await?,
         Err(_) => None,
     };
-    for c in consumers {
-        c.abort();
-    }
+    drop(consumers);
     drop(subs);
     // The workers release as they drop: wait (bounded) until the set is empty again, so that the
     // other side's count holds nothing of this one.
