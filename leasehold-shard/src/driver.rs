@@ -191,8 +191,8 @@ impl Run {
         if st.member.is_none() && self.join_slot(st).await {
             // Just joined: let workers started at the same moment take their slots too, so that
             // the first scan counts them. That scan sees every member as new and defers (see the
-            // plan's `defer`): the first takes come once the rescans have seen the same
-            // members for an eighth of an interval.
+            // plan's `defer`): the first takes come after a rescan an eighth of an interval
+            // later that sees the same members.
             return (every / 8).min(JOIN_SETTLE);
         }
         if st.book.skip_scan() {
@@ -229,7 +229,7 @@ impl Run {
         }
         self.publish(st);
         match (plan.deferred, plan.soon) {
-            (true, _) => (every / 8).min(JOIN_SETTLE),
+            (true, _) => every / 8,
             (false, true) => every / 8,
             (false, false) => every,
         }

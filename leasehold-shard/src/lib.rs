@@ -39,11 +39,10 @@
 //!   plus the scan and the acquisitions themselves.
 //! - A worker that just joined waits an eighth of an interval (at most a second) before its first
 //!   scan, so that workers started together count each other instead of each taking every shard,
-//!   and it takes or steals only on a membership that has not changed for an eighth of an
-//!   interval: while members keep joining (a rollout) it rescans as often (at most a second
-//!   apart), for at most about an interval, so that each shard is taken once on the final
-//!   membership rather than taken on an early one and handed over as the later workers arrive.
-//!   A departure is acted on at once. Free shards are tried once each,
+//!   and it takes or steals only on a membership that two scans an eighth of an interval apart
+//!   agree on: while members keep joining (a rollout) it rescans as often, at most eight times
+//!   in a row, so that each shard is taken once on the final membership rather than taken on an
+//!   early one and handed over as the later workers arrive. A departure is acted on at once. Free shards are tried once each,
 //!   at most [`ShardSetConfig::with_acquire_concurrency`] at a time.
 //! - Every held shard is a supervised lease ([`Supervisor`](leasehold_core::supervisor::Supervisor)) with its own fencing token and its
 //!   own cancellation. All of a worker's leases (shards and membership) share one supervisor with

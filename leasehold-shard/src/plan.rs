@@ -82,31 +82,15 @@ pub(crate) struct Book {
     pub(crate) woken: bool,
     /// Quick rescans left after a death while its shards are not all owned again.
     pub(crate) follow_ups: u8,
-    /// Rebalances deferred in a row because members joined (see [`Book::defer`]).
-    pub(crate) deferred: u16,
-    /// Of those, the rescans in a row that saw no member join.
-    pub(crate) quiet: u16,
+    /// Rebalances deferred in a row because members joined since the scan before.
+    pub(crate) deferred: u8,
 }
 
-/// The most rebalances in a row a worker defers while members keep joining, in quiet windows
-/// ([`settle_rescans`] rescans each): about an interval. Past it, a worker takes and steals on
-/// the membership it sees, so that a membership that never settles (workers joining and leaving
-/// without end) does not keep shards unowned.
-pub(crate) const MAX_DEFERRED: u16 = 8;
-
-/// How many rescans in a row must see no member join before a deferral ends: as many as make up
-/// an eighth of `interval` (the deferral's rescans are [`JOIN_SETTLE`] apart at most, so a long
-/// interval takes several), at least one and at most 255. With a 60 s TTL (a 20 s interval) that
-/// is three rescans a second apart, so workers joining every two seconds are still waited for.
-pub(crate) fn settle_rescans(interval: std::time::Duration) -> u16 {
-    let window = interval / 8;
-    let rescan = window.min(JOIN_SETTLE);
-    if rescan.is_zero() {
-        return 1;
-    }
-    let n = window.as_nanos().div_ceil(rescan.as_nanos());
-    u16::try_from(n).unwrap_or(u16::MAX).clamp(1, 255)
-}
+/// The most rebalances in a row a worker defers while members keep joining: an interval of
+/// rescans an eighth of an interval apart. Past it, a worker takes and steals on the membership
+/// it sees, so that a membership that never settles (workers joining and leaving without end)
+/// does not keep shards unowned.
+pub(crate) const MAX_DEFERRED: u8 = 8;
 
 /// Shards to hand over to `thief` (a request in our mailbox).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,16 +117,16 @@ pub(crate) struct Rebalance {
     /// Rescan after an eighth of an interval rather than a whole one (after a death, or short
     /// of the share with free shards seen).
     pub(crate) soon: bool,
-    /// The takes and steals were deferred: members joined since the scan before (rescan after
-    /// [`JOIN_SETTLE`] at most).
+    /// The takes and steals were deferred: members joined since the scan before (rescan an
+    /// eighth of an interval later).
     pub(crate) deferred: bool,
 }
 
-/// The longest wait between a join and its first scan, and between the rescans of a deferral
-/// (an eighth of the rebalance interval where that is shorter): workers started together by one
-/// deployment take their membership slots within moments of each other, whatever the TTL, so a
-/// long interval (Kubernetes's, 20 s at a 60 s TTL) need not hold a set's first takes for a
-/// quarter of it.
+/// The longest wait between a join and its first scan (an eighth of the rebalance interval where
+/// that is shorter): workers started together by one deployment take their membership slots
+/// within moments of each other, whatever the TTL. The deferral's rescans that follow are an
+/// eighth of an interval apart whatever its length, since a rollout's joins come up to a tenth
+/// of an interval apart and a rescan must see one to go on deferring.
 pub(crate) const JOIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Book {
@@ -304,8 +288,7 @@ impl Book {
             .mailbox
             .as_ref()
             .and_then(|(owner, token)| self.answer(ctx, owner, *token));
-        let settle = settle_rescans(ctx.config.rebalance_interval());
-        if self.defer(joined, gone || woken, settle) {
+        if self.defer(joined, gone || woken) {
             return Rebalance {
                 handover,
                 soon: true,
@@ -337,34 +320,21 @@ impl Book {
     }
 
     /// Whether to defer this rebalance's takes and steals to a rescan an eighth of an interval
-    /// (at most [`JOIN_SETTLE`]) later: members `joined` since the scan before (all of them, on
-    /// a worker's first scan), or did so within the last `settle` rescans of a deferral
-    /// ([`settle_rescans`]: an eighth of an interval), and none `left` (a member gone, or a
-    /// note that one left or died: its shards are taken now, within the death bound). Shares
-    /// computed while workers are still joining are too large: every shard taken on them moves
-    /// again, by a steal and its drain, as the later joiners arrive. Deferring until the members
-    /// have stayed the same for an eighth of an interval, for at most [`MAX_DEFERRED`] such
-    /// windows in a row, lets workers started over a rollout of up to an interval take each
-    /// shard once, from one membership that every member sees alike.
-    fn defer(&mut self, joined: bool, left: bool, settle: u16) -> bool {
-        let streak = self.deferred > 0;
-        if joined {
-            self.quiet = 0;
-        } else if streak {
-            self.quiet = self.quiet.saturating_add(1);
-        }
-        let waiting = joined || (streak && self.quiet < settle);
-        if waiting
-            && !left
-            && self.follow_ups == 0
-            && self.deferred < MAX_DEFERRED.saturating_mul(settle)
-        {
+    /// later: members `joined` since the scan before (all of them, on a worker's first scan),
+    /// and none `left` (a member gone, or a note that one left or died: its shards are taken
+    /// now, within the death bound). Shares computed while workers are still joining are too
+    /// large: every shard taken on them moves again, by a steal and its drain, as the later
+    /// joiners arrive. Deferring until a scan an eighth of an interval after the one before sees
+    /// the same members, for at most [`MAX_DEFERRED`] rescans in a row, lets workers started
+    /// over a rollout of up to an interval (ten workers: one every tenth of it) take each shard
+    /// once, from one membership that every member sees alike.
+    fn defer(&mut self, joined: bool, left: bool) -> bool {
+        if joined && !left && self.follow_ups == 0 && self.deferred < MAX_DEFERRED {
             self.deferred += 1;
             self.prev_free.clear();
             return true;
         }
         self.deferred = 0;
-        self.quiet = 0;
         false
     }
 

@@ -124,9 +124,8 @@ impl Report {
              apart) and its scans during the split, at most {ROUND_TRIPS_GOAL}; a watch's \
              notifications are not counted. The figure after the last join counts only the \
              round trips made from the last join on: while joins are spread, the workers that \
-             joined earlier rescan every eighth of an interval (at most a second apart) until \
-             the members have stayed the same for an eighth of an interval (for at most about \
-             an interval), and those rescans are the rest. \
+             joined earlier rescan every eighth of an interval until two scans in a row see the \
+             same members (for at most an interval), and those rescans are the rest. \
              *Owned again*: a dead \
              worker's shards all have a live owner within TTL + one interval (two where expiry \
              is observed locally: Kubernetes), from the single death of the run. *Requests / \
@@ -170,10 +169,10 @@ impl Report {
              at the same offsets, and ends when every batch has answered: no membership, no \
              scan, no contest, the floor of a split over the store's API. Both sides' times \
              include the spread, and the library's include its deliberate waits before the \
-             first take: an eighth of an interval (at most a second) after a join, then \
-             rescans as far apart until no member has joined for an eighth of an interval (a \
-             worker takes on a membership that has not changed for that long, deferring for at \
-             most about an interval), \
+             first take: an eighth of an interval (at most a second) after a join, and an \
+             eighth of an interval after each scan that saw members the scan before did not (a \
+             worker takes on a membership two scans in a row agree on, deferring at most eight \
+             times in a row), \
              so that workers joining over a rollout take each shard once on the final \
              membership rather than on an early one's larger shares. Both use the same \
              reserved shard keys. Times are median (least-greatest) over the runs; *ratio* is \
