@@ -19,6 +19,7 @@ use leasehold_core::{
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::coalesce::{self, Queue};
 use super::entry::{Assigned, Entry, Term, next_token};
 use super::{Group, Judged, K8sGroupedStore, MAX_RACES};
 use crate::error::{BACKEND, K8sError};
@@ -34,12 +35,6 @@ pub(super) struct Asked {
     done: oneshot::Sender<Result<Vec<AcquireOutcome>>>,
 }
 
-/// One group's queue of grants.
-#[derive(Default)]
-pub(super) struct Queue {
-    pending: std::sync::Mutex<Vec<Asked>>,
-}
-
 /// A request of the queue being written: which batch, which of its requests.
 type Pick = (usize, usize);
 
@@ -53,42 +48,25 @@ impl K8sGroupedStore {
         terms: Arc<Terms>,
     ) -> Result<Vec<AcquireOutcome>> {
         let (done, answer) = oneshot::channel();
-        self.grant_queue(index)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Asked { reqs, terms, done });
+        self.grant_queue(index).push(Asked { reqs, terms, done });
         let this = self.clone();
         tokio::spawn(async move { this.flush_grants(index).await });
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::store_fault(
-                BACKEND,
-                "the grant task ended without an answer",
-                None,
-            ))
-        })
+        coalesce::answered(answer, "grant").await
     }
 
-    fn grant_queue(&self, index: u16) -> &std::sync::Mutex<Vec<Asked>> {
-        &self.grants[usize::from(index) % self.grants.len().max(1)].pending
+    fn grant_queue(&self, index: u16) -> &Queue<Asked> {
+        &self.grants[usize::from(index) % self.grants.len().max(1)]
     }
 
     /// Writes every batch queued on group `index` (none if an earlier task took them), under the
     /// group's write lock: reads the group, then takes the queue as it is then.
     async fn flush_grants(&self, index: u16) {
         let _writer = self.writer(index).await;
-        let queued = |q: &std::sync::Mutex<Vec<Asked>>| {
-            !q.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
-        };
-        if !queued(self.grant_queue(index)) {
+        if self.grant_queue(index).is_empty() {
             return;
         }
         let read = self.read_group(index).await;
-        let batch = std::mem::take(
-            &mut *self
-                .grant_queue(index)
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let batch = self.grant_queue(index).take();
         if batch.is_empty() {
             return;
         }
@@ -96,23 +74,7 @@ impl K8sGroupedStore {
             Ok(group) => self.grant_in_group(index, group, &batch).await,
             Err(e) => Err(e),
         };
-        match result {
-            Ok(outcomes) => {
-                for (asked, o) in batch.into_iter().zip(outcomes) {
-                    let _ = asked.done.send(Ok(o));
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                let mut first = Some(e);
-                for asked in batch {
-                    let e = first
-                        .take()
-                        .unwrap_or_else(|| Error::store_fault(BACKEND, message.clone(), None));
-                    let _ = asked.done.send(Err(e));
-                }
-            }
-        }
+        coalesce::answer(batch.into_iter().map(|a| a.done).collect(), result);
     }
 
     /// Grants what it can of every request of `batch`, `group` being the group as just read.

@@ -64,6 +64,7 @@ const MEMBER_FRESH: Duration = Duration::from_secs(1);
 const REVOKE_TTL: Duration = Duration::from_secs(1);
 
 mod acquire;
+mod coalesce;
 pub(crate) mod entry;
 mod ops;
 mod release;
@@ -235,9 +236,9 @@ pub struct K8sGroupedStore {
     /// processes still race and are retried.
     writers: Arc<Vec<AsyncMutex<()>>>,
     /// One queue of releases per group, written together ([`release`]).
-    queues: Arc<Vec<release::Queue>>,
+    queues: Arc<Vec<coalesce::Queue<release::Pending>>>,
     /// One queue of grants per group, written together ([`acquire`]).
-    grants: Arc<Vec<acquire::Queue>>,
+    grants: Arc<Vec<coalesce::Queue<acquire::Asked>>>,
 }
 
 impl fmt::Debug for K8sGroupedStore {
@@ -292,8 +293,8 @@ impl K8sLeaseStore {
             groups,
             members: Arc::default(),
             writers: Arc::new((0..groups).map(|_| AsyncMutex::new(())).collect()),
-            queues: Arc::new((0..groups).map(|_| release::Queue::default()).collect()),
-            grants: Arc::new((0..groups).map(|_| acquire::Queue::default()).collect()),
+            queues: Arc::new((0..groups).map(|_| coalesce::Queue::default()).collect()),
+            grants: Arc::new((0..groups).map(|_| coalesce::Queue::default()).collect()),
         };
         let longest = store
             .group_name(groups - 1)

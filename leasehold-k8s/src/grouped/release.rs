@@ -8,10 +8,11 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use leasehold_core::{Error, FencingToken, Lease, OwnerId, ReleaseOutcome, Result};
+use leasehold_core::{FencingToken, Lease, OwnerId, ReleaseOutcome, Result};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::coalesce::{self, Queue};
 use super::entry::{Entry, Term, group_of, judge_term};
 use super::{K8sGroupedStore, MAX_RACES};
 use crate::error::{BACKEND, K8sError};
@@ -22,38 +23,22 @@ pub(super) struct Pending {
     done: oneshot::Sender<Result<ReleaseOutcome>>,
 }
 
-/// One group's queue of releases.
-#[derive(Default)]
-pub(super) struct Queue {
-    pending: std::sync::Mutex<Vec<Pending>>,
-}
-
 impl K8sGroupedStore {
     /// Queues the release of `lease` on its group and has a task write the queue; returns that
     /// release's outcome.
     pub(super) async fn release_queued(&self, lease: &Lease) -> Result<ReleaseOutcome> {
         let index = group_of(lease.key().as_str(), self.groups);
         let (done, answer) = oneshot::channel();
-        self.queue(index)
-            .pending
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Pending {
-                lease: lease.clone(),
-                done,
-            });
+        self.queue(index).push(Pending {
+            lease: lease.clone(),
+            done,
+        });
         let this = self.clone();
         tokio::spawn(async move { this.flush(index).await });
-        answer.await.unwrap_or_else(|_| {
-            Err(Error::store_fault(
-                BACKEND,
-                "the release task ended without an answer",
-                None,
-            ))
-        })
+        coalesce::answered(answer, "release").await
     }
 
-    fn queue(&self, index: u16) -> &Queue {
+    fn queue(&self, index: u16) -> &Queue<Pending> {
         &self.queues[usize::from(index) % self.queues.len().max(1)]
     }
 
@@ -61,34 +46,13 @@ impl K8sGroupedStore {
     /// the group's write lock.
     async fn flush(&self, index: u16) {
         let _writer = self.writer(index).await;
-        let batch = std::mem::take(
-            &mut *self
-                .queue(index)
-                .pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let batch = self.queue(index).take();
         if batch.is_empty() {
             return;
         }
         let leases: Vec<&Lease> = batch.iter().map(|p| &p.lease).collect();
-        match self.release_in_group(index, &leases).await {
-            Ok(outcomes) => {
-                for (p, o) in batch.into_iter().zip(outcomes) {
-                    let _ = p.done.send(Ok(o));
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                let mut first = Some(e);
-                for p in batch {
-                    let e = first
-                        .take()
-                        .unwrap_or_else(|| Error::store_fault(BACKEND, message.clone(), None));
-                    let _ = p.done.send(Err(e));
-                }
-            }
-        }
+        let result = self.release_in_group(index, &leases).await;
+        coalesce::answer(batch.into_iter().map(|p| p.done).collect(), result);
     }
 
     /// Frees each key that its lease still holds (same owner, token and term, the term live)
