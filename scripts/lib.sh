@@ -1,5 +1,5 @@
 # Shared helpers for the service scripts. Source it; do not run it.
-log() { echo "[lease-test] $*" >&2; }
+log() { echo "[lease-test $(date -u +%T)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
 APT_UPDATED=${APT_UPDATED:-0}

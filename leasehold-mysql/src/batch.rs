@@ -1,12 +1,15 @@
-//! The batch of [`MysqlLeaseStore`]: `acquire_many`, chunks of requests each decided in one
-//! transaction, a few chunks at once: a chunk whose requests share one owner and one TTL by the
-//! batch statements (one guarded `UPDATE`, one `INSERT` of the keys without a row, one read of
-//! the rows), any other chunk request by request with acquire's own statements.
+//! The batches of [`MysqlLeaseStore`]:
+//! - `acquire_many`: chunks of requests each decided in one transaction, a few chunks at once:
+//!   a chunk whose requests share one owner and one TTL by the batch statements (one guarded
+//!   `UPDATE`, one `INSERT` of the keys without a row, one read of the rows), any other chunk
+//!   request by request with acquire's own statements;
+//! - `renew_many`: chunks of leases of one owner and one TTL, each renewed by one guarded
+//!   `UPDATE` (and one read when it changed fewer rows than it was sent), a few chunks at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use leasehold_core::backend::RoundedTtl;
-use leasehold_core::{AcquireOutcome, AcquireRequest, OwnerId, Result};
+use leasehold_core::{AcquireOutcome, AcquireRequest, Lease, OwnerId, RenewOutcome, Result};
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use tokio::time::Instant;
@@ -14,6 +17,7 @@ use tokio::time::Instant;
 use crate::MysqlLeaseStore;
 use crate::client::Client;
 use crate::protocol::Statements;
+use crate::error::BACKEND;
 use crate::store::{Acquired, acquire_on, grantable_ttl, outcome};
 
 /// How many requests of an [`acquire_many`](leasehold_core::LeaseStore::acquire_many) one
@@ -21,9 +25,10 @@ use crate::store::{Acquired, acquire_on, grantable_ttl, outcome};
 /// fit in the operation timeout.
 const ACQUIRE_MANY_CHUNK: usize = 250;
 
-/// How many transactions of one [`acquire_many`](leasehold_core::LeaseStore::acquire_many) run
-/// at once.
-const ACQUIRE_MANY_TXNS: usize = 8;
+/// How many chunks (transactions or statements) of one
+/// [`acquire_many`](leasehold_core::LeaseStore::acquire_many) or
+/// [`renew_many`](leasehold_core::LeaseStore::renew_many) run at once.
+const CHUNKS_IN_FLIGHT: usize = 8;
 
 impl MysqlLeaseStore {
     /// [`LeaseStore::acquire_many`](leasehold_core::LeaseStore::acquire_many) (see its docs on
@@ -51,7 +56,7 @@ impl MysqlLeaseStore {
         let mut chunks = batch.chunks(ACQUIRE_MANY_CHUNK);
         let mut in_flight = futures::stream::FuturesOrdered::new();
         loop {
-            while in_flight.len() < ACQUIRE_MANY_TXNS {
+            while in_flight.len() < CHUNKS_IN_FLIGHT {
                 match chunks.next() {
                     Some(chunk) => in_flight.push_back(decide_chunk(c, reqs, chunk)),
                     None => break,
@@ -74,6 +79,154 @@ impl MysqlLeaseStore {
         }
         Ok(slots.into_iter().flatten().collect())
     }
+}
+
+/// How many leases of a [`renew_many`](leasehold_core::LeaseStore::renew_many) one statement
+/// renews (each key is three parameters of at most 65,535).
+const RENEW_MANY_CHUNK: usize = 250;
+
+impl MysqlLeaseStore {
+    /// [`LeaseStore::renew_many`](leasehold_core::LeaseStore::renew_many) (see its docs on
+    /// [`MysqlLeaseStore`]).
+    pub(crate) async fn renew_batch(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        let c = &self.client;
+        let Some(renew_many) = &c.sql.renew_many else {
+            // A mutated single renewal that the batch text cannot be derived from: lease by
+            // lease, with that renewal.
+            return renew_one_by_one(self, leases).await;
+        };
+        let mut slots: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(leases.len());
+        let mut batch = Vec::with_capacity(leases.len());
+        for (i, lease) in leases.iter().enumerate() {
+            match grantable_ttl(lease.ttl()) {
+                Ok(ttl) => {
+                    batch.push((i, ttl));
+                    slots.push(None);
+                }
+                Err(e) => slots.push(Some(Err(e))),
+            }
+        }
+        // One statement renews leases of one owner and one TTL: group them, keys in order
+        // within a group (two batches over the same rows lock them in one order).
+        batch.sort_unstable_by(|a, b| {
+            let (la, lb) = (&leases[a.0], &leases[b.0]);
+            (la.owner(), a.1.get(), la.key()).cmp(&(lb.owner(), b.1.get(), lb.key()))
+        });
+        let mut chunks = Vec::new();
+        for group in batch.chunk_by(|a, b| leases[a.0].owner() == leases[b.0].owner() && a.1 == b.1)
+        {
+            chunks.extend(group.chunks(RENEW_MANY_CHUNK));
+        }
+        let mut chunks = chunks.into_iter();
+        let mut in_flight = futures::stream::FuturesOrdered::new();
+        loop {
+            while in_flight.len() < CHUNKS_IN_FLIGHT {
+                match chunks.next() {
+                    Some(chunk) => in_flight.push_back(renew_chunk(c, renew_many, leases, chunk)),
+                    None => break,
+                }
+            }
+            let Some(done) = futures::StreamExt::next(&mut in_flight).await else {
+                break;
+            };
+            let (chunk, sent, renewed) = done?;
+            for (&(i, ttl), renewed) in chunk.iter().zip(renewed) {
+                let lease = &leases[i];
+                slots[i] = Some(Ok(if renewed {
+                    tracing::trace!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "lease renewed (batch)");
+                    RenewOutcome::Renewed(lease.renewed(ttl.granted(), sent))
+                } else {
+                    tracing::debug!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "renew refused: lease lost");
+                    RenewOutcome::Lost
+                }));
+            }
+        }
+        Ok(slots.into_iter().flatten().collect())
+    }
+}
+
+/// The trait's default: `renew` lease by lease, an error of the store (not of one lease's
+/// input) ending the batch.
+async fn renew_one_by_one(
+    store: &MysqlLeaseStore,
+    leases: &[Lease],
+) -> Result<Vec<Result<RenewOutcome>>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for lease in leases {
+        match leasehold_core::LeaseStore::renew(store, lease).await {
+            Err(e) if !e.is_invalid_input() => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(out)
+}
+
+/// One chunk of a [`renew_many`](leasehold_core::LeaseStore::renew_many) (leases of one owner
+/// and one TTL, in key order) renewed by the statement `renew_many` on a pooled connection,
+/// within the operation timeout, run again after a conflict: the chunk, the instant its
+/// statement was first sent, and whether each lease was renewed.
+///
+/// When the statement changed as many rows as it was sent leases, each lease's row was one of
+/// them (a row matches one key and one token). Otherwise a read of the owner's unexpired rows
+/// among the keys tells which: a row the statement did not change is either not the owner's
+/// with that token or expired, and neither becomes unexpired with the same owner and token
+/// (a renewal needs it unexpired, a grant writes a greater token). A lease renewed and then
+/// released, re-granted or expired before the read reads as lost: never the other way round.
+async fn renew_chunk<'a>(
+    c: &Client,
+    renew_many: &str,
+    leases: &[Lease],
+    chunk: &'a [(usize, RoundedTtl)],
+) -> Result<(&'a [(usize, RoundedTtl)], Instant, Vec<bool>)> {
+    let sent = Instant::now();
+    let Some(&(first, ttl)) = chunk.first() else {
+        return Ok((chunk, sent, Vec::new()));
+    };
+    let owner = leases[first].owner().as_str();
+    let n = chunk.len();
+    let keys = || chunk.iter().map(|&(i, _)| leases[i].key().as_str());
+    let renewed = c
+        .query_retrying("renew", async |conn| {
+            let text = Statements::with_keys(renew_many, n);
+            let mut q = sqlx::query(AssertSqlSafe(text.as_str()))
+                .bind(ttl.as_i64().saturating_mul(1000))
+                .bind(ttl.as_i64());
+            for k in keys() {
+                q = q.bind(k);
+            }
+            for &(i, _) in chunk {
+                q = q
+                    .bind(leases[i].key().as_str())
+                    .bind(leases[i].token().to_i64());
+            }
+            let changed = q.bind(owner).execute(&mut *conn).await?.rows_affected();
+            if changed == n as u64 {
+                return Ok(vec![true; n]);
+            }
+            let text = Statements::with_keys(&c.sql.renewed_many, n);
+            let mut q = sqlx::query(AssertSqlSafe(text.as_str()));
+            for k in keys() {
+                q = q.bind(k);
+            }
+            let mut held = HashSet::with_capacity(n);
+            for row in q.bind(owner).fetch_all(&mut *conn).await? {
+                let key: Vec<u8> = row.try_get("resource_key")?;
+                let token: i64 = row.try_get("fencing_token")?;
+                held.insert((key, token));
+            }
+            Ok(chunk
+                .iter()
+                .map(|&(i, _)| {
+                    let lease = &leases[i];
+                    held.contains(&(
+                        lease.key().as_str().as_bytes().to_vec(),
+                        lease.token().to_i64(),
+                    ))
+                })
+                .collect())
+        })
+        .await?;
+    Ok((chunk, sent, renewed))
 }
 
 /// One chunk of an [`acquire_many`](leasehold_core::LeaseStore::acquire_many) decided in one

@@ -182,11 +182,27 @@ pub struct Statements {
     /// read in the batch's transaction after its grant, to learn each granted key's token and
     /// each refused key's holder. Parameters: the keys.
     pub holder_many: String,
+    /// The renewal of a batch's leases of one owner and one TTL: [`renew`](Self::renew) as its
+    /// mutation switch point gave it (so a mutant of the single renewal is a mutant of the
+    /// batch's), with `resource_key IN` [`KEYS`] `AND (resource_key, fencing_token) IN`
+    /// [`PAIRS`] for the single key and token; `None` if that text is not in it. Parameters: TTL
+    /// in µs, TTL in ms, the keys, each key and its token, owner. The rows it changed are the
+    /// renewals.
+    pub renew_many: Option<String>,
+    /// Which of a batch's leases of one owner are held now: key and token of every unexpired
+    /// row of `owner` among the keys ([`KEYS`]). Read after a batch renewal that changed fewer
+    /// rows than it was sent, to tell the renewed leases from the lost ones. Parameters: the
+    /// keys, owner.
+    pub renewed_many: String,
 }
 
 /// The list of a batch's keys in [`Statements::acquire_free_many`] and
 /// [`Statements::holder_many`]: [`Statements::with_keys`] makes it `(?, ?, ..)`.
 pub const KEYS: &str = "(?*)";
+
+/// The list of a batch's keys and tokens in [`Statements::renew_many`]:
+/// [`Statements::with_keys`] makes it `((?, ?), (?, ?), ..)`.
+pub const PAIRS: &str = "((?, ?)*)";
 
 /// The derived table of a batch's keys in [`Statements::acquire_insert_many`]:
 /// [`Statements::with_keys`] makes it `(SELECT ? AS k UNION ALL SELECT ? ..)`.
@@ -276,8 +292,13 @@ impl Statements {
                    lease_until > {now} AS held \
                  FROM {t} WHERE resource_key IN {KEYS}"
             ),
+            renewed_many: format!(
+                "SELECT resource_key, fencing_token FROM {t} \
+                 WHERE resource_key IN {KEYS} AND owner = ? AND lease_until > {now}"
+            ),
             acquire_free_many: None,
             acquire_insert_many: None,
+            renew_many: None,
         }
         .with_batches(t)
     }
@@ -288,6 +309,17 @@ impl Statements {
         self.acquire_free_many = (self.acquire_free.matches(one_key).count() == 1).then(|| {
             self.acquire_free
                 .replacen(one_key, &format!("WHERE resource_key IN {KEYS} "), 1)
+        });
+        let one_lease = "WHERE resource_key = ? AND owner = ? AND fencing_token = ? ";
+        self.renew_many = (self.renew.matches(one_lease).count() == 1).then(|| {
+            self.renew.replacen(
+                one_lease,
+                &format!(
+                    "WHERE resource_key IN {KEYS} AND (resource_key, fencing_token) IN {PAIRS} \
+                     AND owner = ? "
+                ),
+                1,
+            )
         });
         let (select, floor) = ("SELECT ?, ?, ", "f.resource_key = ?");
         self.acquire_insert_many = (self.acquire_insert.matches(select).count() == 1
@@ -304,20 +336,25 @@ impl Statements {
         self
     }
 
-    /// `batch` (one of the batch statements) for `n` keys: [`KEYS`] and [`ROWS`] written out
-    /// with `n` parameters (at least one).
+    /// `batch` (one of the batch statements) for `n` keys: [`PAIRS`], [`KEYS`] and [`ROWS`]
+    /// written out with `n` keys' parameters (at least one).
     ///
     /// ```
-    /// use leasehold_mysql::protocol::{KEYS, ROWS, Statements};
+    /// use leasehold_mysql::protocol::{KEYS, PAIRS, ROWS, Statements};
     /// assert_eq!(Statements::with_keys(&format!("IN {KEYS}"), 3), "IN (?, ?, ?)");
     /// assert_eq!(
     ///     Statements::with_keys(&format!("FROM {ROWS} r"), 2),
     ///     "FROM (SELECT ? AS k UNION ALL SELECT ? AS k) r"
     /// );
+    /// assert_eq!(
+    ///     Statements::with_keys(&format!("IN {PAIRS}"), 2),
+    ///     "IN ((?, ?), (?, ?))"
+    /// );
     /// ```
     pub fn with_keys(batch: &str, n: usize) -> String {
         let n = n.max(1);
         batch
+            .replace(PAIRS, &format!("({})", vec!["(?, ?)"; n].join(", ")))
             .replace(KEYS, &format!("({})", vec!["?"; n].join(", ")))
             .replace(
                 ROWS,
@@ -380,6 +417,18 @@ mod tests {
         let insert_many = s.acquire_insert_many.as_deref().expect("derived");
         assert!(insert_many.contains("WHERE f.resource_key = r.k), 0) + 1"));
         assert!(insert_many.contains(&format!("FROM {ROWS} r WHERE NOT EXISTS")));
+        // The batch renewal is the single renewal over a list of keys and tokens.
+        let renew_many = s.renew_many.as_deref().expect("derived");
+        assert_eq!(
+            renew_many.replace(
+                &format!(
+                    "resource_key IN {KEYS} AND (resource_key, fencing_token) IN {PAIRS} \
+                     AND owner = ? "
+                ),
+                "resource_key = ? AND owner = ? AND fencing_token = ? "
+            ),
+            s.renew
+        );
         // The mark is assigned last, so the guards see the old mark.
         assert!(s.fence_write.trim_end().ends_with(
             "last_fencing_token = GREATEST(last_fencing_token, VALUES(last_fencing_token))"

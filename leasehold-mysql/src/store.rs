@@ -45,7 +45,8 @@ const LONGEST_POOL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 ///   inserted concurrently), a deadlock or a lock wait timeout starts the acquire over, within
 ///   the operation timeout.
 /// - **renew** and **release** are single conditional `UPDATE`s by key, owner *and* token
-///   while unexpired. Release keeps the row (and so the generation).
+///   while unexpired. Release keeps the row (and so the generation). **renew_many** is the
+///   same `UPDATE` over up to 250 keys and tokens of one owner.
 /// - **Tokens never go back**: not after release, expiry, row deletion (a trigger keeps a
 ///   deleted row's token in the floor table), restart, or a failover to an asynchronous replica
 ///   that lost the newest grants (the clock floor; see the crate docs for the assumption).
@@ -526,6 +527,18 @@ impl LeaseStore for MysqlLeaseStore {
             tracing::debug!(backend = BACKEND, key = %lease.key(), token = %lease.token(), "renew refused: lease lost");
             Ok(RenewOutcome::Lost)
         }
+    }
+
+    /// One guarded `UPDATE` per 250 leases of one owner and one TTL (the usual batch: one
+    /// worker renewing everything it holds), 8 at once: the single renewal's guard (key, owner
+    /// *and* token, unexpired) over a list of keys and tokens. When it changes fewer rows than
+    /// it was sent, one read of the owner's unexpired rows tells the renewed leases from the
+    /// lost ones (a lease renewed and then released or re-granted before that read is reported
+    /// lost, never the other way round). Leases with an invalid TTL get their error in their
+    /// slot and are not sent. A conflict (deadlock, lock wait timeout) runs the chunk again, as
+    /// for a single renewal.
+    async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
+        self.renew_batch(leases).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<ReleaseOutcome> {

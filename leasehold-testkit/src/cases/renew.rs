@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use leasehold_core::{FencingToken, Lease, OwnerId, RenewOutcome};
+use leasehold_core::{AcquireOutcome, AcquireRequest, FencingToken, Lease, OwnerId, RenewOutcome};
 
 use super::Case;
 use crate::{CaseResult, Ctx};
@@ -16,6 +16,7 @@ pub fn cases() -> Vec<Case> {
             renew_with_wrong_owner_or_token_changes_nothing
         ),
         crate::case!("conformance", renew_many_matches_renew),
+        crate::case!("conformance", renew_many_over_many_leases_of_two_owners),
         crate::case!(
             "conformance",
             renew_after_expiry_is_lost_and_revives_nothing
@@ -150,6 +151,98 @@ pub async fn renew_many_matches_renew(ctx: Ctx) -> CaseResult {
         Some(l1.token()),
         "batched renewal did not extend"
     );
+    Ok(())
+}
+
+/// How many keys each of the two owners of [`renew_many_over_many_leases_of_two_owners`] holds:
+/// more than one statement's worth on the stores that renew in chunks.
+pub const MANY_RENEWALS: usize = 300;
+
+/// A batch as a worker sends it, at scale: the leases of two owners interleaved, with stale
+/// tokens, a wrong owner, a released lease and an invalid TTL among them. Each slot is what
+/// `renew` would give; the refused slots change nothing; every key keeps its holder and token.
+pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
+    let (a, b) = (OwnerId::with_label("a"), OwnerId::with_label("b"));
+    let ttl = ctx.long_ttl();
+    let mut held = Vec::new();
+    for (owner, name) in [(&a, "a"), (&b, "b")] {
+        let reqs: Vec<AcquireRequest> = (0..MANY_RENEWALS)
+            .map(|i| ctx.request(&ctx.key(&format!("many-{name}-{i:03}")), owner, ttl))
+            .collect();
+        for (req, out) in reqs.iter().zip(ctx.store().acquire_many(&reqs).await?) {
+            match out? {
+                AcquireOutcome::Acquired(lease) => held.push(lease),
+                AcquireOutcome::Held(h) => {
+                    return Err(format!("{}: a fresh key is held by {}", req.key, h.owner).into());
+                }
+            }
+        }
+    }
+    let released = held[7].clone();
+    assert_eq!(
+        ctx.store().release(&released).await?,
+        leasehold_core::ReleaseOutcome::Released
+    );
+    // Interleave the owners' leases (a0, b0, a1, b1, ..) and slip the refusals in between.
+    let (of_a, of_b) = held.split_at(MANY_RENEWALS);
+    let mut batch = Vec::new();
+    let mut want = Vec::new();
+    for (i, (la, lb)) in of_a.iter().zip(of_b).enumerate() {
+        batch.push(la.clone());
+        want.push(la.key() != released.key());
+        batch.push(lb.clone());
+        want.push(true);
+        if i % 25 == 3 {
+            let stale = Lease::resume(la.key().clone(), a.clone(), la.token().next()?, ttl);
+            batch.push(stale);
+            want.push(false);
+            let wrong = Lease::resume(lb.key().clone(), a.clone(), lb.token(), ttl);
+            batch.push(wrong);
+            want.push(false);
+        }
+    }
+    let invalid = Lease::resume(of_a[0].key().clone(), a.clone(), of_a[0].token(), Duration::ZERO);
+    batch.insert(batch.len() / 2, invalid);
+    let out = ctx.store().renew_many(&batch).await?;
+    assert_eq!(out.len(), batch.len(), "one outcome per lease");
+    let mut want = want.into_iter();
+    for (lease, slot) in batch.iter().zip(&out) {
+        if lease.ttl().is_zero() {
+            assert!(
+                matches!(slot, Err(leasehold_core::Error::InvalidTtl { .. })),
+                "{}: a zero TTL: {slot:?}",
+                lease.key()
+            );
+            continue;
+        }
+        let renewed = want.next().ok_or("more outcomes than expected")?;
+        match slot {
+            Ok(RenewOutcome::Renewed(r)) if renewed => {
+                assert_eq!((r.key(), r.owner(), r.token()), (lease.key(), lease.owner(), lease.token()));
+            }
+            Ok(RenewOutcome::Lost) if !renewed => {}
+            other => {
+                return Err(format!(
+                    "{} of {} with token {}: expected {}, got {other:?}",
+                    lease.key(),
+                    lease.owner(),
+                    lease.token(),
+                    if renewed { "renewed" } else { "lost" }
+                )
+                .into());
+            }
+        }
+    }
+    // Nothing changed hands: the released key stays free, every other key keeps its holder.
+    let keys: Vec<_> = held.iter().map(|l| l.key().clone()).collect();
+    for (lease, h) in held.iter().zip(ctx.store().holders_many(&keys).await?) {
+        let now = h.map(|h| (h.owner, h.token));
+        if lease.key() == released.key() {
+            assert_eq!(now, None, "a renewal revived the released key");
+        } else {
+            assert_eq!(now, Some((lease.owner().clone(), lease.token())), "{}", lease.key());
+        }
+    }
     Ok(())
 }
 
