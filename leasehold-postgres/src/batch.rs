@@ -138,7 +138,8 @@ impl PostgresLeaseStore {
             let cx = c.cx();
             let key: String = column(&row, 0, operation, cx)?;
             let token: i64 = column(&row, 1, operation, cx)?;
-            renewed.insert((key, token));
+            let owner: String = column(&row, 2, operation, cx)?;
+            renewed.insert((key, owner, token));
         }
         Ok(leases
             .iter()
@@ -146,7 +147,13 @@ impl PostgresLeaseStore {
             .zip(slots)
             .map(|((lease, ttl), slot)| {
                 slot.unwrap_or_else(|| {
-                    let id = (lease.key().as_str().to_string(), lease.token().to_i64());
+                    // Key, owner and token: a lease of another owner with the same key and
+                    // token in the same batch was not renewed by this row.
+                    let id = (
+                        lease.key().as_str().to_string(),
+                        lease.owner().as_str().to_string(),
+                        lease.token().to_i64(),
+                    );
                     if renewed.contains(&id) {
                         tracing::trace!(backend = BACKEND, key = %lease.key(), owner = %lease.owner(), token = %lease.token(), "lease renewed");
                         Ok(RenewOutcome::Renewed(lease.renewed(ttl, sent)))

@@ -160,7 +160,9 @@ pub struct Statements {
     pub inspect_many: String,
     /// Conditional extension by owner and token while unexpired.
     pub renew: String,
-    /// One statement renewing many leases.
+    /// One statement renewing many leases: `$1` keys, `$2` owners, `$3` tokens, `$4` TTLs in
+    /// ms. Returns each renewed row's key and token and the owner as it was sent, so that a
+    /// lease is renewed only when its key, owner *and* token come back.
     pub renew_many: String,
     /// Conditional release by owner and token while unexpired; keeps the row and its token.
     pub release: String,
@@ -368,7 +370,7 @@ impl Statements {
              FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS b(k, o, tok, ttl_ms) \
              WHERE l.resource_key = b.k AND l.{owner} = b.o{cast} AND l.fencing_token = b.tok \
                AND l.lease_until > clock_timestamp() \
-             RETURNING l.resource_key, l.fencing_token"
+             RETURNING l.resource_key, l.fencing_token, b.o"
         );
         // '-infinity' marks a released row: expired for every clock, even one stepped back.
         let release = format!(
