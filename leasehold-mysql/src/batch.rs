@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use crate::MysqlLeaseStore;
 use crate::client::Client;
-use crate::protocol::Statements;
 use crate::error::BACKEND;
+use crate::protocol::Statements;
 use crate::store::{Acquired, acquire_on, grantable_ttl, outcome};
 
 /// How many requests of an [`acquire_many`](leasehold_core::LeaseStore::acquire_many) one

@@ -187,7 +187,8 @@ pub struct Statements {
     /// batch's), with `resource_key IN` [`KEYS`] `AND (resource_key, fencing_token) IN`
     /// [`PAIRS`] for the single key and token; `None` if that text is not in it. Parameters: TTL
     /// in µs, TTL in ms, the keys, each key and its token, owner. The rows it changed are the
-    /// renewals.
+    /// renewals. A mutation switch point of its own (`mysql.renew_many`) follows the
+    /// derivation.
     pub renew_many: Option<String>,
     /// Which of a batch's leases of one owner are held now: key and token of every unexpired
     /// row of `owner` among the keys ([`KEYS`]). Read after a batch renewal that changed fewer
@@ -292,9 +293,12 @@ impl Statements {
                    lease_until > {now} AS held \
                  FROM {t} WHERE resource_key IN {KEYS}"
             ),
-            renewed_many: format!(
-                "SELECT resource_key, fencing_token FROM {t} \
-                 WHERE resource_key IN {KEYS} AND owner = ? AND lease_until > {now}"
+            renewed_many: m(
+                "mysql.renewed_many",
+                format!(
+                    "SELECT resource_key, fencing_token FROM {t} \
+                     WHERE resource_key IN {KEYS} AND owner = ? AND lease_until > {now}"
+                ),
             ),
             acquire_free_many: None,
             acquire_insert_many: None,
@@ -312,13 +316,16 @@ impl Statements {
         });
         let one_lease = "WHERE resource_key = ? AND owner = ? AND fencing_token = ? ";
         self.renew_many = (self.renew.matches(one_lease).count() == 1).then(|| {
-            self.renew.replacen(
-                one_lease,
-                &format!(
-                    "WHERE resource_key IN {KEYS} AND (resource_key, fencing_token) IN {PAIRS} \
-                     AND owner = ? "
+            mutation::string(
+                "mysql.renew_many",
+                self.renew.replacen(
+                    one_lease,
+                    &format!(
+                        "WHERE resource_key IN {KEYS} AND (resource_key, fencing_token) IN {PAIRS} \
+                         AND owner = ? "
+                    ),
+                    1,
                 ),
-                1,
             )
         });
         let (select, floor) = ("SELECT ?, ?, ", "f.resource_key = ?");

@@ -178,6 +178,11 @@ pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
             }
         }
     }
+    // A lease that expires before the batch: lost, and revived by nothing.
+    let expiring = ctx.key("many-expiring");
+    let short = ctx.short_ttl();
+    let expired = ctx.must_acquire(&expiring, &a, short).await?;
+    ctx.wait_free(&expiring, ctx.expiry_deadline(short)).await?;
     let released = held[7].clone();
     assert_eq!(
         ctx.store().release(&released).await?,
@@ -201,7 +206,15 @@ pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
             want.push(false);
         }
     }
-    let invalid = Lease::resume(of_a[0].key().clone(), a.clone(), of_a[0].token(), Duration::ZERO);
+    let at = batch.len() / 3;
+    batch.insert(at, expired);
+    want.insert(at, false);
+    let invalid = Lease::resume(
+        of_a[0].key().clone(),
+        a.clone(),
+        of_a[0].token(),
+        Duration::ZERO,
+    );
     batch.insert(batch.len() / 2, invalid);
     let out = ctx.store().renew_many(&batch).await?;
     assert_eq!(out.len(), batch.len(), "one outcome per lease");
@@ -218,7 +231,10 @@ pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
         let renewed = want.next().ok_or("more outcomes than expected")?;
         match slot {
             Ok(RenewOutcome::Renewed(r)) if renewed => {
-                assert_eq!((r.key(), r.owner(), r.token()), (lease.key(), lease.owner(), lease.token()));
+                assert_eq!(
+                    (r.key(), r.owner(), r.token()),
+                    (lease.key(), lease.owner(), lease.token())
+                );
             }
             Ok(RenewOutcome::Lost) if !renewed => {}
             other => {
@@ -233,6 +249,15 @@ pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
             }
         }
     }
+    assert_eq!(
+        ctx.store()
+            .inspect(&expiring)
+            .await?
+            .holder
+            .map(|h| h.token),
+        None,
+        "a batched renewal revived an expired lease"
+    );
     // Nothing changed hands: the released key stays free, every other key keeps its holder.
     let keys: Vec<_> = held.iter().map(|l| l.key().clone()).collect();
     for (lease, h) in held.iter().zip(ctx.store().holders_many(&keys).await?) {
@@ -240,7 +265,12 @@ pub async fn renew_many_over_many_leases_of_two_owners(ctx: Ctx) -> CaseResult {
         if lease.key() == released.key() {
             assert_eq!(now, None, "a renewal revived the released key");
         } else {
-            assert_eq!(now, Some((lease.owner().clone(), lease.token())), "{}", lease.key());
+            assert_eq!(
+                now,
+                Some((lease.owner().clone(), lease.token())),
+                "{}",
+                lease.key()
+            );
         }
     }
     Ok(())
