@@ -1,4 +1,4 @@
-// This file stays whole past 600 lines (739 with its tests): the `LeaseStore` implementation in
+// This file stays whole past 600 lines (782, no tests of its own): the `LeaseStore` implementation in
 // the contract's order, each operation with its conditional request, its retry on a conflict and
 // its local observation of expiry, which read one shared record cache; the requests' bodies are in
 // protocol.rs and inspection in inspect.rs.

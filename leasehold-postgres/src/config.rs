@@ -1,3 +1,6 @@
+// This file stays whole past 600 lines (574 of code, the rest its tests): the options, the URL
+// parameters that set them (`with_url`), the fenced transactions' timeouts and the table name's
+// validation are one contract, so that an option and its parameter are read side by side.
 //! Configuration: the validated table name and the timeouts.
 
 use std::fmt;
