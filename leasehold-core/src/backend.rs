@@ -15,7 +15,7 @@
 //! be written against this one module: the contracts ([`LeaseStore`], [`FencedResource`]) with
 //! their request and outcome types (also at the crate root, where applications find them), the
 //! batch limits of [`LeaseStore::acquire_many`] ([`validate_acquire_many`], [`MAX_ACQUIRE_MANY`],
-//! [`ACQUIRE_MANY_CONCURRENCY`]), the watch stream a store returns ([`KeyWatch`]), and the switch
+//! [`ACQUIRE_MANY_CONCURRENCY`]), the default batch renewal ([`renew_one_by_one`]), the watch stream a store returns ([`KeyWatch`]), and the switch
 //! points of protocol mutation testing ([`mutation`]).
 //!
 //! Errors for failures of the store itself are built with [`Error::unavailable`],
@@ -49,7 +49,8 @@ pub use crate::lease::{
 };
 pub use crate::mutation;
 pub use crate::store::{
-    ACQUIRE_MANY_CONCURRENCY, KeyWatch, LeaseStore, MAX_ACQUIRE_MANY, validate_acquire_many,
+    ACQUIRE_MANY_CONCURRENCY, KeyWatch, LeaseStore, MAX_ACQUIRE_MANY, renew_one_by_one,
+    validate_acquire_many,
 };
 
 use crate::error::{Error, Result};

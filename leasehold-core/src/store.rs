@@ -127,14 +127,7 @@ pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// # Cancellation safety
     /// As [`renew`](LeaseStore::renew): a dropped batch may or may not have extended each lease.
     async fn renew_many(&self, leases: &[Lease]) -> Result<Vec<Result<RenewOutcome>>> {
-        let mut out = Vec::with_capacity(leases.len());
-        for lease in leases {
-            match self.renew(lease).await {
-                Err(e) if !e.is_invalid_input() => return Err(e),
-                r => out.push(r),
-            }
-        }
-        Ok(out)
+        renew_one_by_one(self, leases).await
     }
 
     /// Reports the state of many keys in as few round trips as the backend allows (one
@@ -289,6 +282,42 @@ pub const MAX_ACQUIRE_MANY: usize = 10_000;
 
 /// How many acquires the default [`LeaseStore::acquire_many`] keeps in flight at once.
 pub const ACQUIRE_MANY_CONCURRENCY: usize = 16;
+
+/// The default [`LeaseStore::renew_many`]: `store.renew` lease by lease, in order. A lease's
+/// own invalid input (an invalid TTL) is its slot's error; any other error ends the batch as the
+/// outer error. For a store whose batch falls back to single renewals in some case.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> leasehold_core::Result<()> {
+/// use std::time::Duration;
+/// use leasehold_core::{AcquireOutcome, AcquireRequest, LeaseKey, LeaseStore, MemoryLeaseStore, OwnerId, RenewOutcome};
+/// use leasehold_core::store::renew_one_by_one;
+/// let store = MemoryLeaseStore::new();
+/// let req = AcquireRequest::new(LeaseKey::new("k")?, OwnerId::random(), Duration::from_secs(5));
+/// let AcquireOutcome::Acquired(lease) = store.acquire(&req).await? else { unreachable!() };
+/// let out = renew_one_by_one(&store, &[lease]).await?;
+/// assert!(matches!(out[0], Ok(RenewOutcome::Renewed(_))));
+/// # Ok(()) }
+/// ```
+///
+/// # Cancellation safety
+/// As [`LeaseStore::renew`]: a dropped batch may or may not have extended each lease.
+///
+/// # Errors
+/// The first error of a renewal that is not the lease's own invalid input.
+pub async fn renew_one_by_one<S: LeaseStore + ?Sized>(
+    store: &S,
+    leases: &[Lease],
+) -> Result<Vec<Result<RenewOutcome>>> {
+    let mut out = Vec::with_capacity(leases.len());
+    for lease in leases {
+        match store.renew(lease).await {
+            Err(e) if !e.is_invalid_input() => return Err(e),
+            r => out.push(r),
+        }
+    }
+    Ok(out)
+}
 
 /// Checks a batch for [`LeaseStore::acquire_many`] as a whole: at most [`MAX_ACQUIRE_MANY`]
 /// requests, and no key given twice (two requests for one key in one batch would race each

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use futures::StreamExt;
 use leasehold_core::backend::RoundedTtl;
 use leasehold_core::{AcquireOutcome, AcquireRequest, Lease, OwnerId, RenewOutcome, Result};
 use sqlx::mysql::{MySqlConnection, MySqlRow};
@@ -53,19 +54,13 @@ impl MysqlLeaseStore {
         let c = &self.client;
         // Chunks are disjoint and each locks its keys in ascending order, so the transactions
         // in flight at once cannot deadlock each other.
-        let mut chunks = batch.chunks(ACQUIRE_MANY_CHUNK);
-        let mut in_flight = futures::stream::FuturesOrdered::new();
-        loop {
-            while in_flight.len() < CHUNKS_IN_FLIGHT {
-                match chunks.next() {
-                    Some(chunk) => in_flight.push_back(decide_chunk(c, reqs, chunk)),
-                    None => break,
-                }
-            }
-            let Some(done) = futures::StreamExt::next(&mut in_flight).await else {
-                break;
-            };
-            let (chunk, sent, found) = done?;
+        let chunks: Vec<_> = batch
+            .chunks(ACQUIRE_MANY_CHUNK)
+            .map(|chunk| decide_chunk(c, reqs, chunk))
+            .collect();
+        let mut done = futures::stream::iter(chunks).buffered(CHUNKS_IN_FLIGHT);
+        while let Some(answer) = done.next().await {
+            let (chunk, sent, found) = answer?;
             for (&(i, ttl), found) in chunk.iter().zip(found) {
                 slots[i] = Some(outcome(
                     &reqs[i],
@@ -93,7 +88,7 @@ impl MysqlLeaseStore {
         let Some(renew_many) = &c.sql.renew_many else {
             // A mutated single renewal that the batch text cannot be derived from: lease by
             // lease, with that renewal.
-            return renew_one_by_one(self, leases).await;
+            return leasehold_core::backend::renew_one_by_one(self, leases).await;
         };
         let mut slots: Vec<Option<Result<RenewOutcome>>> = Vec::with_capacity(leases.len());
         let mut batch = Vec::with_capacity(leases.len());
@@ -117,19 +112,15 @@ impl MysqlLeaseStore {
         {
             chunks.extend(group.chunks(RENEW_MANY_CHUNK));
         }
-        let mut chunks = chunks.into_iter();
-        let mut in_flight = futures::stream::FuturesOrdered::new();
-        loop {
-            while in_flight.len() < CHUNKS_IN_FLIGHT {
-                match chunks.next() {
-                    Some(chunk) => in_flight.push_back(renew_chunk(c, renew_many, leases, chunk)),
-                    None => break,
-                }
-            }
-            let Some(done) = futures::StreamExt::next(&mut in_flight).await else {
-                break;
-            };
-            let (chunk, sent, renewed) = done?;
+        // The chunks' futures made up front (lazy: none runs before the stream polls it), then
+        // at most CHUNKS_IN_FLIGHT at once, answered in order.
+        let chunks: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| renew_chunk(c, renew_many, leases, chunk))
+            .collect();
+        let mut done = futures::stream::iter(chunks).buffered(CHUNKS_IN_FLIGHT);
+        while let Some(answer) = done.next().await {
+            let (chunk, sent, renewed) = answer?;
             for (&(i, ttl), renewed) in chunk.iter().zip(renewed) {
                 let lease = &leases[i];
                 slots[i] = Some(Ok(if renewed {
@@ -143,22 +134,6 @@ impl MysqlLeaseStore {
         }
         Ok(slots.into_iter().flatten().collect())
     }
-}
-
-/// The trait's default: `renew` lease by lease, an error of the store (not of one lease's
-/// input) ending the batch.
-async fn renew_one_by_one(
-    store: &MysqlLeaseStore,
-    leases: &[Lease],
-) -> Result<Vec<Result<RenewOutcome>>> {
-    let mut out = Vec::with_capacity(leases.len());
-    for lease in leases {
-        match leasehold_core::LeaseStore::renew(store, lease).await {
-            Err(e) if !e.is_invalid_input() => return Err(e),
-            r => out.push(r),
-        }
-    }
-    Ok(out)
 }
 
 /// One chunk of a [`renew_many`](leasehold_core::LeaseStore::renew_many) (leases of one owner
