@@ -245,6 +245,52 @@ impl Default for Plan {
     }
 }
 
+/// The holders' wall-clock shifts of [`Plan::nemeses`], in seconds (holder `n` takes entry
+/// `n % 3`): one on the host's clock, one 45 s behind, one 90 s ahead.
+pub const NEMESIS_WALL_SKEW_S: [i64; 3] = [0, -45, 90];
+
+impl Plan {
+    /// The process storm the fault suite and the soak run on `backend`: 4 holders at a time
+    /// over 3 keys, their wall clocks apart by [`NEMESIS_WALL_SKEW_S`] and stepped forward and
+    /// back by 10 to 120 s during the storm.
+    ///
+    /// SQLite's holders are neither skewed nor stepped: its expiry is decided by its clients'
+    /// wall clocks (`expires_ms`), which on its one host are one clock, so skewing them apart per
+    /// process is outside what it promises. Every other backend decides expiry on the server or
+    /// on monotonic clocks.
+    #[must_use]
+    pub fn nemeses(backend: &str) -> Plan {
+        let sqlite = backend == "sqlite";
+        Plan {
+            wall_skew_s: if sqlite {
+                Vec::new()
+            } else {
+                NEMESIS_WALL_SKEW_S.to_vec()
+            },
+            clock_steps: !sqlite,
+            holders: 4,
+            keys: 3,
+        }
+    }
+}
+
+/// One process storm of seed `seed` on `t`, shaped by [`Plan::nemeses`], with the resource's
+/// own record of accepted writes checked where the backend keeps one ([`Record::for_url`]; every
+/// backend of [`crate::target::targets_from_env`] does). Returns the measurement and whether that
+/// record was checked. Violations are in the measurement, not an error.
+///
+/// # Errors
+/// As [`process_storm_planned`].
+pub async fn on_target(t: &crate::target::Target, seed: u64) -> Result<(Measured, bool), String> {
+    let (record, url) = match Record::for_url(&t.direct_url()) {
+        Some((r, url)) => (Some(r), url),
+        None => (None, t.direct_url()),
+    };
+    let plan = Plan::nemeses(t.name);
+    let m = process_storm_planned(&url, &url, t.ttl, seed, record.as_ref(), &plan).await?;
+    Ok((m, record.is_some()))
+}
+
 /// A holder's wall clock as libfaketime reads it from the holder's timestamp file, re-read at
 /// every call (`FAKETIME_NO_CACHE=1`), so that a new offset written to the file steps the clock.
 #[derive(Debug)]

@@ -50,8 +50,13 @@ fn main() {
                 for v in &r.outside {
                     eprintln!("  outside the guarantee: {v:?}");
                 }
-                if m.violations.is_empty() {
+                if m.violations.is_empty() && m.failed_probes == 0 {
                     Ok(())
+                } else if m.violations.is_empty() {
+                    Err(Failed::from(format!(
+                        "{} store read(s) at loss reports (probes) could not be carried out",
+                        m.failed_probes
+                    )))
                 } else {
                     Err(Failed::from(format!(
                         "{} violation(s): {:#?}\n{}",

@@ -1,7 +1,10 @@
 //! The fault suite in CI: every scenario once and a sample of storms per backend, each a named
 //! test. A run fails on any violation (named by kind) and on any error of the test itself.
 //!
-//! `LEASE_FAULTS_STORMS` sets the storms per backend (default 20).
+//! `LEASE_FAULTS_STORMS` sets the storms per backend (default 10). Their seeds rotate with the
+//! commit: storm `i` of a run has seed `first + i`, where `first` is 1 + the FNV-1a hash of
+//! `git rev-parse HEAD` modulo 100,000, so successive commits explore different storms while
+//! a failure names its seed. `LEASE_FAULTS_STORM_SEED` sets `first` (to replay a seed).
 
 use std::time::Duration;
 
@@ -46,15 +49,45 @@ fn storms_per_backend() -> u64 {
     std::env::var("LEASE_FAULTS_STORMS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(20)
+        .unwrap_or(10)
 }
 
-/// Runs `n` storms, four at a time; the first violation or error fails the test.
-async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
-    let mut seed = 1;
-    let (mut faults, mut renewals, mut unknown) = (0, 0, 0);
-    while seed <= n {
-        let batch: Vec<u64> = (seed..=n).take(4).collect();
+/// The first storm seed of this run: `LEASE_FAULTS_STORM_SEED`, else derived from the commit
+/// (1 when there is no git checkout).
+fn first_storm_seed() -> u64 {
+    if let Some(s) = std::env::var("LEASE_FAULTS_STORM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return s;
+    }
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(h) => 1 + fnv1a(&h) % 100_000,
+        None => 1,
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Runs `n` storms from seed `first` on, four at a time; the first violation, error or panicked
+/// storm fails the test.
+async fn storm_sample(t: Target, first: u64, n: u64) -> Result<String, String> {
+    let last = first + n.saturating_sub(1);
+    let mut seed = first;
+    let (mut faults, mut renewals, mut unknown, mut failed_probes) = (0, 0, 0, 0);
+    while n > 0 && seed <= last {
+        let batch: Vec<u64> = (seed..=last).take(4).collect();
         seed += batch.len() as u64;
         let runs = batch.iter().map(|&s| {
             let t = t.clone();
@@ -67,7 +100,7 @@ async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
                 (s, storm(&t, shape).await)
             }
         });
-        for (s, r) in futures_join(runs).await {
+        for (s, r) in futures_join(runs).await? {
             let m = r.map_err(|e| format!("storm seed {s}: {e}"))?;
             if !m.violations.is_empty() {
                 return Err(format!(
@@ -80,86 +113,73 @@ async fn storm_sample(t: Target, n: u64) -> Result<String, String> {
             faults += m.faults;
             renewals += m.renewals;
             unknown += m.unknown;
+            failed_probes += m.failed_probes;
         }
     }
+    if failed_probes > 0 {
+        return Err(format!(
+            "{failed_probes} store read(s) at loss reports (probes) could not be carried out in \
+             storms {first}..={last}: each is a check that did not happen"
+        ));
+    }
     Ok(format!(
-        "{n} storms: {faults} faults, {renewals} confirmed renewals, {unknown} unknown outcomes, no violation"
+        "{n} storms (seeds {first}..={last}): {faults} faults, {renewals} confirmed renewals, {unknown} unknown outcomes, no violation"
     ))
 }
 
-/// The holders' wall-clock shifts in the process storms, in seconds (holder `n` takes entry
-/// `n % 3`): one on the host's clock, one 45 s behind, one 90 s ahead.
-const WALL_SKEW_S: [i64; 3] = [0, -45, 90];
-
-/// Holders at a time in the process storms, and the keys they contend for.
-const HOLDERS: usize = 4;
-const KEYS: usize = 3;
-
-/// One process storm on `t`: [`HOLDERS`] holders at a time over [`KEYS`] keys are child
+/// One process storm of seed `seed` on `t` ([`procstorm::on_target`]): holders are child
 /// processes (`lease-fault-holder --process-storm`) that are SIGSTOPped for 0.8 to 1.6 TTLs and
 /// SIGCONTed, or SIGKILLed and replaced, while they acquire, renew and write through the
-/// backend's fenced resource, their wall clocks apart by [`WALL_SKEW_S`] and stepped forward and
-/// back by 10 to 120 s during the storm; their late writes must be rejected and the recorded
-/// history and the resource's own record (every backend: [`Record::for_url`]) must check clean.
-async fn process_storm_of(t: &Target) -> Result<String, String> {
-    let (record, url) = match Record::for_url(&t.direct_url()) {
-        Some((r, url)) => (Some(r), url),
-        None => (None, t.direct_url()),
-    };
+/// backend's fenced resource, their wall clocks skewed and stepped ([`procstorm::Plan::nemeses`]);
+/// their late writes must be rejected and the recorded history and the resource's own record
+/// must check clean.
+async fn process_storm_of(t: &Target, seed: u64) -> Result<String, String> {
     let started = std::time::Instant::now();
-    // SQLite's expiry is decided by its clients' wall clocks (`expires_ms`), which on its one host
-    // are one clock: skewing or stepping them apart per process breaks it (overlapping beliefs),
-    // outside what it promises. Every other backend decides expiry on the server or on monotonic
-    // clocks.
-    let sqlite = t.name == "sqlite";
-    let plan = procstorm::Plan {
-        wall_skew_s: if sqlite {
-            Vec::new()
-        } else {
-            WALL_SKEW_S.to_vec()
-        },
-        clock_steps: !sqlite,
-        holders: HOLDERS,
-        keys: KEYS,
-    };
-    let m = procstorm::process_storm_planned(&url, &url, t.ttl, 1, record.as_ref(), &plan).await?;
+    let plan = procstorm::Plan::nemeses(t.name);
+    let (m, record_checked) = procstorm::on_target(t, seed).await?;
+    if m.faults == 0 {
+        return Err(format!(
+            "process storm seed {seed}: no holder was paused or killed: it tested nothing"
+        ));
+    }
     if !m.violations.is_empty() {
         return Err(format!(
-            "process storm: {} violation(s): {:#?}\n{}",
+            "process storm seed {seed}: {} violation(s): {:#?}\n{}",
             m.violations.len(),
             m.violations,
             m.history.unwrap_or_default()
         ));
     }
     Ok(format!(
-        "process storm: {HOLDERS} holders over {KEYS} keys, {} faults ({} wall-clock steps, {} \
+        "process storm seed {seed}: {} holders over {} keys, {} faults ({} wall-clock steps, {} \
          seen by their holder), {} confirmed renewals, {} unknown outcomes, no violation \
-         (resource's own record checked: {}, {} accepted writes), {:.1} s",
+         (resource's own record checked: {record_checked}, {} accepted writes), {:.1} s",
+        plan.holders,
+        plan.keys,
         m.faults,
         m.clock_steps,
         m.clock_steps_seen,
         m.renewals,
         m.unknown,
-        record.is_some(),
         m.recorded,
         started.elapsed().as_secs_f64()
     ))
 }
 
+/// Runs every future as its own task and returns their outputs in order; a task that panicked
+/// is an error, never a missing entry.
 async fn futures_join<F: std::future::Future + Send + 'static>(
     fs: impl Iterator<Item = F>,
-) -> Vec<F::Output>
+) -> Result<Vec<F::Output>, String>
 where
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = fs.map(tokio::spawn).collect();
     let mut out = Vec::new();
     for h in handles {
-        if let Ok(v) = h.await {
-            out.push(v);
-        }
+        out.push(h.await.map_err(|e| format!("a storm task failed: {e}"))?);
     }
-    out
+    Ok(out)
 }
 
 fn block_on<T>(f: impl std::future::Future<Output = T>) -> Result<T, Failed> {
@@ -177,6 +197,7 @@ fn main() {
     let args = Arguments::from_args();
     let require = leasehold_testkit::require_services();
     let storms = storms_per_backend();
+    let first_seed = first_storm_seed();
     let mut trials = Vec::new();
     for target in targets_from_env() {
         let target = match target {
@@ -201,10 +222,14 @@ fn main() {
                     tokio::time::timeout(Duration::from_secs(120), run(t)).await
                 })?;
                 match r {
-                    Ok(Ok(m)) if m.violations.is_empty() => {
+                    Ok(Ok(m)) if m.violations.is_empty() && m.failed_probes == 0 => {
                         eprintln!("measured: {m:?}");
                         Ok(())
                     }
+                    Ok(Ok(m)) if m.violations.is_empty() => Err(Failed::from(format!(
+                        "{} store read(s) at loss reports (probes) could not be carried out",
+                        m.failed_probes
+                    ))),
                     Ok(Ok(m)) => Err(Failed::from(format!("violations: {:#?}", m.violations))),
                     Ok(Err(e)) => Err(Failed::from(e)),
                     Err(_) => Err(Failed::from("scenario did not finish within 120 s")),
@@ -267,7 +292,8 @@ fn main() {
             format!("{}::process_storm_sigstop_sigcont_sigkill", t.name),
             move || {
                 let r = block_on(async {
-                    tokio::time::timeout(Duration::from_secs(180), process_storm_of(&t)).await
+                    tokio::time::timeout(Duration::from_secs(180), process_storm_of(&t, first_seed))
+                        .await
                 })?;
                 match r {
                     Ok(Ok(summary)) => {
@@ -284,7 +310,11 @@ fn main() {
         let t = target.clone();
         trials.push(Trial::test(format!("{}::storms", t.name), move || {
             let r = block_on(async {
-                tokio::time::timeout(Duration::from_secs(600), storm_sample(t, storms)).await
+                tokio::time::timeout(
+                    Duration::from_secs(600),
+                    storm_sample(t, first_seed, storms),
+                )
+                .await
             })?;
             match r {
                 Ok(Ok(summary)) => {
