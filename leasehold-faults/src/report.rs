@@ -96,6 +96,11 @@ pub struct BackendReport {
     pub runs: u64,
     /// Storms among the runs.
     pub storms: u64,
+    /// Process storms among the runs ([`crate::procstorm::on_target`]: holder processes
+    /// SIGSTOPped, SIGCONTed and SIGKILLed, their wall clocks skewed and stepped).
+    pub process_storms: u64,
+    /// Process storms after which the resource's own record of accepted writes was checked.
+    pub records_checked: u64,
     /// Runs that could not be carried out (a service unreachable, a holder that never started):
     /// not a verdict either way.
     pub errors: u64,
@@ -222,10 +227,12 @@ impl BackendReport {
     /// A Markdown table row of the violations by kind.
     pub fn row(&self) -> String {
         let mut s = format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} ({} record checked) | {} | {} | {} | {} | {} |",
             self.backend,
             self.runs,
             self.storms,
+            self.process_storms,
+            self.records_checked,
             self.errors,
             self.panicked,
             self.failed_probes,
@@ -258,9 +265,9 @@ impl BackendReport {
     /// The Markdown header of [`row`](Self::row).
     pub fn header() -> String {
         let mut h = String::from(
-            "| backend | runs | storms | errors (no verdict) | of them panicked tasks | failed probes | runs with violations | faults injected |",
+            "| backend | runs | storms | process storms | errors (no verdict) | of them panicked tasks | failed probes | runs with violations | faults injected |",
         );
-        let mut sep = String::from("|---|---|---|---|---|---|---|---|");
+        let mut sep = String::from("|---|---|---|---|---|---|---|---|---|");
         for k in ViolationKind::ALL {
             h.push_str(&format!(" {} |", k.name()));
             sep.push_str("---|");

@@ -2,13 +2,17 @@
 //! writes `docs/faults.md` itself (never edit that file by hand).
 //!
 //! `cargo run --release -p leasehold-faults --bin soak -- --storms 1000 [--backend redis]
-//! [--contenders 3] [--rounds 2] [--parallel 4] [--failover-every 100] [--minutes 60]
+//! [--contenders 3] [--rounds 2] [--parallel 4] [--failover-every 100] [--process-every 50]
+//! [--minutes 60]
 //! [--out docs/faults.md]`
 //!
 //! `--storms N` stops each backend after N storms; up to `--parallel` storms of one backend per
 //! second of its TTL run at once (4 by default: 4 for a 1 s TTL, 8 for 2 s), each on a key of its own. Every `--failover-every` storms (and first of all) the
 //! backend's next restart or failover scenario ([`leasehold_faults::failover`]) takes a slot
-//! (`0`: none). `--minutes` stops starting storms once that much time has passed; the file then
+//! (`0`: none). Every `--process-every` storms (and first of all) a process storm takes a slot
+//! ([`leasehold_faults::procstorm::on_target`]: holders as processes SIGSTOPped, SIGCONTed and
+//! SIGKILLed, their wall clocks skewed and stepped by libfaketime, the resource's own record of
+//! accepted writes checked after it; `0`: none). `--minutes` stops starting storms once that much time has passed; the file then
 //! says how many storms ran. With `LEASE_TEST_REQUIRE=1` a missing backend fails the run. The exit status is 1
 //! on any violation, any uncaught control, any run without a verdict (an error, a timeout, a
 //! panicked storm, failover or backend task: each counted and named in the report), any failed
@@ -76,6 +80,7 @@ struct Plan {
     rounds: usize,
     parallel: usize,
     failover_every: u64,
+    process_every: u64,
     stop_at: Option<Instant>,
 }
 
@@ -85,6 +90,9 @@ enum Done {
     /// largest step of the host's wall clock meanwhile (seconds).
     Storm(u64, Result<Measured, String>, Duration, Option<f64>),
     Failover(Scenario, Result<Run, String>),
+    /// A process storm's seed, result, whether the resource's own record was checked, and the
+    /// largest step of the host's wall clock meanwhile (seconds).
+    ProcessStorm(u64, Result<Measured, String>, bool, Option<f64>),
 }
 
 async fn soak_backend(
@@ -132,7 +140,7 @@ async fn soak_backend(
     // What each running task of the pool runs, so that a panicked one is named.
     let mut what_runs: std::collections::HashMap<tokio::task::Id, String> =
         std::collections::HashMap::new();
-    let (mut started, mut next_fo, mut time_up) = (0u64, 0u64, false);
+    let (mut started, mut next_fo, mut next_ps, mut time_up) = (0u64, 0u64, 0u64, false);
     loop {
         while pool.len() < slots
             && started < plan.storms
@@ -152,6 +160,24 @@ async fn soak_backend(
                     Done::Failover(sc, r)
                 });
                 what_runs.insert(h.id(), format!("failover {}", sc.name()));
+                continue;
+            }
+            if plan.process_every > 0 && started >= next_ps * plan.process_every {
+                next_ps += 1;
+                let (t, seed, m) = (t.clone(), next_ps, monitor.clone());
+                let h = pool.spawn(async move {
+                    let from = Instant::now();
+                    let r = tokio::time::timeout(
+                        Duration::from_secs(300),
+                        leasehold_faults::procstorm::on_target(&t, seed),
+                    )
+                    .await
+                    .unwrap_or_else(|_| Err("timeout".to_string()));
+                    let step = m.worst_step_between(from, Instant::now());
+                    let checked = r.as_ref().is_ok_and(|(_, c)| *c);
+                    Done::ProcessStorm(seed, r.map(|(m, _)| m), checked, step)
+                });
+                what_runs.insert(h.id(), format!("process storm seed {seed}"));
                 continue;
             }
             started += 1;
@@ -211,6 +237,28 @@ async fn soak_backend(
                         t.name, rep.storms, rep.failed, rep.errors
                     );
                 }
+            }
+            Ok(Done::ProcessStorm(seed, mut r, checked, step)) => {
+                let step_note = step.map_or(String::new(), |st| {
+                    format!(" (host wall clock stepped {st:+.3} s)")
+                });
+                note(
+                    &mut rep,
+                    &format!("process storm seed {seed}{step_note}"),
+                    &r,
+                );
+                if step.is_some()
+                    && wall_clock_expiry(t.name)
+                    && let Ok(m) = r.as_mut()
+                {
+                    rep.set_outside_clock_step(m);
+                }
+                rep.add(&r, false);
+                rep.process_storms += 1;
+                if checked {
+                    rep.records_checked += 1;
+                }
+                eprintln!("{} process storm seed {seed} done", t.name);
             }
             Ok(Done::Failover(sc, r)) => {
                 match &r {
@@ -305,6 +353,7 @@ async fn main() {
         // where the process under test runs.
         parallel: usize::try_from(num("--parallel", 4).max(1)).unwrap_or(4),
         failover_every: num("--failover-every", 100),
+        process_every: num("--process-every", 50),
         stop_at: arg("--minutes")
             .and_then(|m| m.parse::<u64>().ok())
             .map(|m| Instant::now() + Duration::from_secs(m * 60)),
@@ -601,7 +650,9 @@ This file is written by the soak program (`leasehold-faults/src/bin/soak.rs`); d
 - **Storms per backend:** {storms} (asked for {asked}; `--minutes` may stop a run early, and the
   counts above are the storms that actually ran), {contenders} contenders x {rounds} rounds each,
   up to {parallel} storms per second of TTL at a time per backend (each on a key of its own), all backends at once;
-  a restart or failover scenario every {every} storms per backend, in rotation
+  a restart or failover scenario every {every} storms per backend, in rotation; a process storm
+  every {process_every} storms per backend (holder processes paused, resumed and killed, their wall
+  clocks skewed and stepped: see "What a process storm does")
 - **TTLs:** {ttls}
 - **Result:** {violations} violations, {outside} findings outside the guarantee (the host's wall
   clock stepped, see below), {errors} runs that could not be carried out (no verdict; of them
@@ -610,7 +661,9 @@ This file is written by the soak program (`leasehold-faults/src/bin/soak.rs`); d
 {missing}
 ## Violations by kind
 
-"Runs" are the six scenarios, the storms and the restart and failover runs. Every violation
+"Runs" are the six scenarios, the storms, the process storms and the restart and failover runs
+(the process storms column also counts those after which the resource's own record of accepted
+writes was read back and checked). Every violation
 column must be 0; the last column is reported apart (see "How late the soak ran its own tasks").
 
 {table}
@@ -708,9 +761,23 @@ The scenarios: a holder process paused past its TTL and resumed, a holder proces
 blackhole between holder and store, renewals applied with their answers lost, a ghost grant (an
 acquisition applied with its answer lost), latency near the TTL.
 
+## What a process storm does
+
+Four holders at a time, each a process of its own (`lease-fault-holder --process-storm`), contend
+for three keys through the supervisor and write through the backend's fenced resource while
+`may_act()` holds. At random moments the soak SIGSTOPs a holder for 0.8 to 1.6 TTLs and SIGCONTs
+it (a frozen process cannot stop its own writes in flight: only the fence judges them), or
+SIGKILLs it and starts a replacement. Each holder's wall clock runs shifted by libfaketime (0,
+-45 s, +90 s), and during the storm some faults step a live holder's wall clock forward or back
+by 10 to 120 s; SQLite's holders are neither shifted nor stepped (its expiry is read from its
+clients' wall clocks, one clock on its one host). The holders print every operation with
+`CLOCK_MONOTONIC` stamps, from which one history is built and checked by the same checker; then
+the resource's own record of every write it accepted (a table, a Redis stream, etcd's revisions)
+is read back and checked against the grants.
+
 Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo run --release
 -p leasehold-faults --bin soak -- --storms {asked} --contenders {contenders} --rounds {rounds}
---parallel {parallel} --failover-every {every} --out docs/faults.md`.
+--parallel {parallel} --failover-every {every} --process-every {process_every} --out docs/faults.md`.
 "#,
         commit = d.commit,
         dirty = if d.dirty {
@@ -727,6 +794,7 @@ Reproduce: `set -a; for f in /tmp/lease-test/*.env; do . $f; done; set +a; cargo
         rounds = d.plan.rounds,
         parallel = d.plan.parallel,
         every = d.plan.failover_every,
+        process_every = d.plan.process_every,
         failovers = d.failovers,
         ttls = d.ttls,
         violations = d.violations,
