@@ -4,7 +4,8 @@
 //! - `fixtures_conform`: one small recorded trace per backend, checked in under `tests/traces/`
 //!   (no services needed);
 //! - `mutated_traces_are_rejected`: negative controls, each mutation of a fixture must be rejected
-//!   with its rule, naming the mutated step;
+//!   with its rule, naming the mutated step: one mutation for each rule but the late loss (which
+//!   `late_loss_needs_a_measured_stall` covers);
 //! - `keys_are_checked_as_separate_models`: a hand-written trace of two keys, checked per key;
 //! - `multi_key_fixtures_conform`: two recorded long storms of three keys (`*-keys.trace`), with
 //!   the token mutation on one key rejected there only;
@@ -64,6 +65,13 @@ fn grant_steps(t: &Trace) -> Vec<usize> {
 fn token_of(o: Obs) -> u64 {
     match o {
         Obs::Granted { token, .. } => token,
+        _ => unreachable!(),
+    }
+}
+
+fn token_of_write(o: Obs) -> u64 {
+    match o {
+        Obs::Write { token, .. } => token,
         _ => unreachable!(),
     }
 }
@@ -185,6 +193,122 @@ fn mutated_traces_are_rejected() {
             Rule::RenewalAfterTakeover,
             last,
         );
+
+        // Two grants with one token: the second grant carries the first grant's token.
+        let mut t = orig.clone();
+        if let Obs::Granted { token, .. } = &mut t.steps[second].obs {
+            *token = t1;
+        }
+        assert_rejected(name, "duplicate token", &t, Rule::DuplicateToken, second);
+
+        // A deadline no send inside the operation gives: the first grant's a whole TTL later.
+        let mut t = orig.clone();
+        if let Obs::Granted { deadline, .. } = &mut t.steps[first].obs {
+            *deadline += micros(t.ttl);
+        }
+        assert_rejected(
+            name,
+            "deadline not from a send",
+            &t,
+            Rule::DeadlineNotFromSend,
+            first,
+        );
+
+        // A write with a token no grant gave, of unknown outcome (so that no other rule of the
+        // resource applies to it), after every step.
+        let mut t = orig.clone();
+        let end = t.steps.iter().map(|s| s.completed).max().unwrap_or(0);
+        let highest = g
+            .iter()
+            .map(|&i| token_of(orig.steps[i].obs))
+            .max()
+            .unwrap_or(0);
+        t.steps.push(Step {
+            client: "forger".into(),
+            key: orig.steps[first].key.clone(),
+            invoked: end + 1,
+            completed: end + 2,
+            obs: Obs::UnknownWrite {
+                token: highest + 1000,
+            },
+        });
+        let last = t.steps.len() - 1;
+        assert_rejected(
+            name,
+            "write with an ungranted token",
+            &t,
+            Rule::WriteWithUngrantedToken,
+            last,
+        );
+
+        // A write rejected while no greater token can have been accepted: the earliest accepted
+        // write with no greater token written before it ended, turned into a rejection.
+        let mut t = orig.clone();
+        let written = |o: &Step| match o.obs {
+            Obs::Write { token, accepted } | Obs::LateWrite { token, accepted } => {
+                Some((token, Some(accepted)))
+            }
+            Obs::UnknownWrite { token } => Some((token, None)),
+            _ => None,
+        };
+        let wi = (0..orig.steps.len())
+            .find(|&i| {
+                let s = &orig.steps[i];
+                matches!(s.obs, Obs::Write { accepted: true, .. })
+                    && !orig.steps.iter().any(|o| {
+                        o.invoked < s.completed
+                            && matches!(written(o), Some((tok, a)) if tok > token_of_write(s.obs) && a != Some(false))
+                    })
+            })
+            .unwrap_or_else(|| panic!("{name}: no accepted write without a greater one before"));
+        if let Obs::Write { accepted, .. } = &mut t.steps[wi].obs {
+            *accepted = false;
+        }
+        assert_rejected(
+            name,
+            "write rejected without a greater token",
+            &t,
+            Rule::RejectedWithoutGreaterToken,
+            wi,
+        );
+
+        // A checked write by the first holder after the second grant: its belief had ended.
+        let mut t = orig.clone();
+        let after = orig.steps[second].completed + 1;
+        t.steps.push(Step {
+            client: orig.steps[first].client.clone(),
+            key: orig.steps[first].key.clone(),
+            invoked: after,
+            completed: after + 1,
+            obs: Obs::Write {
+                token: t1,
+                accepted: false,
+            },
+        });
+        let last = t.steps.len() - 1;
+        assert_rejected(
+            name,
+            "write after belief ended",
+            &t,
+            Rule::WriteWithoutBelief,
+            last,
+        );
+
+        // A refusal before any acquisition began: nothing can be live.
+        let mut t = orig.clone();
+        let start = orig.steps.iter().map(|s| s.invoked).min().unwrap_or(0);
+        assert!(start >= 2, "{name}: the first step begins at {start} µs");
+        t.steps.insert(
+            0,
+            Step {
+                client: "early".into(),
+                key: orig.steps[first].key.clone(),
+                invoked: 0,
+                completed: 1,
+                obs: Obs::Refused,
+            },
+        );
+        assert_rejected(name, "refused while free", &t, Rule::RefusedWhileFree, 0);
 
         // A clock-floored store that hands out a plain sequence number.
         if t.store == (StoreKind::Row { clock_floor: true }) {

@@ -739,3 +739,42 @@ pub(crate) const MUTANTS: &[Mutant] = &[
         "a fenced transaction commits although the lease expired during it",
     ),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::MUTANTS;
+
+    const BACKENDS: [&str; 6] = ["postgres", "redis", "etcd", "k8s", "sqlite", "mysql"];
+
+    /// Every backend has at least ten mutants of its safety text, names are unique, and every
+    /// mutant names a backend the program runs.
+    #[test]
+    fn every_backend_has_at_least_ten_mutants_with_unique_names() {
+        for b in BACKENDS {
+            let n = MUTANTS
+                .iter()
+                .filter(|m| m.backend == b && !m.control)
+                .count();
+            assert!(n >= 10, "{b} has {n} mutants; at least 10 are wanted");
+        }
+        let mut names: Vec<&str> = MUTANTS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "mutant names must be unique");
+        for m in MUTANTS {
+            assert!(
+                BACKENDS.contains(&m.backend),
+                "{} names an unknown backend {}",
+                m.name,
+                m.backend
+            );
+            assert!(
+                m.control || m.name.starts_with(&format!("{}.", m.backend)),
+                "{} is not named after its backend {}",
+                m.name,
+                m.backend
+            );
+        }
+    }
+}
