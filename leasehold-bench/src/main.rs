@@ -192,13 +192,13 @@ impl Plan {
             shard_plan: shards::ShardPlan {
                 shards: 40,
                 workers: 3,
-                split_runs: 5,
+                split_runs: 2,
                 ttl: Duration::from_secs(2),
             },
             shard_plan_k8s: shards::ShardPlan {
                 shards: 40,
                 workers: 3,
-                split_runs: 5,
+                split_runs: 2,
                 ttl: Duration::from_secs(2),
             },
         }
