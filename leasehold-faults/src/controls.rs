@@ -351,12 +351,25 @@ pub async fn run_control(
     control: Control,
     max_storms: u64,
 ) -> std::result::Result<ControlResult, String> {
+    run_control_on_keys(control, max_storms, 1).await
+}
+
+/// As [`run_control`], with storms over `keys` keys ([`StormShape::keys`]).
+///
+/// # Errors
+/// Only for a failure of the test infrastructure.
+pub async fn run_control_on_keys(
+    control: Control,
+    max_storms: u64,
+    keys: usize,
+) -> std::result::Result<ControlResult, String> {
     for seed in 1..=max_storms {
         let backend = MemoryBackend::new(Some(control), CONTROL_TTL);
         let shape = StormShape {
             seed,
             contenders: 3,
             rounds: 3,
+            keys,
         };
         let m = storm(&backend, shape).await?;
         if control.caught_by(&m) {

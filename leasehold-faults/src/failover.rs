@@ -151,6 +151,7 @@ fn shape(seed: u64) -> StormShape {
         seed,
         contenders: 3,
         rounds: 4,
+        keys: 1,
     }
 }
 

@@ -58,15 +58,34 @@ pub struct StormShape {
     pub seed: u64,
     /// How many contenders.
     pub contenders: usize,
-    /// How many rounds each contender tries to hold the key.
+    /// How many rounds each contender tries to hold a key.
     pub rounds: usize,
+    /// How many keys the contenders share (at least 1). With more than one, each round a
+    /// contender draws the key it goes for, and every key's history, counter and high-water are
+    /// checked on their own.
+    pub keys: usize,
+}
+
+impl StormShape {
+    /// The shape the CI fault suite and the soak give storm `seed`: `contenders` contenders of
+    /// `rounds` rounds each, on one key for odd seeds (every round contends for it: takeovers),
+    /// on three keys for even ones (contenders moving between keys, a store serving several
+    /// keys of one storm at once).
+    #[must_use]
+    pub fn rotating(seed: u64, contenders: usize, rounds: usize) -> StormShape {
+        StormShape {
+            seed,
+            contenders,
+            rounds,
+            keys: if seed.is_multiple_of(2) { 3 } else { 1 },
+        }
+    }
 }
 
 /// Records the supervisor's renewals and losses of one contender into the history.
 #[derive(Debug)]
 struct Recorder {
     name: String,
-    key: LeaseKey,
     history: History,
     observer: Arc<dyn LeaseStore>,
     renewals: Arc<AtomicU64>,
@@ -100,7 +119,7 @@ impl Hook for Recorder {
             RenewalResult::Refused => return,
             _ => Op::Unknown(Attempt::Renew(lease.token())),
         };
-        self.history.end(&self.name, &self.key, invoked, op);
+        self.history.end(&self.name, lease.key(), invoked, op);
     }
 
     fn health_changed(&self, lease: &Lease, _from: Health, to: Health) {
@@ -110,7 +129,7 @@ impl Hook for Recorder {
         let s = self.history.begin();
         self.history.end(
             &self.name,
-            &self.key,
+            lease.key(),
             s,
             Op::RenewLost {
                 token: lease.token(),
@@ -271,7 +290,14 @@ pub async fn storm_with(
     shape: StormShape,
     disrupt: Option<Disruption<'_>>,
 ) -> Result<Measured, String> {
-    let k = fresh_key("storm");
+    let base = fresh_key("storm");
+    let keys: Vec<LeaseKey> = if shape.keys <= 1 {
+        vec![base]
+    } else {
+        (0..shape.keys)
+            .map(|i| LeaseKey::new(format!("{base}-{i}")).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?
+    };
     let history = History::new();
     let ttl = backend.ttl();
     let (observer, reader) = backend.observer().await?;
@@ -290,7 +316,6 @@ pub async fn storm_with(
         let lead = config.loss_lead();
         let recorder = Arc::new(Recorder {
             name: name.clone(),
-            key: k.clone(),
             history: history.clone(),
             observer: observer.clone(),
             renewals: renewals.clone(),
@@ -303,13 +328,19 @@ pub async fn storm_with(
         });
         recorders.push(recorder.clone());
         let sup = Supervisor::from_arc(c.store.clone(), config).with_hook(recorder);
-        let (k, history, faults) = (k.clone(), history.clone(), faults.clone());
+        let (keys, history, faults) = (keys.clone(), history.clone(), faults.clone());
         let mut rng =
             fastrand::Rng::with_seed(shape.seed.wrapping_mul(1000).wrapping_add(i as u64));
         let rounds = shape.rounds;
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
-                round(&sup, &c, &k, &name, &history, &mut rng, ttl, lead, &faults).await;
+                // One key: no draw, so that a single-key storm's faults stay those of its seed.
+                let k = if keys.len() > 1 {
+                    &keys[rng.usize(..keys.len())]
+                } else {
+                    &keys[0]
+                };
+                round(&sup, &c, k, &name, &history, &mut rng, ttl, lead, &faults).await;
             }
         }));
     }
@@ -341,9 +372,11 @@ pub async fn storm_with(
     violations.extend(std::mem::take(
         &mut *late.lock().unwrap_or_else(|p| p.into_inner()),
     ));
-    let state = read_final(&*reader, &k).await?;
-    violations.extend(history.check_counter(&k, state.counter));
-    violations.extend(history.check_high_water(&k, state.high_water));
+    for k in &keys {
+        let state = read_final(&*reader, k).await?;
+        violations.extend(history.check_counter(k, state.counter));
+        violations.extend(history.check_high_water(k, state.high_water));
+    }
     Ok(Measured {
         margins: margins(&history),
         store_margins: std::mem::take(
@@ -512,32 +545,33 @@ async fn late_write(
     history.end(name, k, s, op);
 }
 
-/// For every grant that followed a loss report (with no grant in between), the time from the
+/// For every grant that followed a loss report of the same key (with no grant of it in between), the time from the
 /// report to the grant. Only losses that ended a holder's belief count (not a `Lost` published
 /// by a release whose answer did not arrive).
 fn margins(history: &History) -> Vec<std::time::Duration> {
     let mut ev = history.events();
-    let released: Vec<(String, leasehold_core::FencingToken, Stamp)> = ev
+    let released: Vec<(String, LeaseKey, leasehold_core::FencingToken, Stamp)> = ev
         .iter()
         .filter_map(|e| match e.op {
-            Op::Release { token } => Some((e.client.clone(), token, e.invoked)),
+            Op::Release { token } => Some((e.client.clone(), e.key.clone(), token, e.invoked)),
             _ => None,
         })
         .collect();
     ev.sort_by_key(|e| e.completed);
-    let mut lost: Option<Instant> = None;
+    // Per key: a loss on one key is followed by a grant of that key.
+    let mut lost: std::collections::HashMap<LeaseKey, Instant> = std::collections::HashMap::new();
     let mut out = Vec::new();
     for e in ev {
         match e.op {
             Op::RenewLost { token }
-                if !released
-                    .iter()
-                    .any(|(c, t, s)| *c == e.client && *t == token && *s < e.invoked) =>
+                if !released.iter().any(|(c, k, t, s)| {
+                    *c == e.client && *k == e.key && *t == token && *s < e.invoked
+                }) =>
             {
-                lost = Some(e.invoked.at);
+                lost.insert(e.key.clone(), e.invoked.at);
             }
             Op::Granted { .. } => {
-                if let Some(l) = lost.take() {
+                if let Some(l) = lost.remove(&e.key) {
                     out.push(e.completed.at.saturating_duration_since(l));
                 }
             }

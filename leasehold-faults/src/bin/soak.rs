@@ -182,11 +182,7 @@ async fn soak_backend(
             }
             started += 1;
             let (t, s) = (t.clone(), started);
-            let shape = StormShape {
-                seed: s,
-                contenders: plan.contenders,
-                rounds: plan.rounds,
-            };
+            let shape = StormShape::rotating(s, plan.contenders, plan.rounds);
             let m = monitor.clone();
             let h = pool.spawn(async move {
                 let from = Instant::now();
@@ -648,7 +644,7 @@ This file is written by the soak program (`leasehold-faults/src/bin/soak.rs`); d
 - **Commit:** `{commit}`{dirty}
 - **Date:** {date}; the run took {minutes} min (load average at the end: {load})
 - **Storms per backend:** {storms} (asked for {asked}; `--minutes` may stop a run early, and the
-  counts above are the storms that actually ran), {contenders} contenders x {rounds} rounds each,
+  counts above are the storms that actually ran), {contenders} contenders x {rounds} rounds each (odd seeds on one key, even seeds on three keys, a key drawn per round),
   up to {parallel} storms per second of TTL at a time per backend (each on a key of its own), all backends at once;
   a restart or failover scenario every {every} storms per backend, in rotation; a process storm
   every {process_every} storms per backend (holder processes paused, resumed and killed, their wall
@@ -749,8 +745,9 @@ release: a blackhole, lost responses or resets of the store link (for the rest o
 short blip), latency just under and just over the loss lead, a fault on the resource link, or a
 pause of the holder (its renewals stop for about a TTL, then it writes once without checking,
 like a process resumed from SIGSTOP). A quarter of the rounds end with such a late write after the
-release. Every grant, confirmed renewal, loss report, release, write and unknown outcome is
-recorded and checked (`leasehold-testkit/src/history.rs`): ties at equal instants count as
+release. Odd seeds contend for one key; even seeds share three keys, each contender drawing the
+key it goes for each round, every key checked on its own. Every grant, confirmed renewal, loss
+report, release, write and unknown outcome is recorded and checked (`leasehold-testkit/src/history.rs`): ties at equal instants count as
 violations, a write of unknown outcome may or may not have applied (a history is legal if some
 choice explains it; an error stating nothing was sent is recorded as not accepted), renewals extend
 belief, and the resource's final counter and high-water must be explained by the acknowledged
