@@ -144,6 +144,7 @@ impl Hook for Recorder {
         // every overlap argument rests on: a late loss. A slower read proves nothing either way and
         // is not counted. Nobody releases a lease lost at its deadline, so only expiry ended it.
         let (observer, key, token) = (self.observer.clone(), lease.key().clone(), lease.token());
+        let owner = lease.owner().clone();
         let deadline = lease.deadline();
         let fe = self.false_expiries.clone();
         let margins = self.store_margins.clone();
@@ -159,20 +160,27 @@ impl Hook for Recorder {
                 failed.fetch_add(1, Ordering::Relaxed);
                 return;
             };
-            match state.holder.as_ref().filter(|h| h.token == token) {
-                Some(h) => {
+            match probe_finding(
+                state.holder.as_ref(),
+                &owner,
+                token,
+                at_deadline,
+                reported.elapsed(),
+                lead,
+            ) {
+                ProbeFinding::StillHeld(remaining) => {
                     if at_deadline {
                         // How long the store itself still held the lease at the loss report.
                         margins
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
-                            .push(h.remaining);
+                            .push(remaining);
                     }
                     if Instant::now() < deadline {
                         fe.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                None if at_deadline && reported.elapsed() < lead => {
+                ProbeFinding::LetGoEarly => {
                     late.lock().unwrap_or_else(|p| p.into_inner()).push(Violation::new(
                         ViolationKind::LateLoss,
                         format!(
@@ -182,13 +190,46 @@ impl Hook for Recorder {
                         ),
                     ));
                 }
-                None => {}
+                ProbeFinding::Nothing => {}
             }
         });
         self.probes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(probe);
+    }
+}
+
+/// What a store read at a loss report shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeFinding {
+    /// The store still holds the lost lease, for this long.
+    StillHeld(Duration),
+    /// The store had let the lease go before the holder's local deadline: a late loss.
+    LetGoEarly,
+    /// Nothing either way.
+    Nothing,
+}
+
+/// Classifies the store's `holder` read `elapsed` after `owner` reported `token` lost (at its
+/// deadline when `at_deadline`), against the loss lead `lead`. A read that finds the lease gone
+/// within the loss lead of a report at the deadline shows that the store let it go before the
+/// holder's own local deadline, unless the key is held by the same owner again: a same-owner
+/// re-grant while the lost lease was still live at the store (ADR 0003) shows nothing about
+/// when the store would have let the lost one go. A slower read proves nothing either way.
+fn probe_finding(
+    holder: Option<&leasehold_core::Holder>,
+    owner: &leasehold_core::OwnerId,
+    token: leasehold_core::FencingToken,
+    at_deadline: bool,
+    elapsed: Duration,
+    lead: Duration,
+) -> ProbeFinding {
+    match holder {
+        Some(h) if h.token == token => ProbeFinding::StillHeld(h.remaining),
+        Some(h) if &h.owner == owner => ProbeFinding::Nothing,
+        _ if at_deadline && elapsed < lead => ProbeFinding::LetGoEarly,
+        _ => ProbeFinding::Nothing,
     }
 }
 
@@ -587,6 +628,47 @@ mod tests {
     use std::time::Duration;
 
     use super::{PROBE_PATIENCE, probe_read};
+
+    /// The soak's false late loss (postgres, seed 251): the holder reported its lease lost at
+    /// the deadline, re-acquired the key at once and was granted again as the same owner with a
+    /// greater token while the lost lease was still live at the store; the probe found that new
+    /// grant within the loss lead. That is not the store letting go early. Another owner's grant
+    /// found as fast, or no holder at all, is.
+    #[test]
+    fn a_same_owner_regrant_found_at_a_loss_report_is_not_a_late_loss() {
+        use leasehold_core::{FencingToken, Holder, OwnerId};
+
+        use super::{ProbeFinding, probe_finding};
+        let me = OwnerId::new("me").unwrap();
+        let other = OwnerId::new("other").unwrap();
+        let (lost, next) = (FencingToken::new(7).unwrap(), FencingToken::new(9).unwrap());
+        let held = |owner: &OwnerId, token| Holder {
+            owner: owner.clone(),
+            token,
+            remaining: Duration::from_millis(945),
+            ttl: Duration::from_secs(1),
+        };
+        let (fast, slow, lead) = (
+            Duration::from_millis(80),
+            Duration::from_millis(150),
+            Duration::from_millis(100),
+        );
+        let f = |h: Option<&Holder>, at_deadline, elapsed| {
+            probe_finding(h, &me, lost, at_deadline, elapsed, lead)
+        };
+        assert_eq!(f(Some(&held(&me, next)), true, fast), ProbeFinding::Nothing);
+        assert_eq!(
+            f(Some(&held(&other, next)), true, fast),
+            ProbeFinding::LetGoEarly
+        );
+        assert_eq!(f(None, true, fast), ProbeFinding::LetGoEarly);
+        assert_eq!(f(None, true, slow), ProbeFinding::Nothing);
+        assert_eq!(f(None, false, fast), ProbeFinding::Nothing);
+        assert_eq!(
+            f(Some(&held(&me, lost)), true, fast),
+            ProbeFinding::StillHeld(Duration::from_millis(945))
+        );
+    }
 
     /// A store that is down for the first reads (a restart): the probe reads it once it is back.
     #[tokio::test(start_paused = true)]
