@@ -191,14 +191,15 @@ impl Run {
         if st.member.is_none() && self.join_slot(st).await {
             // Just joined: let workers started at the same moment take their slots too, so that
             // the first scan counts them. That scan sees every member as new and defers (see the
-            // plan's `defer`): the first takes come after a rescan an eighth of an interval
-            // later that sees the same members.
+            // plan's `defer`), so it reads the slots and the mailbox alone: the first takes come
+            // after a rescan an eighth of an interval later that sees the same members.
             return (every / 8).min(JOIN_SETTLE);
         }
         if st.book.skip_scan() {
             return every / 8;
         }
-        let view = match scan(&self.set, Some(&self.mailbox)).await {
+        let shards = !st.book.first_scan_defers();
+        let view = match scan(&self.set, Some(&self.mailbox), shards).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::debug!(worker = %self.me, error = %e, "shard scan failed; keeping the assignment");

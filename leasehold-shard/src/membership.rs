@@ -13,12 +13,13 @@ use crate::set::Inner;
 
 /// Reads the holders of every slot and shard (and `mailbox`, if given) in one
 /// [`LeaseStore::holders_many`], bounded by the rebalance interval (or the op timeout, if
-/// longer).
-pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View> {
+/// longer). With `shards` false the shards are not read: the view's `owners` is empty.
+pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>, shards: bool) -> Result<View> {
+    let shard_keys: &[(std::sync::Arc<str>, LeaseKey)] = if shards { &set.shards } else { &[] };
     let keys: Vec<LeaseKey> = set
         .slots
         .iter()
-        .chain(set.shards.iter().map(|(_, k)| k))
+        .chain(shard_keys.iter().map(|(_, k)| k))
         .chain(mailbox)
         .cloned()
         .collect();
@@ -54,8 +55,8 @@ pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>) -> Result<View
             members.insert(h.owner.identity().to_string());
         }
     }
-    let mut owners = Vec::with_capacity(set.shards.len());
-    for _ in &set.shards {
+    let mut owners = Vec::with_capacity(shard_keys.len());
+    for _ in shard_keys {
         let h = states.next().expect("one holder per key");
         owners.push(h.map(|h| (h.owner.identity().to_string(), h.token)));
     }

@@ -140,6 +140,18 @@ impl Book {
         self.held.is_empty() && self.pending.is_empty()
     }
 
+    /// Before a scan: whether it is a first scan that will defer whatever the shards show, so
+    /// that it may read the membership slots and the mailbox alone (a view without owners).
+    /// After a join the first scan sees every member as new, itself included, and defers
+    /// ([`defer`](Self::defer)) unless a note woke it: its read of every shard would go unused,
+    /// and on a set of 10,000 shards that read is most of what the store serves per worker.
+    pub(crate) fn first_scan_defers(&self) -> bool {
+        self.members.is_empty()
+            && !self.woken
+            && self.follow_ups == 0
+            && self.deferred < MAX_DEFERRED
+    }
+
     /// Before a scan: whether to skip it and rescan an eighth of an interval later. A quick
     /// rescan after a death is for a member still below its share (its handout fell short of
     /// what the others' views left it): at its share, counting its acquisitions in flight, a
@@ -293,6 +305,15 @@ impl Book {
                 handover,
                 soon: true,
                 deferred: true,
+                ..Rebalance::default()
+            };
+        }
+        // A view of the members alone (see `first_scan_defers`) plans nothing more: rescan soon,
+        // reading the shards.
+        if view.owners.len() != ctx.shards.len() {
+            return Rebalance {
+                handover,
+                soon: true,
                 ..Rebalance::default()
             };
         }

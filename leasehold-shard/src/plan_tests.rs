@@ -396,6 +396,46 @@ fn while_members_join_a_worker_defers_its_takes_until_two_scans_agree() {
     assert_eq!(r.handover.map(|h| h.shards.len()), Some(1));
 }
 
+/// A worker's first scan defers whatever the shards show, so it may read the members alone: a
+/// view without owners defers as a full one does, the next scan reads the shards, a note that
+/// woke the worker before its first scan makes it read everything, and a view without owners
+/// that does not defer plans nothing but a rescan soon.
+#[test]
+fn a_first_scan_may_read_the_members_alone() {
+    let (s, c) = (shards(8), config());
+    let ctx = Ctx {
+        me: "a",
+        shards: &s,
+        config: &c,
+    };
+    let mut b = Book::default();
+    assert!(b.first_scan_defers());
+    let r = b.rebalance(&ctx, &view(&["a", "b"], Vec::new()));
+    assert!(r.deferred && r.soon && r.take.is_empty(), "{r:?}");
+    assert!(
+        !b.first_scan_defers(),
+        "members seen: the next scan reads the shards"
+    );
+    let r = b.rebalance(&ctx, &view(&["a", "b"], vec![None; 8]));
+    assert_eq!(r.take.len(), 4, "{r:?}");
+    let woken = Book {
+        woken: true,
+        ..Book::default()
+    };
+    assert!(!woken.first_scan_defers());
+    let mut m = book(&["a", "b"]);
+    let r = m.rebalance(&ctx, &view(&["a", "b"], Vec::new()));
+    assert!(
+        !r.deferred
+            && r.soon
+            && r.take.is_empty()
+            && r.inherit.is_empty()
+            && r.steals.is_empty()
+            && !r.tell_death,
+        "{r:?}"
+    );
+}
+
 /// A departure is never deferred, even with a join in the same scan: a dead member's shards must
 /// be owned again within TTL plus one interval.
 #[test]

@@ -1152,12 +1152,16 @@ proptest::proptest! {
     }
 }
 
-/// Counts the shard keys asked for through `acquire` and through `acquire_many`.
+/// Counts the shard keys asked for through `acquire` and through `acquire_many`, and the workers'
+/// scans (`holders_many` calls that name a mailbox): those that read the shards and those that
+/// read the membership slots and the mailbox alone.
 #[derive(Debug)]
 struct TakeCount {
     inner: Arc<dyn LeaseStore>,
     single: Arc<std::sync::atomic::AtomicUsize>,
     batched: Arc<std::sync::atomic::AtomicUsize>,
+    full_scans: Arc<std::sync::atomic::AtomicUsize>,
+    light_scans: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn shard_keys<'a>(keys: impl IntoIterator<Item = &'a LeaseKey>) -> usize {
@@ -1209,11 +1213,59 @@ impl LeaseStore for TakeCount {
         self.inner.inspect_many(keys).await
     }
     async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
+        if keys.iter().any(|k| k.as_str().contains("--x.")) {
+            let which = if shard_keys(keys) > 0 {
+                &self.full_scans
+            } else {
+                &self.light_scans
+            };
+            which.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.holders_many(keys).await
     }
     async fn watch(&self, key: &LeaseKey) -> leasehold_core::Result<Option<KeyWatch>> {
         self.inner.watch(key).await
     }
+}
+
+/// Workers started together read every shard once before their first takes, not twice: the
+/// first scan after a join sees every member as new and defers whatever the shards show, so it
+/// reads the membership slots and the mailbox alone; the rescan that confirms the membership
+/// reads the shards and takes. Until every shard is owned, each worker made one light scan and
+/// one full one (measured: 10 and 10 for ten workers; 20 full scans when the first scan read
+/// the shards too).
+#[tokio::test(start_paused = true)]
+async fn workers_started_together_read_the_shards_once_before_their_first_takes() {
+    const K: usize = 1000;
+    const W: usize = 10;
+    let rec = Recorder::new("light");
+    let count = TakeCount {
+        inner: Arc::new(MemoryLeaseStore::new()),
+        single: Arc::default(),
+        batched: Arc::default(),
+        full_scans: Arc::default(),
+        light_scans: Arc::default(),
+    };
+    let (full, light) = (count.full_scans.clone(), count.light_scans.clone());
+    let set = set_on(Arc::new(count), &rec, K);
+    let names: Vec<String> = (0..W).map(|i| format!("w{i}")).collect();
+    let mut workers = Vec::new();
+    for n in &names {
+        workers.push(set.join(n).unwrap());
+    }
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    wait_for(&set, TTL * 10, POLL, |s| all_owned_by(s, &refs))
+        .await
+        .expect("the workers own every shard");
+    let (full, light) = (
+        full.load(std::sync::atomic::Ordering::SeqCst),
+        light.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    eprintln!("{W} workers until every shard was owned: {full} full scans, {light} light ones");
+    assert_eq!(light, W, "one light first scan per worker");
+    assert!(full <= W + W / 2, "{full} full scans by {W} workers");
+    rec.check().unwrap();
+    rec.check_tokens().unwrap();
 }
 
 /// A worker that finds many shards free takes them with batched acquires (one store call per
@@ -1226,6 +1278,8 @@ async fn free_shards_are_taken_with_batched_acquires() {
         inner: Arc::new(MemoryLeaseStore::new()),
         single: Arc::default(),
         batched: Arc::default(),
+        full_scans: Arc::default(),
+        light_scans: Arc::default(),
     };
     let (single, batched) = (count.single.clone(), count.batched.clone());
     let set = set_on(Arc::new(count), &rec, K);
