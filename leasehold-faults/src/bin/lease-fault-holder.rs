@@ -37,6 +37,15 @@ fn emit(v: serde_json::Value) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    // Die with the process that started us (the storm or scenario), also when it is killed and
+    // cannot kill us: a holder left behind SIGSTOPped keeps its database locks for good (a killed
+    // soak once left one whose open transaction blocked the next run's DDL). The signal is
+    // delivered even to a stopped process. If that parent is already gone, stop now.
+    let parent = nix::unistd::getppid();
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if nix::unistd::getppid() != parent {
+        std::process::exit(3);
+    }
     if let Err(e) = run().await {
         emit(json!({"event": "error", "message": e}));
         std::process::exit(2);
