@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# k8s.sh start|stop|restart-apiserver: a real kube-apiserver (1.20.2, built from Debian's
+# k8s.sh start|stop|restart-apiserver|prepare|build: a real kube-apiserver (1.20.2, built from Debian's
 # `kubernetes` source package) over its own etcd, on free loopback ports, state under
 # $STATE_DIR/k8s. No Docker, no image registry: only Debian's archive.
 #
 # The binary is built once per machine and cached at
 # ${XDG_CACHE_HOME:-$HOME/.cache}/lease-k8s/kube-apiserver (about 11 minutes on 2 cores, 1.3 GB
 # RAM, 1.8 GB of build tree that is deleted afterwards). kubectl 1.20 is extracted from Debian's
-# kubernetes-client package next to it.
+# kubernetes-client package next to it. `prepare` (apt: packages and the source tree) then
+# `build` (the compile alone) make the binary without starting anything, so that a caller can
+# run the long compile in the background while it does other work (scripts/test.sh does).
 #
 # start writes $STATE_DIR/k8s/kubeconfig and $STATE_DIR/k8s.env, which exports:
 #   KUBECONFIG                 the kubeconfig (static token of group system:masters)
@@ -29,7 +31,9 @@ PKI=$D/pki
 
 alive() { [ -f "$D/$1.pid" ] && kill -0 "$(cat "$D/$1.pid")" 2>/dev/null; }
 
-build_apiserver() {
+# fetch_source: the packages the build needs and Debian's kubernetes source tree under
+# $BIN_DIR/build (apt: run it while nothing else installs packages).
+fetch_source() {
   need_pkgs golang-go dpkg-dev rsync jq make
   if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Package: kubernetes'; then
     log "adding deb-src entries derived from the machine's own apt sources"
@@ -41,13 +45,19 @@ build_apiserver() {
     fi
     APT_UPDATED=0; apt_update_once
   fi
-  local build=$BIN_DIR/build src
+  local build=$BIN_DIR/build
   rm -rf "$build"; mkdir -p "$build"
   log "apt-get source kubernetes -> $build"
   (cd "$build" && apt-get source -qq kubernetes >/dev/null 2>"$build/apt-source.err") \
     || { cat "$build/apt-source.err" >&2; die "apt-get source kubernetes failed"; }
+}
+
+# make_apiserver: builds kube-apiserver from the tree fetch_source left (no apt, so it may run in
+# the background while other services install theirs) and caches the binary.
+make_apiserver() {
+  local build=$BIN_DIR/build src
   src=$(find "$build" -maxdepth 1 -mindepth 1 -type d -name 'kubernetes-*' | head -n1)
-  [ -d "$src/vendor" ] || die "source tree without vendor/ in $build"
+  [ -n "$src" ] && [ -d "$src/vendor" ] || die "no source tree with vendor/ in $build (run prepare)"
   log "building kube-apiserver (make WHAT=cmd/kube-apiserver; about 11 minutes on 2 cores)"
   # 1.20 builds in GOPATH mode and runs its code generators first: a plain `go build` fails.
   (cd "$src" && env -u GOFLAGS -u GOPATH -u GOCACHE -u GOROOT -u GOBIN \
@@ -60,12 +70,17 @@ build_apiserver() {
   log "built $("$APISERVER" --version)"
 }
 
+have_apiserver() {
+  [ -x "$APISERVER" ] && "$APISERVER" --version 2>/dev/null | grep -q '^Kubernetes v1\.'
+}
+
 ensure_binaries() {
   need_pkgs curl openssl ca-certificates etcd-server
   mkdir -p "$BIN_DIR"
   exec 9>"$BIN_DIR/.lock"; flock 9   # one builder per machine
-  if ! { [ -x "$APISERVER" ] && "$APISERVER" --version 2>/dev/null | grep -q '^Kubernetes v1\.'; }; then
-    build_apiserver
+  if ! have_apiserver; then
+    fetch_source
+    make_apiserver
   fi
   if [ ! -x "$BIN_DIR/kubectl" ]; then
     log "extracting kubectl from kubernetes-client.deb"
@@ -194,6 +209,22 @@ EOF
 }
 
 case "${1:-start}" in
+prepare)
+  # What the apiserver's build needs from apt (packages, the source tree), so that `build` can
+  # run in the background beside other apt users; only the packages when the binary is cached.
+  need_pkgs curl openssl ca-certificates etcd-server
+  mkdir -p "$BIN_DIR"
+  exec 9>"$BIN_DIR/.lock"; flock 9
+  have_apiserver || fetch_source
+  flock -u 9; exec 9>&-
+  ;;
+build)
+  # The apiserver's build alone (after prepare; no apt); nothing when it is cached.
+  mkdir -p "$BIN_DIR"
+  exec 9>"$BIN_DIR/.lock"; flock 9
+  have_apiserver || make_apiserver
+  flock -u 9; exec 9>&-
+  ;;
 start)
   ensure_binaries
   if alive etcd && alive apiserver && [ -f "$STATE_DIR/k8s.env" ] && readyz; then
@@ -260,5 +291,5 @@ stop)
   stop_one etcd "$D/etcd-data"
   rm -f "$STATE_DIR/k8s.env"
   ;;
-*) die "usage: $0 start|stop|restart-apiserver" ;;
+*) die "usage: $0 start|stop|restart-apiserver|prepare|build" ;;
 esac
