@@ -1170,6 +1170,19 @@ fn shard_keys<'a>(keys: impl IntoIterator<Item = &'a LeaseKey>) -> usize {
         .count()
 }
 
+impl TakeCount {
+    /// Counting over a fresh memory store.
+    fn on_memory() -> Self {
+        TakeCount {
+            inner: Arc::new(MemoryLeaseStore::new()),
+            single: Arc::default(),
+            batched: Arc::default(),
+            full_scans: Arc::default(),
+            light_scans: Arc::default(),
+        }
+    }
+}
+
 #[async_trait::async_trait]
 #[deny(clippy::missing_trait_methods)]
 impl LeaseStore for TakeCount {
@@ -1239,13 +1252,7 @@ async fn workers_started_together_read_the_shards_once_before_their_first_takes(
     const K: usize = 1000;
     const W: usize = 10;
     let rec = Recorder::new("light");
-    let count = TakeCount {
-        inner: Arc::new(MemoryLeaseStore::new()),
-        single: Arc::default(),
-        batched: Arc::default(),
-        full_scans: Arc::default(),
-        light_scans: Arc::default(),
-    };
+    let count = TakeCount::on_memory();
     let (full, light) = (count.full_scans.clone(), count.light_scans.clone());
     let set = set_on(Arc::new(count), &rec, K);
     let names: Vec<String> = (0..W).map(|i| format!("w{i}")).collect();
@@ -1274,13 +1281,7 @@ async fn workers_started_together_read_the_shards_once_before_their_first_takes(
 async fn free_shards_are_taken_with_batched_acquires() {
     const K: usize = 300;
     let rec = Recorder::new("batch");
-    let count = TakeCount {
-        inner: Arc::new(MemoryLeaseStore::new()),
-        single: Arc::default(),
-        batched: Arc::default(),
-        full_scans: Arc::default(),
-        light_scans: Arc::default(),
-    };
+    let count = TakeCount::on_memory();
     let (single, batched) = (count.single.clone(), count.batched.clone());
     let set = set_on(Arc::new(count), &rec, K);
     let _w = set.join("w1").unwrap();

@@ -216,12 +216,7 @@ async fn soak_backend(
                     ),
                     &r,
                 );
-                if step.is_some()
-                    && wall_clock_expiry(t.name)
-                    && let Ok(m) = r.as_mut()
-                {
-                    rep.set_outside_clock_step(m);
-                }
+                outside_if_stepped(&mut rep, t.name, step, &mut r);
                 rep.add(&r, true);
                 rep.add_stall(
                     stall,
@@ -243,12 +238,7 @@ async fn soak_backend(
                     &format!("process storm seed {seed}{step_note}"),
                     &r,
                 );
-                if step.is_some()
-                    && wall_clock_expiry(t.name)
-                    && let Ok(m) = r.as_mut()
-                {
-                    rep.set_outside_clock_step(m);
-                }
+                outside_if_stepped(&mut rep, t.name, step, &mut r);
                 rep.add(&r, false);
                 rep.process_storms += 1;
                 if checked {
@@ -317,6 +307,22 @@ async fn soak_backend(
         }
     }
     (rep, fo_reports)
+}
+
+/// A run during which the host's wall clock stepped (`step`), on a backend whose store judges
+/// expiry by it: its overlaps and late losses go to the report's "outside the guarantee".
+fn outside_if_stepped(
+    rep: &mut BackendReport,
+    backend: &str,
+    step: Option<f64>,
+    r: &mut Result<Measured, String>,
+) {
+    if step.is_some()
+        && wall_clock_expiry(backend)
+        && let Ok(m) = r.as_mut()
+    {
+        rep.set_outside_clock_step(m);
+    }
 }
 
 /// Whether `backend`'s store judges expiry by a wall clock (README, backend table): PostgreSQL's
