@@ -178,17 +178,39 @@ impl Record {
     /// # Cancellation safety
     /// Cancel safe: every statement is idempotent, and a cancelled tail stops.
     pub async fn start(&self, ns: &str) -> Result<Recording<'_>, String> {
+        self.install().await?;
+        self.follow(ns).await
+    }
+
+    /// Starts recording the writes to keys that start with `ns` on a record already installed
+    /// ([`install`](Self::install)): starts following the store's log, or nothing more for the
+    /// databases, whose triggers record every key. Many recordings of one record may run at once,
+    /// each for its own namespace, without the schema changes of [`start`](Self::start) taking
+    /// locks on the fence table while other recordings' writes land in it.
+    ///
+    /// # Errors
+    /// If the store's log cannot be followed.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: a cancelled tail stops.
+    pub async fn follow(&self, ns: &str) -> Result<Recording<'_>, String> {
         let tail = match self {
             Record::Log(source) => Some(Tail::start(source, ns).await?),
-            _ => {
-                self.install().await?;
-                None
-            }
+            _ => None,
         };
         Ok(Recording { record: self, tail })
     }
 
-    async fn install(&self) -> Result<(), String> {
+    /// Creates the log table and the triggers that append to it (idempotent; nothing for a
+    /// store whose own log is followed). Call it after the store and resource created their
+    /// tables, before the writes.
+    ///
+    /// # Errors
+    /// If the database's client cannot be run or refuses the statements.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: every statement is idempotent.
+    pub async fn install(&self) -> Result<(), String> {
         match self {
             Record::Log(_) => Ok(()),
             Record::Postgres { url, schema } => {

@@ -101,6 +101,10 @@ pub struct BackendReport {
     pub process_storms: u64,
     /// Process storms after which the resource's own record of accepted writes was checked.
     pub records_checked: u64,
+    /// Storms after which the resource's own record of accepted writes was checked.
+    pub storm_records_checked: u64,
+    /// Accepted writes the resource's records held, over every run that checked one.
+    pub recorded_writes: u64,
     /// Runs that could not be carried out (a service unreachable, a holder that never started):
     /// not a verdict either way.
     pub errors: u64,
@@ -167,6 +171,7 @@ impl BackendReport {
                 self.unknown += m.unknown;
                 self.false_expiries += m.false_expiries;
                 self.failed_probes += m.failed_probes;
+                self.recorded_writes += m.recorded;
                 let v = m.verdict();
                 if !v.is_clean() {
                     self.failed += 1;
@@ -227,17 +232,19 @@ impl BackendReport {
     /// A Markdown table row of the violations by kind.
     pub fn row(&self) -> String {
         let mut s = format!(
-            "| {} | {} | {} | {} ({} record checked) | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} ({} record checked) | {} ({} record checked) | {} | {} | {} | {} | {} | {} |",
             self.backend,
             self.runs,
             self.storms,
+            self.storm_records_checked,
             self.process_storms,
             self.records_checked,
             self.errors,
             self.panicked,
             self.failed_probes,
             self.failed,
-            self.faults
+            self.faults,
+            self.recorded_writes
         );
         for k in ViolationKind::ALL {
             s.push_str(&format!(" {} |", self.verdict.count(k)));
@@ -265,9 +272,9 @@ impl BackendReport {
     /// The Markdown header of [`row`](Self::row).
     pub fn header() -> String {
         let mut h = String::from(
-            "| backend | runs | storms | process storms | errors (no verdict) | of them panicked tasks | failed probes | runs with violations | faults injected |",
+            "| backend | runs | storms | process storms | errors (no verdict) | of them panicked tasks | failed probes | runs with violations | faults injected | accepted writes in the resource's records |",
         );
-        let mut sep = String::from("|---|---|---|---|---|---|---|---|---|");
+        let mut sep = String::from("|---|---|---|---|---|---|---|---|---|---|");
         for k in ViolationKind::ALL {
             h.push_str(&format!(" {} |", k.name()));
             sep.push_str("---|");

@@ -51,7 +51,8 @@ pub struct Measured {
     pub clock_steps: u64,
     /// See [`clock_steps`](Self::clock_steps).
     pub clock_steps_seen: u64,
-    /// In process storms with the resource's own record: the accepted writes it held.
+    /// In storms and process storms with the resource's own record ([`crate::record`]): the
+    /// accepted writes it held.
     pub recorded: u64,
 }
 

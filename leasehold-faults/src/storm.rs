@@ -1,8 +1,10 @@
-//! The randomized storm: contenders race for one key, hold it across several renewal intervals,
-//! write through a fenced resource reached over its own faulty link, and suffer faults at random
-//! moments, during renewals and releases included. Every grant, confirmed renewal, loss, release,
-//! write and unknown outcome enters a [`History`], which is checked at the end; the run's result is
-//! a typed [`Measured`] whose violations name the property broken.
+//! The randomized storm: contenders race for one key or a few, hold it across several renewal
+//! intervals, write through a fenced resource reached over its own faulty link, and suffer faults
+//! at random moments, during renewals and releases included. Every grant, confirmed renewal, loss,
+//! release, write and unknown outcome enters a [`History`], which is checked at the end, with the
+//! resource's final counter and high-water and, where the backend keeps one
+//! ([`StormBackend::record`]), the resource's own record of every write it accepted; the run's
+//! result is a typed [`Measured`] whose violations name the property broken.
 //!
 //! The same code runs against every backend ([`StormBackend`]) and against the deliberately broken
 //! stores and resources of [`controls`](crate::controls).
@@ -21,6 +23,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
 use crate::link::{Link, LinkFault};
+use crate::record::{Record, check_record};
 use crate::scenarios::{Measured, fresh_key};
 
 /// One contender's clients, each behind its own link.
@@ -49,6 +52,12 @@ pub trait StormBackend: Send + Sync {
     async fn contender(&self) -> Result<Contender, String>;
     /// Clients that reach the store and the resource without faults.
     async fn observer(&self) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>), String>;
+    /// The resource's own record of the writes it accepted ([`crate::record`]), installed, if
+    /// this backend's storms keep one: followed from before the storm's first write and checked
+    /// against the history after it.
+    fn record(&self) -> Option<&Record> {
+        None
+    }
 }
 
 /// The shape of a storm.
@@ -333,7 +342,7 @@ pub async fn storm_with(
 ) -> Result<Measured, String> {
     let base = fresh_key("storm");
     let keys: Vec<LeaseKey> = if shape.keys <= 1 {
-        vec![base]
+        vec![base.clone()]
     } else {
         (0..shape.keys)
             .map(|i| LeaseKey::new(format!("{base}-{i}")).map_err(|e| e.to_string()))
@@ -342,6 +351,12 @@ pub async fn storm_with(
     let history = History::new();
     let ttl = backend.ttl();
     let (observer, reader) = backend.observer().await?;
+    // Every key of the storm starts with `base`; the recording follows them from before the
+    // first write.
+    let mut recording = match backend.record() {
+        Some(r) => Some(r.follow(base.as_str()).await?),
+        None => None,
+    };
     let faults = Arc::new(AtomicU64::new(0));
     let renewals = Arc::new(AtomicU64::new(0));
     let false_expiries = Arc::new(AtomicU64::new(0));
@@ -413,10 +428,19 @@ pub async fn storm_with(
     violations.extend(std::mem::take(
         &mut *late.lock().unwrap_or_else(|p| p.into_inner()),
     ));
+    let mut recorded = 0;
     for k in &keys {
         let state = read_final(&*reader, k).await?;
         violations.extend(history.check_counter(k, state.counter));
         violations.extend(history.check_high_water(k, state.high_water));
+        if let Some(r) = recording.as_mut() {
+            let log = r
+                .read(k)
+                .await
+                .map_err(|e| format!("reading the resource's record: {e}"))?;
+            recorded += log.len() as u64;
+            violations.extend(check_record(&history, k, &log));
+        }
     }
     Ok(Measured {
         margins: margins(&history),
@@ -428,6 +452,7 @@ pub async fn storm_with(
         unknown: history.unknown_outcomes(),
         false_expiries: false_expiries.load(Ordering::Relaxed),
         failed_probes: failed_probes.load(Ordering::Relaxed),
+        recorded,
         history: (!violations.is_empty()).then(|| history.dump()),
         violations,
         ..Measured::default()

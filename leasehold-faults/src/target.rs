@@ -11,6 +11,7 @@ use leasehold_testkit::faulty::FaultyStore;
 use leasehold_testkit::stores;
 
 use crate::link::{FaultyResource, Link, ProxyLink, StoreLink};
+use crate::record::Record;
 use crate::storm::{Contender, StormBackend};
 
 /// How a backend is reached.
@@ -306,6 +307,81 @@ impl StormBackend for Target {
         let store = self.connect().await.map_err(|e| e.to_string())?;
         let res = self.resource().await.map_err(|e| e.to_string())?;
         Ok((store, res))
+    }
+}
+
+/// A target whose storms check the resource's own record of the writes it accepted
+/// ([`crate::record`]): its store and resource use the fault suite's own tables (PostgreSQL's
+/// schema, MySQL's table), where the record's triggers sit.
+#[derive(Debug, Clone)]
+pub struct RecordedTarget {
+    /// The target, its URL naming the recorded tables.
+    pub target: Target,
+    /// The installed record.
+    pub record: Record,
+}
+
+impl Target {
+    /// This target with the resource's own record installed: the tables created (by connecting a
+    /// store and a resource) and the record's triggers put on them. `None` if the backend keeps
+    /// no record here (none today: every backend of [`targets_from_env`] keeps one).
+    ///
+    /// # Errors
+    /// If the store or resource cannot be reached, or the record cannot be installed.
+    ///
+    /// # Cancellation safety
+    /// Cancel safe: connecting and installing are idempotent.
+    pub async fn recorded(&self) -> std::result::Result<Option<RecordedTarget>, String> {
+        let mut target = self.clone();
+        let record = match &self.endpoint {
+            Endpoint::Kube {
+                kubeconfig,
+                namespace,
+                ..
+            } => Record::Log(crate::tail::Source::Kube {
+                kubeconfig: kubeconfig.clone(),
+                namespace: namespace.clone(),
+            }),
+            _ => {
+                let direct = self.direct_url();
+                let Some((record, url)) = Record::for_url(&direct) else {
+                    return Ok(None);
+                };
+                // The record may name its own tables in the URL's query: the proxied URLs of the
+                // contenders must name them too.
+                let Some(suffix) = url.strip_prefix(direct.as_str()) else {
+                    return Err(format!(
+                        "the recorded URL {url} does not extend the target's {direct}"
+                    ));
+                };
+                if let Endpoint::Url { template, .. } = &mut target.endpoint {
+                    template.push_str(suffix);
+                }
+                record
+            }
+        };
+        target.connect().await.map_err(|e| e.to_string())?;
+        target.resource().await.map_err(|e| e.to_string())?;
+        record.install().await?;
+        Ok(Some(RecordedTarget { target, record }))
+    }
+}
+
+#[async_trait]
+impl StormBackend for RecordedTarget {
+    fn ttl(&self) -> Duration {
+        self.target.ttl
+    }
+    async fn contender(&self) -> std::result::Result<Contender, String> {
+        self.target.contender().await
+    }
+    async fn observer(
+        &self,
+    ) -> std::result::Result<(Arc<dyn LeaseStore>, Arc<dyn FencedResource>), String> {
+        self.target.observer().await
+    }
+    fn record(&self) -> Option<&Record> {
+        Some(&self.record)
     }
 }
 

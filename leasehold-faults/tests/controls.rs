@@ -121,3 +121,89 @@ async fn unbroken_memory_store_stays_clean() {
         assert!(m.renewals > 0, "the storm never renewed a lease: {m:?}");
     }
 }
+
+/// The storms' check of the resource's own record can fail: a storm on a SQLite target with its
+/// record installed stays clean and reads accepted writes back from the record; the same storm
+/// with one forged entry slipped into the record (an accepted write with a token nobody was
+/// granted, as a resource that let an unfenced write through would show) is caught. Only the
+/// record holds the forged entry, so only the record's check can catch it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_only_the_resources_record_holds_is_caught() {
+    use leasehold_faults::storm::storm_with;
+    use leasehold_faults::target::{Endpoint, Target};
+    use leasehold_testkit::history::ViolationKind;
+    use std::time::Duration;
+
+    let dir = std::env::temp_dir().join(format!("leasehold-record-ctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("record.db").to_string_lossy().into_owned();
+    let target = Target {
+        name: "sqlite",
+        endpoint: Endpoint::Sqlite { path: path.clone() },
+        ttl: Duration::from_millis(1000),
+        takeover_slack: Duration::from_millis(500),
+    };
+    let recorded = target
+        .recorded()
+        .await
+        .expect("installing the record")
+        .expect("SQLite keeps a record");
+
+    let clean = storm(&recorded, StormShape::rotating(1, 3, 2))
+        .await
+        .expect("storm infrastructure");
+    assert!(clean.violations.is_empty(), "{:#?}", clean.violations);
+    assert!(clean.recorded > 0, "the record held no accepted write");
+
+    // Once the storm's first accepted write is in the record, forge one more for its key.
+    let forger = path.clone();
+    let forge = async move {
+        let sql = "INSERT INTO leasehold_faults_accepted (key, token, accepted) \
+                   SELECT key, 999999, accepted + 1 FROM leasehold_faults_accepted \
+                   WHERE key LIKE 'lf%-storm%' AND id > (SELECT coalesce(max(id), 0) FROM \
+                   leasehold_faults_accepted WHERE key = 'leasehold-record-ctl-mark') \
+                   ORDER BY id DESC LIMIT 1; SELECT changes();";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = tokio::process::Command::new("sqlite3")
+                .args(["-batch", "-cmd", ".timeout 10000", &forger, sql])
+                .output()
+                .await
+                .map_err(|e| format!("sqlite3: {e}"))?;
+            if String::from_utf8_lossy(&out.stdout).trim() == "1" {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err("no accepted write reached the record within 30 s".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    // The clean storm's rows stay in the log: a marker row bounds the forger to the next storm.
+    let mark = std::process::Command::new("sqlite3")
+        .args([
+            "-batch",
+            &path,
+            "INSERT INTO leasehold_faults_accepted (key, token, accepted) \
+             VALUES ('leasehold-record-ctl-mark', 1, 1);",
+        ])
+        .status()
+        .expect("sqlite3");
+    assert!(mark.success());
+    let forged = storm_with(
+        &recorded,
+        StormShape::rotating(1, 3, 2),
+        Some(Box::pin(forge)),
+    )
+    .await
+    .expect("storm infrastructure");
+    assert!(
+        forged
+            .violations
+            .iter()
+            .any(|v| v.kind == ViolationKind::WriteCountMismatch && v.detail.contains("999999")),
+        "the forged entry was not caught: {:#?}",
+        forged.violations
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

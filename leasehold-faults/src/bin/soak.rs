@@ -26,7 +26,7 @@ use leasehold_faults::failover::{self, Run, Scenario};
 use leasehold_faults::report::{BackendReport, FailoverReport};
 use leasehold_faults::scenarios::{self, Measured};
 use leasehold_faults::stall::{StallMonitor, StallSummary};
-use leasehold_faults::storm::{StormShape, storm};
+use leasehold_faults::storm::{StormBackend, StormShape, storm};
 use leasehold_faults::target::{Target, targets_from_env};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -132,7 +132,22 @@ async fn soak_backend(
     // every backend runs about as many storms per minute.
     let slots =
         plan.parallel * usize::try_from(t.ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(1);
+    // The storms check the resource's own record of the writes it accepted; a record that
+    // cannot be installed is a run without a verdict, and the storms run without it.
+    let recorded = match t.recorded().await {
+        Ok(r) => r.map(Arc::new),
+        Err(e) => {
+            let r: Result<Measured, String> = Err(format!("installing the resource's record: {e}"));
+            note(&mut rep, "record install", &r);
+            rep.add(&r, false);
+            None
+        }
+    };
     let t = Arc::new(t);
+    let storm_target: Arc<dyn StormBackend> = match &recorded {
+        Some(r) => r.clone(),
+        None => t.clone(),
+    };
     // A pool of `parallel` slots: each storm runs on a key of its own, a new one starts as soon as
     // one ends; every `failover_every` storms (and first of all) the backend's next restart or
     // failover scenario takes a slot, on servers of its own.
@@ -181,7 +196,7 @@ async fn soak_backend(
                 continue;
             }
             started += 1;
-            let (t, s) = (t.clone(), started);
+            let (t, s) = (storm_target.clone(), started);
             let shape = StormShape::rotating(s, plan.contenders, plan.rounds);
             let m = monitor.clone();
             let h = pool.spawn(async move {
@@ -218,6 +233,9 @@ async fn soak_backend(
                 );
                 outside_if_stepped(&mut rep, t.name, step, &mut r);
                 rep.add(&r, true);
+                if recorded.is_some() && r.is_ok() {
+                    rep.storm_records_checked += 1;
+                }
                 rep.add_stall(
                     stall,
                     leasehold_core::supervisor::SupervisorConfig::new(t.ttl).loss_lead(),
@@ -664,8 +682,9 @@ This file is written by the soak program (`leasehold-faults/src/bin/soak.rs`); d
 ## Violations by kind
 
 "Runs" are the six scenarios, the storms, the process storms and the restart and failover runs
-(the process storms column also counts those after which the resource's own record of accepted
-writes was read back and checked). Every violation
+(the storms and process storms columns also count those after which the resource's own record
+of accepted writes was read back and checked; the accepted writes column sums what those records
+held). Every violation
 column must be 0; the last column is reported apart (see "How late the soak ran its own tasks").
 
 {table}
@@ -758,7 +777,12 @@ violations, a write of unknown outcome may or may not have applied (a history is
 choice explains it; an error stating nothing was sent is recorded as not accepted), renewals extend
 belief, and the resource's final counter and high-water must be explained by the acknowledged
 writes plus some of the unknown ones; an unknown write they show applied, before a smaller token
-was accepted, is a stale write.
+was accepted, is a stale write. Then the resource's own record of every write it accepted, in the
+order it applied them, is read back and checked against the grants and the writes (no accepted
+token below an earlier one, every accepted token granted and written that often, every write the
+holders saw accepted in it): triggers on the tables the writes land in (PostgreSQL, MySQL/MariaDB,
+SQLite), Redis's replication stream, etcd's revisions, the Kubernetes watch of the fence
+ConfigMaps, followed from before the storm's first write (`leasehold-faults/src/record.rs`).
 
 The scenarios: a holder process paused past its TTL and resumed, a holder process killed, a
 blackhole between holder and store, renewals applied with their answers lost, a ghost grant (an
