@@ -212,6 +212,25 @@ impl Record {
     /// Cancel safe: every statement is idempotent.
     pub async fn install(&self) -> Result<(), String> {
         match self {
+            Record::Log(Source::Redis { url }) => {
+                // Each recording is a replica of its own (`redis-cli --replica`), whose first
+                // synchronisation a diskless primary delays by `repl-diskless-sync-delay` (5 s by
+                // default) to gather more replicas: 5 s added to every storm. The record does not
+                // depend on it, so a server that refuses the change is only slower.
+                if let Err(e) = run(Command::new("redis-cli").args([
+                    "-u",
+                    url,
+                    "CONFIG",
+                    "SET",
+                    "repl-diskless-sync-delay",
+                    "0",
+                ]))
+                .await
+                {
+                    eprintln!("the record's replicas will wait for the primary's sync delay: {e}");
+                }
+                Ok(())
+            }
             Record::Log(_) => Ok(()),
             Record::Postgres { url, schema } => {
                 let fence = format!("\"{schema}\".\"leases_fence\"");

@@ -32,11 +32,29 @@ fn state_dir(what: &str) -> PathBuf {
     ))
 }
 
-/// A free loopback port (bound and released: another process may take it in between).
+/// A free loopback port for a server this suite starts, drawn below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`) and bound once to check that it is free.
+///
+/// A port the kernel hands out for port 0 comes from the ephemeral range, where every outgoing
+/// connection and every proxy of the suite draws its own port too: between the check and the
+/// server's own bind one of them could take it (seen in the soak: a restarted kube-apiserver found
+/// its port in use). Below the range only another server started here can take it.
 ///
 /// # Errors
 /// If no port can be bound.
 pub fn free_port() -> Result<u16, String> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if low > 12_000 {
+        for _ in 0..64 {
+            let port = fastrand::u16(10_000..low);
+            if std::net::TcpListener::bind(loopback(port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
@@ -595,7 +613,15 @@ impl KubeInstance {
             kubeconfig: state.join("k8s/kubeconfig").to_string_lossy().into_owned(),
             addr: loopback(0),
         };
-        inst.script("start").await?;
+        // Another server started here may still take a port between its check and the
+        // apiserver's bind: such a start is tried again on fresh ports.
+        let mut tries = 0;
+        while let Err(e) = inst.script("start").await {
+            tries += 1;
+            if tries >= 3 || !e.contains("address already in use") {
+                return Err(e);
+            }
+        }
         let port: u16 = std::fs::read_to_string(state.join("k8s/api.port"))
             .map_err(|e| format!("api.port: {e}"))?
             .trim()
@@ -643,6 +669,23 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::teardown;
+
+    /// The suite's servers take ports below the ephemeral range, where no outgoing connection or
+    /// proxy of the suite can take them between the check and the server's bind.
+    #[test]
+    fn a_free_port_lies_below_the_ephemeral_range() {
+        let Some(low) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+            .filter(|&l| l > 12_000)
+        else {
+            return;
+        };
+        for _ in 0..20 {
+            let p = super::free_port().expect("a free port");
+            assert!((10_000..low).contains(&p), "port {p} not below {low}");
+        }
+    }
 
     /// A server dropped inside a task must not stall the runtime's other tasks while its stop
     /// script runs. The task it has just woken sits in its worker's LIFO slot, which no other
