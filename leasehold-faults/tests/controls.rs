@@ -183,6 +183,8 @@ async fn a_write_only_the_resources_record_holds_is_caught() {
     let mark = std::process::Command::new("sqlite3")
         .args([
             "-batch",
+            "-cmd",
+            ".timeout 10000",
             &path,
             "INSERT INTO leasehold_faults_accepted (key, token, accepted) \
              VALUES ('leasehold-record-ctl-mark', 1, 1);",
