@@ -51,7 +51,8 @@ pub(crate) struct Split {
     pub(crate) library_calls: u64,
     /// The library's acquiring round trips (see [`Rounds`]), all workers together.
     pub(crate) library_rounds: u64,
-    /// The library's scans (`holders_many` and `inspect_many` calls), all workers together.
+    /// The library's scans (`inspect_many` calls, and `holders_many` calls but for the read of
+    /// the shards beside a scan's `inspect_many`), all workers together.
     pub(crate) library_scans: u64,
     /// Of `library_rounds + library_scans`, those made after the last worker joined (the
     /// others are the earlier workers' while the membership was still growing).

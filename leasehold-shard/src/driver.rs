@@ -183,6 +183,7 @@ impl Run {
 
     /// One rebalance; returns the time until the next.
     async fn tick(&self, st: &mut State, tx: &mpsc::UnboundedSender<Internal>) -> Duration {
+        let started = Instant::now();
         let every = self.set.config.rebalance_interval();
         // Forget a lost membership lease; a new slot is taken below.
         if st.member.as_ref().is_some_and(|m| m.health().is_final()) {
@@ -199,13 +200,14 @@ impl Run {
             return every / 8;
         }
         let shards = !st.book.first_scan_defers();
-        let view = match scan(&self.set, Some(&self.mailbox), shards).await {
+        let scan = match scan(&self.set, Some(&self.mailbox), shards).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::debug!(worker = %self.me, error = %e, "shard scan failed; keeping the assignment");
                 return every;
             }
         };
+        let view = scan.view;
         let plan = st.book.rebalance(&self.ctx(), &view);
         if let Some(h) = plan.handover {
             self.hand_over(st, &h.thief, &h.shards);
@@ -229,10 +231,28 @@ impl Run {
             self.spawn_steal(victim, shards, tx);
         }
         self.publish(st);
-        match (plan.deferred, plan.soon) {
+        let after = match (plan.deferred, plan.soon) {
             (true, _) => every / 8,
             (false, true) => every / 8,
             (false, false) => every,
+        };
+        // A member that stopped renewing (it died, or its link did) is gone from the store when
+        // its slot expires: rescan then rather than at the next rebalance, so that its shards
+        // are taken within a scan of their expiry by every member, told or not (a store without
+        // a watch tells nobody). A member that renews keeps its slot's expiry further away than
+        // the interval, and changes nothing.
+        let soonest = scan
+            .expiries
+            .iter()
+            .filter(|(who, _)| *who != *self.me)
+            .map(|(_, at)| *at)
+            .min();
+        match soonest {
+            Some(at) => {
+                let wake = (at + every / 64).saturating_duration_since(started);
+                after.min(wake.max(every / 16))
+            }
+            None => after,
         }
     }
 

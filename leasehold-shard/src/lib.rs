@@ -8,8 +8,10 @@
 //! - A worker [joins](ShardSet::join) with an id. It announces itself with a **membership
 //!   lease** (one of [`ShardSetConfig::with_max_workers`] slot keys) and computes its **fair
 //!   share** from the live members: `K / N`, plus one for the first `K % N` members in id order.
-//! - Each interval it reads every slot and shard in one batched read
-//!   ([`LeaseStore::holders_many`](leasehold_core::LeaseStore::holders_many): one statement,
+//! - Each interval it reads every slot and shard in two batched reads in flight together (the
+//!   slots with [`LeaseStore::inspect_many`](leasehold_core::LeaseStore::inspect_many), for the
+//!   time each member's slot has left, and the shards with
+//!   [`LeaseStore::holders_many`](leasehold_core::LeaseStore::holders_many): each one statement,
 //!   script, range read or list on the real backends), takes **free or expired** shards first,
 //!   then **steals** from the members most above their share, at most
 //!   [`ShardSetConfig::with_max_steals`] shards in flight.
@@ -31,12 +33,14 @@
 //!   shards. The members, woken by the note, rescan at once; a shard held by a worker that is no
 //!   longer a member is handed out like a free one, and its new owner waits on it with the store's
 //!   watch, so it takes the shard on the release wake-up, not at its next rebalance.
-//! - A **death** (a membership that expired with shards free or still held) is told by the
-//!   first member to see it on its own rebalance: a note in every other member's mailbox wakes
-//!   them, so all take their parts of the dead worker's shards at once instead of each at its
-//!   next rebalance. Without a watch (or if the note is missed) each sees the death at its next
-//!   rebalance: every shard has a live owner again within TTL plus one interval of the death,
-//!   plus the scan and the acquisitions themselves.
+//! - A **death** (a membership that expired with shards free or still held) is seen when the
+//!   dead worker's slot expires: a member whose scan finds another's slot closer to expiry than
+//!   its next rebalance (the member stopped renewing) rescans right after that expiry, so every
+//!   member sees the death within a scan of it, told or not. The first to see it also leaves a
+//!   note in every other member's mailbox, which wakes them at once on a store with a watch.
+//!   Every shard has a live owner again within TTL of the death (the dead worker's last
+//!   renewal came before it), plus the scan and the acquisitions themselves; at worst, if the
+//!   rescan fails, within TTL plus one interval.
 //! - A worker that just joined waits an eighth of an interval (at most a second) before its first
 //!   scan, so that workers started together count each other instead of each taking every shard,
 //!   and it takes or steals only on a membership that two scans an eighth of an interval apart

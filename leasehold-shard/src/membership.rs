@@ -5,72 +5,105 @@ use std::collections::BTreeSet;
 
 use leasehold_core::supervisor::Acquisition;
 use leasehold_core::{Error, LeaseKey, Result};
-use tokio::time::timeout;
+use tokio::time::{Instant, timeout};
 
 use crate::driver::{Run, State};
 use crate::plan::{View, rank};
 use crate::set::Inner;
 
-/// Reads the holders of every slot and shard (and `mailbox`, if given) in one
-/// [`LeaseStore::holders_many`], bounded by the rebalance interval (or the op timeout, if
-/// longer). With `shards` false the shards are not read: the view's `owners` is empty.
-pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>, shards: bool) -> Result<View> {
-    let shard_keys: &[(std::sync::Arc<str>, LeaseKey)] = if shards { &set.shards } else { &[] };
-    let keys: Vec<LeaseKey> = set
-        .slots
-        .iter()
-        .chain(shard_keys.iter().map(|(_, k)| k))
-        .chain(mailbox)
-        .cloned()
-        .collect();
+/// What a scan read: the view a rebalance plans from, and when each member's slot expires at
+/// the store unless the member renews it.
+pub(crate) struct Scan {
+    pub(crate) view: View,
+    /// Each member's identity and the local instant by which its slot expires at the store
+    /// unless renewed: the answer's arrival plus the time the store said was left, never
+    /// earlier than the store's own expiry.
+    pub(crate) expiries: Vec<(String, Instant)>,
+}
+
+/// Reads every slot (and `mailbox`, if given) with [`LeaseStore::inspect_many`], for the time
+/// each member's slot has left, and, beside it, the holders of every shard with one
+/// [`LeaseStore::holders_many`]: two calls in flight together, bounded by the rebalance interval
+/// (or the op timeout, if longer). With `shards` false the shards are not read: the view's
+/// `owners` is empty.
+///
+/// [`LeaseStore::inspect_many`]: leasehold_core::LeaseStore::inspect_many
+/// [`LeaseStore::holders_many`]: leasehold_core::LeaseStore::holders_many
+pub(crate) async fn scan(set: &Inner, mailbox: Option<&LeaseKey>, shards: bool) -> Result<Scan> {
+    let slot_keys: Vec<LeaseKey> = set.slots.iter().chain(mailbox).cloned().collect();
+    let shard_keys: Vec<LeaseKey> = if shards {
+        set.shards.iter().map(|(_, k)| k.clone()).collect()
+    } else {
+        Vec::new()
+    };
     let bound = set
         .config
         .rebalance_interval()
         .max(set.config.supervisor().op_timeout());
-    let states = match timeout(bound, set.store.holders_many(&keys)).await {
+    let backend = set.store.backend();
+    let read = async {
+        let shard_read = async {
+            if shard_keys.is_empty() {
+                Ok(Vec::new())
+            } else {
+                set.store.holders_many(&shard_keys).await
+            }
+        };
+        let (slots, owners) =
+            futures::future::join(set.store.inspect_many(&slot_keys), shard_read).await;
+        Ok::<_, Error>((slots?, owners?, Instant::now()))
+    };
+    let (slots, owners, answered) = match timeout(bound, read).await {
         Ok(r) => r?,
         Err(_) => {
             return Err(Error::Timeout {
-                backend: set.store.backend(),
-                operation: "holders_many",
+                backend,
+                operation: "inspect_many",
                 after: bound,
             });
         }
     };
-    if states.len() != keys.len() {
-        return Err(Error::store_fault(
-            set.store.backend(),
-            format!(
-                "holders_many answered {} holders for {} keys",
-                states.len(),
-                keys.len()
-            ),
-            None,
-        ));
-    }
-    let mut states = states.into_iter();
-    let mut members = BTreeSet::new();
-    for _ in &set.slots {
-        if let Some(h) = states.next().expect("one holder per key") {
-            members.insert(h.owner.identity().to_string());
+    for (what, got, asked) in [
+        ("inspect_many", slots.len(), slot_keys.len()),
+        ("holders_many", owners.len(), shard_keys.len()),
+    ] {
+        if got != asked {
+            return Err(Error::store_fault(
+                backend,
+                format!("{what} answered {got} holders for {asked} keys"),
+                None,
+            ));
         }
     }
-    let mut owners = Vec::with_capacity(shard_keys.len());
-    for _ in shard_keys {
-        let h = states.next().expect("one holder per key");
-        owners.push(h.map(|h| (h.owner.identity().to_string(), h.token)));
+    let mut slots = slots.into_iter();
+    let mut members = BTreeSet::new();
+    let mut expiries = Vec::new();
+    for _ in &set.slots {
+        if let Some(h) = slots.next().expect("one state per key").holder {
+            let who = h.owner.identity().to_string();
+            expiries.push((who.clone(), answered + h.remaining));
+            members.insert(who);
+        }
     }
     let mailbox = match mailbox {
-        Some(_) => states
+        Some(_) => slots
             .next()
-            .expect("one holder per key")
+            .expect("one state per key")
+            .holder
             .map(|h| (h.owner.identity().to_string(), h.token)),
         None => None,
     };
-    Ok(View {
-        members: members.into_iter().collect(),
-        owners,
-        mailbox,
+    let owners = owners
+        .into_iter()
+        .map(|h| h.map(|h| (h.owner.identity().to_string(), h.token)))
+        .collect();
+    Ok(Scan {
+        view: View {
+            members: members.into_iter().collect(),
+            owners,
+            mailbox,
+        },
+        expiries,
     })
 }
 

@@ -232,7 +232,7 @@ impl ShardSet {
     /// # Cancellation safety
     /// Cancel safe (read only).
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let v = scan(&self.inner, None, true).await?;
+        let v = scan(&self.inner, None, true).await?.view;
         Ok(Snapshot {
             members: v.members,
             owners: self

@@ -609,13 +609,14 @@ async fn at_scale_workers_started_together_split_without_a_herd_and_a_joiner_tak
         acquires <= 2 * K as u64,
         "{acquires} acquire calls for {K} shards"
     );
-    // Each worker's scan is one batched read (plus the observer's snapshots).
+    // Each worker's scan is two batched reads in flight together (the slots and the mailbox,
+    // and the shards), plus the observer's snapshots.
     let scans_before = store.calls(Operation::Inspect);
     let intervals = 10u32;
     tokio::time::sleep(interval * intervals).await;
     let scans = store.calls(Operation::Inspect) - scans_before;
     assert!(
-        scans <= u64::from(intervals + 1) * 10,
+        scans <= u64::from(intervals + 1) * 10 * 2,
         "{scans} inspect calls by 10 workers in {intervals} intervals"
     );
     // An eleventh worker: its share moves to it by batched handovers, a few rounds at most.
@@ -1160,8 +1161,10 @@ struct TakeCount {
     inner: Arc<dyn LeaseStore>,
     single: Arc<std::sync::atomic::AtomicUsize>,
     batched: Arc<std::sync::atomic::AtomicUsize>,
+    /// Workers' scans (reads of the slots and the mailbox).
+    scans: Arc<std::sync::atomic::AtomicUsize>,
+    /// Reads of the shards (a scan that read them is a full one).
     full_scans: Arc<std::sync::atomic::AtomicUsize>,
-    light_scans: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn shard_keys<'a>(keys: impl IntoIterator<Item = &'a LeaseKey>) -> usize {
@@ -1177,8 +1180,8 @@ impl TakeCount {
             inner: Arc::new(MemoryLeaseStore::new()),
             single: Arc::default(),
             batched: Arc::default(),
+            scans: Arc::default(),
             full_scans: Arc::default(),
-            light_scans: Arc::default(),
         }
     }
 }
@@ -1223,16 +1226,17 @@ impl LeaseStore for TakeCount {
         self.inner.renew_many(leases).await
     }
     async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
+        // A worker's scan reads its slots and mailbox here, and the shards (if it reads them)
+        // beside it with `holders_many`.
+        if keys.iter().any(|k| k.as_str().contains("--x.")) {
+            self.scans.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         self.inner.inspect_many(keys).await
     }
     async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
-        if keys.iter().any(|k| k.as_str().contains("--x.")) {
-            let which = if shard_keys(keys) > 0 {
-                &self.full_scans
-            } else {
-                &self.light_scans
-            };
-            which.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if shard_keys(keys) > 0 {
+            self.full_scans
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         self.inner.holders_many(keys).await
     }
@@ -1253,7 +1257,9 @@ async fn workers_started_together_read_the_shards_once_before_their_first_takes(
     const W: usize = 10;
     let rec = Recorder::new("light");
     let count = TakeCount::on_memory();
-    let (full, light) = (count.full_scans.clone(), count.light_scans.clone());
+    let (full, scans) = (count.full_scans.clone(), count.scans.clone());
+    // The workers go through the counting store; the snapshots polled here do not.
+    let observer = set_on(count.inner.clone(), &rec, K);
     let set = set_on(Arc::new(count), &rec, K);
     let names: Vec<String> = (0..W).map(|i| format!("w{i}")).collect();
     let mut workers = Vec::new();
@@ -1261,13 +1267,11 @@ async fn workers_started_together_read_the_shards_once_before_their_first_takes(
         workers.push(set.join(n).unwrap());
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    wait_for(&set, TTL * 10, POLL, |s| all_owned_by(s, &refs))
+    wait_for(&observer, TTL * 10, POLL, |s| all_owned_by(s, &refs))
         .await
         .expect("the workers own every shard");
-    let (full, light) = (
-        full.load(std::sync::atomic::Ordering::SeqCst),
-        light.load(std::sync::atomic::Ordering::SeqCst),
-    );
+    let full = full.load(std::sync::atomic::Ordering::SeqCst);
+    let light = scans.load(std::sync::atomic::Ordering::SeqCst) - full;
     eprintln!("{W} workers until every shard was owned: {full} full scans, {light} light ones");
     assert_eq!(light, W, "one light first scan per worker");
     assert!(full <= W + W / 2, "{full} full scans by {W} workers");
@@ -1297,4 +1301,100 @@ async fn free_shards_are_taken_with_batched_acquires() {
         batched >= K && single < K / 10,
         "{batched} shard keys asked for in batches and {single} one by one, for {K} shards"
     );
+}
+
+/// Forwards to `inner` as a store without a watch (as MySQL / MariaDB): nobody is woken by a
+/// note or a release, every member learns of a death from its own scans.
+#[derive(Debug, Clone)]
+struct NoWatch<S>(S);
+
+#[async_trait::async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<S: LeaseStore> LeaseStore for NoWatch<S> {
+    fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        let mut c = self.0.capabilities();
+        c.watch = false;
+        c
+    }
+    async fn acquire(&self, req: &AcquireRequest) -> leasehold_core::Result<AcquireOutcome> {
+        self.0.acquire(req).await
+    }
+    async fn renew(&self, lease: &Lease) -> leasehold_core::Result<RenewOutcome> {
+        self.0.renew(lease).await
+    }
+    async fn release(&self, lease: &Lease) -> leasehold_core::Result<ReleaseOutcome> {
+        self.0.release(lease).await
+    }
+    async fn inspect(&self, key: &LeaseKey) -> leasehold_core::Result<KeyState> {
+        self.0.inspect(key).await
+    }
+    async fn renew_many(
+        &self,
+        leases: &[Lease],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<RenewOutcome>>> {
+        self.0.renew_many(leases).await
+    }
+    async fn inspect_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<KeyState>> {
+        self.0.inspect_many(keys).await
+    }
+    async fn acquire_many(
+        &self,
+        reqs: &[AcquireRequest],
+    ) -> leasehold_core::Result<Vec<leasehold_core::Result<AcquireOutcome>>> {
+        self.0.acquire_many(reqs).await
+    }
+    async fn holders_many(&self, keys: &[LeaseKey]) -> leasehold_core::Result<Vec<Option<HeldBy>>> {
+        self.0.holders_many(keys).await
+    }
+    async fn watch(&self, _key: &LeaseKey) -> leasehold_core::Result<Option<KeyWatch>> {
+        Ok(None)
+    }
+}
+
+/// Without a watch no member is told of a death, and each would take its part of the dead
+/// worker's shards at its own next rebalance, up to an interval after they expired. A member
+/// rescans when the slot of a member that stopped renewing expires, so every part is taken
+/// within a scan of the expiry: the dead worker's shards are owned again within its TTL (from
+/// its last renewal, at most the death) and a fraction of an interval. Each death instant of
+/// an interval is tried.
+#[tokio::test(start_paused = true)]
+async fn without_a_watch_a_dead_workers_shards_are_owned_again_when_its_leases_expire() {
+    for step in 0..4u32 {
+        let rec = Recorder::new(&format!("nowatch{step}"));
+        let mem = MemoryLeaseStore::new();
+        let set = set_on(Arc::new(NoWatch(mem.clone())), &rec, 16);
+        let faulty = FaultyStore::new(NoWatch(mem.clone()));
+        let set_d = set_on(Arc::new(faulty.clone()), &rec, 16);
+        let interval = set.config().rebalance_interval();
+        let mut workers = join_staggered(
+            &[(&set_d, "d"), (&set, "a"), (&set, "b"), (&set, "c")],
+            interval,
+        )
+        .await;
+        wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
+            .await
+            .expect("4 each");
+        tokio::time::sleep(interval * step / 4).await;
+        let died = Instant::now();
+        die(&faulty, workers.remove(0));
+        wait_for(&set, TTL + interval * 2, Duration::from_millis(5), |s| {
+            all_owned_by(s, &["a", "b", "c"])
+        })
+        .await
+        .expect("a, b and c own everything");
+        let took = died.elapsed();
+        assert!(
+            took <= TTL + interval / 4,
+            "death at step {step}: d's shards owned again {took:?} after it died (TTL {TTL:?}, \
+             interval {interval:?})"
+        );
+        wait_for(&set, TTL * 10, POLL, |s| balanced(s, &["a", "b", "c"]))
+            .await
+            .expect("rebalanced");
+        rec.check().unwrap();
+        rec.check_tokens().unwrap();
+    }
 }

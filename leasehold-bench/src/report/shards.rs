@@ -20,7 +20,9 @@ impl Report {
              fair shares, with the acquire calls it took per shard (the floor is one). The steady \
              state is counted over two intervals, all workers together: `renew_many` calls (one \
              statement, script or batch where the store batches; Kubernetes sends one request per \
-             lease inside it), `inspect_many` calls (one scan per worker and interval), and the \
+             lease inside it), scans (one per worker and interval: an `inspect_many` of the \
+             membership slots and the worker's mailbox with a `holders_many` of the shards in \
+             flight beside it, counted once), and the \
              server's own request count where it keeps one (etcd `/metrics`, PostgreSQL's \
              transactions in `pg_stat_database`, Redis `INFO commandstats`, the kube-apiserver's \
              `apiserver_request_total` on Leases, LISTs and watches included). Then one more worker joins, and later the first worker dies (its \
@@ -42,7 +44,7 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "| backend | shards | workers | TTL | interval | initial split | acquires / shard | renew_many / interval | inspect_many / interval | server requests / interval | join: balanced after | join: moved / minimum (grants) | death: owned again after | bound | met? | death: balanced after | death: moved / minimum (grants) | lost |"
+            "| backend | shards | workers | TTL | interval | initial split | acquires / shard | renew_many / interval | scans / interval | server requests / interval | join: balanced after | join: moved / minimum (grants) | death: owned again after | bound | met? | death: balanced after | death: moved / minimum (grants) | lost |"
         );
         let _ = writeln!(
             s,

@@ -1,4 +1,4 @@
-//! The stores both shard and election conformance run against: memory and the five real
+//! The stores both shard and election conformance run against: memory and the six real
 //! backends, their addresses from leasehold-testkit's test store table
 //! (`leasehold_testkit::stores`), each with the TTL its cases use. The suites run on them with
 //! leasehold-testkit's multi-backend runner (`run_suite`).
@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use leasehold_core::LeaseStore;
 use leasehold_testkit::SuiteBackend;
-use leasehold_testkit::stores::{self, ETCD, POSTGRES, REDIS};
+use leasehold_testkit::stores::{self, ETCD, MYSQL, POSTGRES, REDIS};
 
 /// One backend as a case sees it: the runner's backend and the TTL its leases take.
 #[derive(Clone, Debug)]
@@ -69,8 +69,8 @@ pub(crate) fn k8s_grouped(set: &'static str) -> SuiteBackend {
     })
 }
 
-/// Memory, PostgreSQL, Redis, etcd, Kubernetes and SQLite (the file `sqlite_file` in
-/// `sqlite_dir`).
+/// Memory, PostgreSQL, Redis, etcd, MySQL / MariaDB, Kubernetes and SQLite (the file
+/// `sqlite_file` in `sqlite_dir`).
 pub(crate) fn backends(sqlite_dir: &Path, sqlite_file: &str) -> Vec<SuiteBackend> {
     let by_url = |store| {
         SuiteBackend::from_table(store, |url| async move { leasehold::connect(&url).await })
@@ -93,6 +93,7 @@ pub(crate) fn backends(sqlite_dir: &Path, sqlite_file: &str) -> Vec<SuiteBackend
         by_url(&POSTGRES),
         by_url(&REDIS),
         by_url(&ETCD),
+        by_url(&MYSQL),
         k8s,
         SuiteBackend::new(stores::SQLITE.name, move || {
             let url = sqlite.clone();
