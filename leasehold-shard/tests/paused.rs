@@ -47,6 +47,34 @@ async fn join_staggered(
     workers
 }
 
+/// Four workers over 16 shards on `store`, "d" through a link that [`die`] can cut and a, b and
+/// c through `store` itself, joined a quarter interval apart (their rebalances fall at
+/// different moments of the interval) and balanced: the set a, b and c use, d's link, the
+/// workers (d first) and the interval.
+async fn four_with_a_killable_d<S: LeaseStore + Clone + 'static>(
+    rec: &Recorder,
+    store: S,
+) -> (
+    ShardSet,
+    FaultyStore<S>,
+    Vec<leasehold_shard::Worker>,
+    Duration,
+) {
+    let set = set_on(Arc::new(store.clone()), rec, 16);
+    let faulty = FaultyStore::new(store);
+    let set_d = set_on(Arc::new(faulty.clone()), rec, 16);
+    let interval = set.config().rebalance_interval();
+    let workers = join_staggered(
+        &[(&set_d, "d"), (&set, "a"), (&set, "b"), (&set, "c")],
+        interval,
+    )
+    .await;
+    wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
+        .await
+        .expect("4 each");
+    (set, faulty, workers, interval)
+}
+
 /// Kills a worker: its store link fails everything (no renewal, no release), then it is dropped.
 fn die<S: LeaseStore>(link: &FaultyStore<S>, worker: leasehold_shard::Worker) {
     link.set_all(Fault::Fail);
@@ -200,20 +228,8 @@ async fn a_dead_workers_shards_are_owned_again_within_ttl_plus_one_interval() {
 #[tokio::test(start_paused = true)]
 async fn a_death_is_told_to_every_member_so_that_they_take_its_shards_together() {
     let rec = Recorder::new("told");
-    let mem = MemoryLeaseStore::new();
-    let set = set_on(Arc::new(mem.clone()), &rec, 16);
-    let faulty = FaultyStore::new(mem.clone());
-    let set_d = set_on(Arc::new(faulty.clone()), &rec, 16);
-    let interval = set.config().rebalance_interval();
-    // Four workers whose rebalances fall at different moments of the interval.
-    let mut workers = join_staggered(
-        &[(&set_d, "d"), (&set, "a"), (&set, "b"), (&set, "c")],
-        interval,
-    )
-    .await;
-    wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
-        .await
-        .expect("4 each");
+    let (set, faulty, mut workers, interval) =
+        four_with_a_killable_d(&rec, MemoryLeaseStore::new()).await;
     // d dies: its link fails everything (no renewal, no release).
     let died = Instant::now();
     die(&faulty, workers.remove(0));
@@ -1315,9 +1331,7 @@ impl<S: LeaseStore> LeaseStore for NoWatch<S> {
         self.0.backend()
     }
     fn capabilities(&self) -> Capabilities {
-        let mut c = self.0.capabilities();
-        c.watch = false;
-        c
+        self.0.capabilities().with_watch(false)
     }
     async fn acquire(&self, req: &AcquireRequest) -> leasehold_core::Result<AcquireOutcome> {
         self.0.acquire(req).await
@@ -1364,19 +1378,8 @@ impl<S: LeaseStore> LeaseStore for NoWatch<S> {
 async fn without_a_watch_a_dead_workers_shards_are_owned_again_when_its_leases_expire() {
     for step in 0..4u32 {
         let rec = Recorder::new(&format!("nowatch{step}"));
-        let mem = MemoryLeaseStore::new();
-        let set = set_on(Arc::new(NoWatch(mem.clone())), &rec, 16);
-        let faulty = FaultyStore::new(NoWatch(mem.clone()));
-        let set_d = set_on(Arc::new(faulty.clone()), &rec, 16);
-        let interval = set.config().rebalance_interval();
-        let mut workers = join_staggered(
-            &[(&set_d, "d"), (&set, "a"), (&set, "b"), (&set, "c")],
-            interval,
-        )
-        .await;
-        wait_for(&set, TTL * 20, POLL, |s| balanced(s, &["a", "b", "c", "d"]))
-            .await
-            .expect("4 each");
+        let (set, faulty, mut workers, interval) =
+            four_with_a_killable_d(&rec, NoWatch(MemoryLeaseStore::new())).await;
         tokio::time::sleep(interval * step / 4).await;
         let died = Instant::now();
         die(&faulty, workers.remove(0));
